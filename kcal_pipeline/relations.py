@@ -10,7 +10,7 @@ from pathlib import Path
 from kcal_pipeline.keys import check_pid, check_qid, check_relation_id
 from kcal_pipeline.templates import check_template
 
-KINDS = ("n_to_1", "one_to_one", "multi_answer", "rule")
+KINDS = ("n_to_1", "n_to_m", "one_to_one", "multi_answer", "rule")
 
 
 @dataclass(frozen=True)

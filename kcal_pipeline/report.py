@@ -1,0 +1,195 @@
+"""Summary tables and a self-contained HTML report (inline CSS and SVG, no JS, no external assets).
+
+Everything shown comes from the metrics and curves tables; the report only selects and formats, so
+a number on the page can always be traced to one row of `compute_metrics`.
+"""
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from html import escape
+from pathlib import Path
+from typing import Sequence
+
+import polars as pl
+
+from kcal_pipeline.metrics import BINNING, BINS
+
+SUMMARY_METRICS = ("ace", "brier")
+LEGEND = f"ACE: {BINS} quantile bins; ECE: {BINS} equal-width bins"
+
+
+def _esc(value: object) -> str:
+    return escape(str(value), quote=True)
+
+
+def _fmt(value: object) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, float):
+        return "nan" if math.isnan(value) else f"{value:.3f}"
+    return str(value)
+
+
+def _metric(metrics: pl.DataFrame, estimator: str, metric: str) -> pl.DataFrame:
+    """(scope, relation, n, value) of one metric; missing rows are an error, not a blank cell."""
+    rows = metrics.filter((pl.col("estimator") == estimator) & (pl.col("metric") == metric))
+    if rows.is_empty():
+        raise ValueError(f"metrics: no rows for estimator {estimator!r}, metric {metric!r}")
+    return rows.select("scope", pl.col("scope_value").alias("relation"), "n", "value")
+
+
+def summary_table(metrics: pl.DataFrame, estimators: Sequence[str] = ("base", "margin")) -> pl.DataFrame:
+    """One row per relation (sorted) and a final "all" row: instances, accuracy, ace_<est>, brier_<est>.
+
+    `accuracy` is that of the first estimator: Base and Margin share the argmax prediction, so
+    their accuracies are equal; the per-estimator accuracies stay in the full metrics table.
+    """
+    models = metrics["model_id"].unique().to_list()
+    if len(models) != 1:
+        raise ValueError(f"summary_table expects metrics of exactly one model, got {sorted(models)}")
+    if not estimators:
+        raise ValueError("summary_table: no estimators given")
+    table = _metric(metrics, estimators[0], "accuracy").rename({"value": "accuracy"})
+    for est in estimators:
+        for m in SUMMARY_METRICS:
+            column = _metric(metrics, est, m).select("scope", "relation", pl.col("value").alias(f"{m}_{est}"))
+            table = table.join(column, on=["scope", "relation"], how="left")
+    return (table.sort(pl.col("scope") == "all", "relation")
+            .rename({"n": "instances"}).drop("scope"))
+
+
+def format_summary(summary: pl.DataFrame) -> str:
+    """Aligned plain-text table for the terminal: text left-aligned, numbers right-aligned, 3 decimals."""
+    cells = [[_fmt(v) for v in row] for row in summary.iter_rows()]
+    numeric = [summary[c].dtype.is_numeric() for c in summary.columns]
+    widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(summary.columns)]
+
+    def line(values: Sequence[str]) -> str:
+        return "  ".join(v.rjust(w) if num else v.ljust(w)
+                         for v, w, num in zip(values, widths, numeric)).rstrip()
+    rule = "  ".join("-" * w for w in widths)
+    return "\n".join([line(summary.columns), rule, *(line(r) for r in cells)])
+
+
+def _html_table(df: pl.DataFrame) -> str:
+    head = "".join(f"<th>{_esc(c)}</th>" for c in df.columns)
+    body = "".join(
+        "<tr>" + "".join(f'<td class="{"num" if not isinstance(v, str) else "txt"}">{_esc(_fmt(v))}</td>'
+                         for v in row) + "</tr>"
+        for row in df.iter_rows())
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def reliability_svg(curve: pl.DataFrame, title: str, note: str = "", size: int = 380) -> str:
+    """Inline SVG reliability diagram: one circle per bin at (conf_b, acc_b), sized by n_b.
+
+    A red segment joins each point to the diagonal, so the drawn length is the bin's |acc − conf|
+    that ACE averages. Hover text (SVG <title>) gives the bin's exact numbers and n.
+    """
+    left, right, top, bottom = 52, 14, 28, 100
+    pw = ph = size - left - right
+    height = top + ph + bottom
+
+    def sx(v: float) -> float:
+        return left + v * pw
+
+    def sy(v: float) -> float:
+        return top + (1.0 - v) * ph
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{size}" height="{height}" '
+             f'viewBox="0 0 {size} {height}" role="img" aria-label="{_esc(title)}">',
+             f'<text x="{size / 2}" y="16" text-anchor="middle" font-weight="bold">{_esc(title)}</text>',
+             f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="none" stroke="#333"/>']
+    for i in range(6):
+        t = i / 5
+        parts += [f'<line x1="{sx(t):.1f}" y1="{sy(0)}" x2="{sx(t):.1f}" y2="{sy(0) + 4}" stroke="#333"/>',
+                  f'<text x="{sx(t):.1f}" y="{sy(0) + 16}" text-anchor="middle" font-size="11">{t:.1f}</text>',
+                  f'<line x1="{left - 4}" y1="{sy(t):.1f}" x2="{left}" y2="{sy(t):.1f}" stroke="#333"/>',
+                  f'<text x="{left - 7}" y="{sy(t) + 4:.1f}" text-anchor="end" font-size="11">{t:.1f}</text>']
+    parts += [f'<text x="{sx(0.5):.1f}" y="{sy(0) + 32}" text-anchor="middle" font-size="12">'
+              f'confidence (mean per bin)</text>',
+              f'<text x="14" y="{sy(0.5):.1f}" text-anchor="middle" font-size="12" '
+              f'transform="rotate(-90 14 {sy(0.5):.1f})">accuracy (per bin)</text>',
+              f'<line x1="{sx(0)}" y1="{sy(0)}" x2="{sx(1)}" y2="{sy(1)}" stroke="#888" '
+              f'stroke-dasharray="4 3"/>']
+    n_max = max(curve["n"].max() or 1, 1)
+    for b, x, y, n in curve.select("bin", "x", "y", "n").iter_rows():
+        r = 1.5 + 4.5 * math.sqrt(n / n_max)
+        cx = f"{sx(x):.1f}"
+        parts += [f'<line x1="{cx}" y1="{sy(x):.1f}" x2="{cx}" y2="{sy(y):.1f}" stroke="#c33"/>',
+                  f'<circle cx="{cx}" cy="{sy(y):.1f}" r="{r:.1f}" fill="#2a6fb0" fill-opacity="0.75">'
+                  f'<title>bin {b}: conf {x:.3f}, acc {y:.3f}, n {n}</title></circle>']
+    sizes = f"n_b {curve['n'].min()}–{curve['n'].max()}" if curve.height else "no bins"
+    lines = [LEGEND, f"points: quantile bins; circle size grows with n_b ({sizes})", note]
+    parts += [f'<text x="8" y="{sy(0) + 52 + 15 * i}" font-size="11">{_esc(t)}</text>'
+              for i, t in enumerate(lines)] + ["</svg>"]
+    return "\n".join(parts)
+
+
+_CSS = """body{font-family:system-ui,sans-serif;margin:2em;color:#222}
+table{border-collapse:collapse;margin:.5em 0 1.5em}th,td{border:1px solid #ccc;padding:.2em .6em}
+th{background:#f0f0f0}td.num{text-align:right;font-variant-numeric:tabular-nums}
+.diagrams{display:flex;flex-wrap:wrap;gap:1.5em}.note{color:#555;font-size:.9em}"""
+
+
+def _scalar(metrics: pl.DataFrame, model: str, est: str, metric: str) -> str:
+    v = metrics.filter((pl.col("model_id") == model) & (pl.col("estimator") == est)
+                       & (pl.col("scope") == "all") & (pl.col("metric") == metric))["value"]
+    return _fmt(v[0]) if len(v) else "n/a"
+
+
+def _diagrams(metrics: pl.DataFrame, curves: pl.DataFrame) -> str:
+    overall = curves.filter(pl.col("scope") == "all").sort("model_id", "estimator", "bin")
+    svgs = []
+    for (model, est), g in overall.group_by("model_id", "estimator", maintain_order=True):
+        note = (f"ACE {_scalar(metrics, model, est, 'ace')} (quantile), "
+                f"ECE {_scalar(metrics, model, est, 'ece')} (equal-width), n = {g['n'].sum()}")
+        svgs.append(reliability_svg(g, f"{est} — {model}", note))
+    return f'<div class="diagrams">{"".join(svgs)}</div>'
+
+
+def render_html(summary: pl.DataFrame, metrics: pl.DataFrame, curves: pl.DataFrame, meta: dict) -> str:
+    """The whole report as one HTML string; every value from data or meta is HTML-escaped."""
+    title = f"kcal calibration report — {meta.get('model_id', '')}"
+    meta_rows = "".join(f"<tr><th>{_esc(k)}</th><td>{_esc(v)}</td></tr>" for k, v in meta.items())
+    binning = "; ".join(f"{m.upper()}: {b}" for m, b in BINNING.items())
+    full = metrics.with_columns(binning=pl.col("metric").replace_strict(BINNING, default="—"))
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{_esc(title)}</title>
+<style>{_CSS}</style></head><body>
+<h1>{_esc(title)}</h1>
+<h2>Run</h2><table>{meta_rows}</table>
+<h2>Summary</h2>
+<p class="note">ace_* columns: adaptive calibration error over {_esc(BINNING['ace'])} (mean over non-empty
+bins of |accuracy − confidence|). brier_*: unbinned mean (C − 1[correct])². accuracy: share of
+instances whose predicted answer is gold (prediction of the first estimator listed).</p>
+{_html_table(summary)}
+<h2>Reliability diagrams (all relations)</h2>
+<p class="note">{_esc(LEGEND)}. Points are the quantile bins used by ACE; the dashed diagonal is
+perfect calibration and each red segment is a bin's gap |acc − conf|.</p>
+{_diagrams(metrics, curves)}
+<h2>All metrics</h2>
+<p class="note">Binning — {_esc(binning)}; accuracy, Brier, AUROC and AURC are unbinned.
+AUROC is NaN where a scope has only correct or only wrong predictions.</p>
+{_html_table(full)}
+</body></html>
+"""
+
+
+def write_report(path: str | os.PathLike, html: str) -> Path:
+    """Write atomically (temp file in the same directory + os.replace): a reader never sees half a page."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            os.fchmod(fh.fileno(), 0o644)  # mkstemp's 0600 would hide the page from a web server
+            fh.write(html)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target

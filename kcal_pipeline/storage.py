@@ -1,0 +1,98 @@
+"""Parquet tables in hive layout under KCAL_HOME, written atomically.
+
+`<table>/model=<key>/relation=<id>/part.parquet`: DuckDB and polars read the partition columns
+straight from the path, and one partition can be replaced without touching the others.
+"""
+from __future__ import annotations
+
+import filecmp
+import os
+import uuid
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import polars as pl
+
+from kcal_pipeline.keys import check_relation_id
+
+PART_FILE = "part.parquet"
+# Fixed order of partition dimensions in paths, whatever order a caller names them in.
+DIMENSIONS = ("model", "relation")
+_TABLE_OK = set("abcdefghijklmnopqrstuvwxyz0123456789_")
+
+
+def _check_table(table: str) -> str:
+    if not table or not set(table) <= _TABLE_OK:
+        raise ValueError(f"invalid table name {table!r}: use lower-case letters, digits and '_'")
+    return table
+
+
+def _check_partition_value(dim: str, value: str) -> str:
+    # Model keys come from keys.model_key and relation ids from the catalog; checking again here
+    # means no caller can smuggle a path separator into the tree.
+    if dim == "relation":
+        return check_relation_id(value, "relation partition")
+    if not value or "/" in value or "\\" in value or value.startswith(".") or "=" in value:
+        raise ValueError(f"invalid {dim} partition {value!r}: must be one plain path segment")
+    return value
+
+
+def partition_path(home: Path, table: str, partition: Mapping[str, str] | None = None) -> Path:
+    """The file of one partition; `partition` maps dimension ('model', 'relation') to value."""
+    partition = dict(partition or {})
+    unknown = set(partition) - set(DIMENSIONS)
+    if unknown:
+        raise ValueError(f"unknown partition dimension(s) {sorted(unknown)} for table {table!r}")
+    path = Path(home) / _check_table(table)
+    for dim in DIMENSIONS:
+        if dim in partition:
+            path = path / f"{dim}={_check_partition_value(dim, partition[dim])}"
+    return path / PART_FILE
+
+
+def write_parquet_atomic(frame: pl.DataFrame, path: Path) -> bool:
+    """Write via a temp file and rename; an unchanged file is left untouched.
+
+    Returns True if the file changed. Either the old file or the complete new one is on disk at
+    every moment, so a crash or a killed run never leaves half a table behind.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    try:
+        frame.write_parquet(tmp, compression="zstd", statistics=True)
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        if path.exists() and filecmp.cmp(tmp, path, shallow=False):
+            tmp.unlink()
+            return False
+        os.replace(tmp, path)
+        return True
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def read_partition(home: Path, table: str, partition: Mapping[str, str] | None = None) -> pl.DataFrame:
+    path = partition_path(home, table, partition)
+    if not path.exists():
+        where = ", ".join(f"{k}={v}" for k, v in (partition or {}).items()) or "unpartitioned"
+        raise FileNotFoundError(f"table {table!r} has no data for partition ({where}): {path} is missing")
+    return pl.read_parquet(path)
+
+
+def read_partitions(home: Path, table: str, partitions: Iterable[Mapping[str, str]]) -> pl.DataFrame:
+    """Concatenate several partitions (e.g. every relation of one model), in the order given."""
+    frames = [read_partition(home, table, p) for p in partitions]
+    if not frames:
+        raise ValueError(f"no partitions of table {table!r} requested")
+    return pl.concat(frames, how="diagonal_relaxed")
+
+
+def existing_tables(home: Path) -> list[str]:
+    """Tables that have at least one Parquet file (these get DuckDB views)."""
+    home = Path(home)
+    if not home.exists():
+        return []
+    return sorted(p.name for p in home.iterdir()
+                  if p.is_dir() and set(p.name) <= _TABLE_OK and any(p.rglob(PART_FILE)))

@@ -1,0 +1,216 @@
+"""Metrics on examples computed by hand (the arithmetic is in the comments)."""
+import itertools
+
+import numpy as np
+import polars as pl
+import pytest
+
+from kcal_pipeline.metrics import (METRICS, accuracy, ace, aurc, auroc, brier, calibration_curve,
+                                   compute_curves, compute_metrics, ece)
+
+# Three points, fewer than the 20 bins.
+C3 = np.array([0.9, 0.6, 0.3])
+Y3 = np.array([True, False, False])
+
+
+def test_registry_holds_the_first_slice():
+    assert list(METRICS) == ["accuracy", "ace", "ece", "brier", "auroc", "aurc"]
+
+
+def test_accuracy():
+    assert accuracy(C3, Y3) == pytest.approx(1 / 3)
+    assert accuracy([0.2, 0.4], [1, 1]) == 1.0  # 0/1 ints are accepted as correctness
+
+
+def test_ace_with_fewer_points_than_bins():
+    # each point is its own bin, the 17 empty bins are skipped:
+    # (|1 − 0.9| + |0 − 0.6| + |0 − 0.3|) / 3 = (0.1 + 0.6 + 0.3) / 3 = 1/3
+    assert ace(C3, Y3) == pytest.approx(1 / 3)
+
+
+def forty_points():
+    """c_i = (i + 0.5)/40, i = 0..39; bin b holds i = 2b, 2b+1 (one right, one wrong).
+
+    conf_b = (2b + 1)/40, acc_b = 0.5 → |acc_b − conf_b| = |19 − 2b| / 40.
+    Σ_b |19 − 2b| = 2·(1 + 3 + … + 19) = 200 → ACE = 200 / (40·20) = 0.25.
+    """
+    c = (np.arange(40) + 0.5) / 40
+    y = np.arange(40) % 2 == 0
+    return c, y
+
+
+def test_ace_with_exact_bins_of_two():
+    c, y = forty_points()
+    assert ace(c, y) == pytest.approx(0.25)
+    perm = np.random.default_rng(1).permutation(40)  # no ties, so input order must not matter
+    assert ace(c[perm], y[perm]) == pytest.approx(0.25)
+    curve = calibration_curve(c, y)
+    assert curve["n"].to_list() == [2] * 20
+    assert curve["conf"].to_list() == pytest.approx([(2 * b + 1) / 40 for b in range(20)])
+
+
+def test_quantile_bins_are_near_equal_count():
+    # 41 points → numpy.array_split: the first 41 mod 20 = 1 bin gets 3, the rest 2
+    c = np.linspace(0, 1, 41)
+    assert calibration_curve(c, c > 0.5)["n"].to_list() == [3] + [2] * 19
+
+
+def test_ace_ties_keep_input_order():
+    # 40 identical confidences 0.5: the stable sort keeps input order, so bins are input pairs.
+    c = np.full(40, 0.5)
+    blocks = np.array([True] * 20 + [False] * 20)  # pairs (1,1)…(0,0): every |acc − 0.5| = 0.5
+    alternating = np.arange(40) % 2 == 0           # pairs (1,0): every |acc − 0.5| = 0
+    assert ace(c, blocks) == pytest.approx(0.5)
+    assert ace(c, alternating) == pytest.approx(0.0)
+
+
+def test_ece_edges_and_closed_last_bin():
+    # width 0.05; 1.0 falls in the closed last bin [0.95, 1.0] together with 0.95;
+    # 0.15 sits exactly on an edge → bin 3 [0.15, 0.20); 0.1499 → bin 2.
+    #   bin 19: conf (1.0 + 0.95)/2 = 0.975, acc 1/2 → gap 0.475, weight 2/4
+    #   bin 3:  conf 0.15, acc 1 → gap 0.85, weight 1/4
+    #   bin 2:  conf 0.1499, acc 0 → gap 0.1499, weight 1/4
+    # ECE = (2·0.475 + 0.85 + 0.1499) / 4 = 1.9499 / 4 = 0.487475
+    c = np.array([1.0, 0.95, 0.15, 0.1499])
+    y = np.array([True, False, True, False])
+    assert ece(c, y) == pytest.approx(0.487475)
+    curve = calibration_curve(c, y, strategy="uniform")
+    assert curve["bin"].to_list() == [2, 3, 19]
+    assert curve["n"].to_list() == [1, 1, 2]
+
+
+def test_every_decimal_edge_lands_in_its_upper_bin():
+    # k/20 is the left edge of bin k; 1.0 joins bin 19
+    c = np.array([k / 20 for k in range(21)])
+    curve = calibration_curve(c, np.ones(21, dtype=bool), strategy="uniform")
+    assert curve["bin"].to_list() == list(range(20))
+    assert curve["n"].to_list() == [1] * 19 + [2]
+
+
+def test_brier():
+    # ((0.9 − 1)² + (0.6 − 0)² + (0.3 − 0)²) / 3 = (0.01 + 0.36 + 0.09) / 3 = 0.46 / 3
+    assert brier(C3, Y3) == pytest.approx(0.46 / 3)
+    assert brier(np.full(10, 0.5), np.arange(10) % 3 == 0) == pytest.approx(0.25)
+
+
+def test_auroc_ties_get_half_credit():
+    # correct: {0.9, 0.5}, wrong: {0.5, 0.2}; pairs (correct, wrong):
+    # (0.9,0.5)=1 (0.9,0.2)=1 (0.5,0.5)=½ (0.5,0.2)=1 → 3.5 / 4 = 0.875
+    assert auroc([0.9, 0.5, 0.5, 0.2], [1, 1, 0, 0]) == pytest.approx(0.875)
+
+
+def brute_auroc(c, y):
+    pairs = list(itertools.product(c[y], c[~y]))
+    return sum(1.0 if p > n else 0.5 if p == n else 0.0 for p, n in pairs) / len(pairs)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_auroc_matches_brute_force_pair_count(seed):
+    rng = np.random.default_rng(seed)
+    c = np.round(rng.random(60), 1)  # only 11 distinct values → many ties
+    y = rng.random(60) < c
+    assert auroc(c, y) == pytest.approx(brute_auroc(c, y))
+
+
+def test_auroc_is_nan_with_one_class():
+    assert np.isnan(auroc([0.2, 0.9], [1, 1]))
+    assert np.isnan(auroc([0.2, 0.9], [0, 0]))
+
+
+def test_aurc_by_hand():
+    # sorted by confidence 0.9, 0.8, 0.7, 0.6 → errors 0, 1, 0, 1
+    # risk(1..4) = 0/1, 1/2, 1/3, 2/4 → AURC = (0 + 0.5 + 0.3333 + 0.5) / 4 = 1/3
+    c = np.array([0.7, 0.9, 0.6, 0.8])
+    y = np.array([True, True, False, False])
+    assert aurc(c, y) == pytest.approx(1 / 3)
+
+
+def test_aurc_ties_keep_input_order():
+    # tie at 0.5: errors [1, 0] → risks 1, 1/2 → 0.75; reversed [0, 1] → 0, 1/2 → 0.25
+    assert aurc([0.5, 0.5], [0, 1]) == pytest.approx(0.75)
+    assert aurc([0.5, 0.5], [1, 0]) == pytest.approx(0.25)
+
+
+@pytest.mark.parametrize("bad", [1.5, -0.1, float("nan")])
+def test_confidence_outside_unit_interval_is_named(bad):
+    with pytest.raises(ValueError, match=f"confidence {bad} is outside"):
+        ace([0.5, bad], [1, 0])
+
+
+def test_bad_correctness_and_shapes_are_rejected():
+    with pytest.raises(ValueError, match="got value 2"):
+        brier([0.5, 0.5], [1, 2])
+    with pytest.raises(ValueError, match="equal length"):
+        brier([0.5, 0.5], [1])
+    with pytest.raises(ValueError, match="empty"):
+        ece([], [])
+    with pytest.raises(ValueError, match="unknown binning strategy 'equal'"):
+        calibration_curve([0.5], [1], strategy="equal")
+
+
+def estimates_frame():
+    """Two relations, two estimators; instance ids unique within a relation."""
+    rng = np.random.default_rng(11)
+    rows = []
+    for rel, n in (("P36", 30), ("P17", 25)):
+        for i in range(n):
+            for est in ("base", "margin"):
+                c = float(np.round(rng.random(), 2))
+                rows.append(("m1", rel, f"Q{i:03d}", "t0", est, c, bool(rng.random() < c)))
+    return pl.DataFrame(rows, orient="row", schema=["model_id", "relation_id", "instance_id", "template_id",
+                                                    "estimator", "confidence", "correct"])
+
+
+def test_compute_metrics_matches_the_metric_functions():
+    est = estimates_frame()
+    out = compute_metrics(est)
+    assert out.columns == ["model_id", "estimator", "scope", "scope_value", "metric", "value", "n"]
+    # 2 estimators × (all + 2 relations) × 6 metrics
+    assert out.height == 2 * 3 * 6
+    for (e, rel), g in est.sort("relation_id", "instance_id").group_by("estimator", "relation_id"):
+        for name, fn in METRICS.items():
+            row = out.filter(estimator=e, scope="relation", scope_value=rel, metric=name).row(0, named=True)
+            assert row["value"] == pytest.approx(fn(g["confidence"].to_numpy(), g["correct"].to_numpy()))
+            assert row["n"] == g.height
+    allrow = out.filter(estimator="base", scope="all", metric="accuracy").row(0, named=True)
+    base = est.filter(estimator="base")
+    assert allrow["scope_value"] == "all" and allrow["n"] == 55
+    assert allrow["value"] == pytest.approx(base["correct"].mean())
+
+
+def test_compute_metrics_is_independent_of_row_order():
+    # confidences are rounded to 2 decimals, so ties exist and the internal sort matters
+    est = estimates_frame()
+    a = compute_metrics(est)
+    b = compute_metrics(est.sample(fraction=1.0, shuffle=True, seed=2))
+    assert a.equals(b)
+
+
+def test_compute_metrics_subset_and_errors():
+    est = estimates_frame()
+    assert compute_metrics(est, ["brier"])["metric"].unique().to_list() == ["brier"]
+    with pytest.raises(ValueError, match=r"unknown metric\(s\) \['acc'\]"):
+        compute_metrics(est, ["acc"])
+    with pytest.raises(ValueError, match="no rows"):
+        compute_metrics(est.clear())
+    with pytest.raises(ValueError, match="missing column 'correct'"):
+        compute_metrics(est.drop("correct"))
+    with pytest.raises(ValueError, match="filter to one template"):
+        compute_metrics(pl.concat([est, est.with_columns(template_id=pl.lit("t1"))]))
+    with pytest.raises(ValueError, match="confidence 1.2 is outside"):
+        compute_metrics(est.with_columns(confidence=pl.lit(1.2)))
+
+
+def test_compute_curves_reuse_the_ace_bins():
+    est = estimates_frame()
+    curves = compute_curves(est)
+    assert curves.columns == ["model_id", "estimator", "scope", "scope_value", "curve", "x", "y", "n", "bin"]
+    assert curves["curve"].unique().to_list() == ["calibration"]
+    g = est.filter(estimator="margin").sort("relation_id", "instance_id")
+    c, y = g["confidence"].to_numpy(), g["correct"].to_numpy()
+    overall = curves.filter(estimator="margin", scope="all")
+    assert overall["n"].sum() == 55
+    # ACE recomputed from the drawn points equals the reported ACE
+    assert (overall["y"] - overall["x"]).abs().mean() == pytest.approx(ace(c, y))
+    expected = calibration_curve(c, y)
+    assert overall["x"].to_list() == pytest.approx(expected["conf"].to_list())

@@ -1,0 +1,59 @@
+import os
+
+import polars as pl
+import pytest
+
+from kcal_pipeline import storage
+from kcal_pipeline.storage import partition_path, read_partitions, write_parquet_atomic
+
+
+def test_hive_layout(tmp_path):
+    p = partition_path(tmp_path, "statement_scores", {"relation": "P36", "model": "m--x"})
+    assert p == tmp_path / "statement_scores" / "model=m--x" / "relation=P36" / "part.parquet"
+    assert partition_path(tmp_path, "relations") == tmp_path / "relations" / "part.parquet"
+
+
+@pytest.mark.parametrize("dims", [{"model": "../x"}, {"model": "a/b"}, {"relation": "P36/.."}, {"batch": "1"}])
+def test_partition_values_cannot_escape(tmp_path, dims):
+    with pytest.raises(ValueError):
+        partition_path(tmp_path, "estimates", dims)
+
+
+def test_atomic_write_and_unchanged_file_untouched(tmp_path):
+    path = tmp_path / "t" / "part.parquet"
+    df = pl.DataFrame({"a": [1, 2, 3], "b": ["x", "y", "z"]})
+    assert write_parquet_atomic(df, path) is True
+    os.utime(path, (1_000_000, 1_000_000))
+    assert write_parquet_atomic(df, path) is False  # same content: file not rewritten
+    assert path.stat().st_mtime == 1_000_000
+    assert write_parquet_atomic(df.with_columns(a=pl.col("a") * 2), path) is True
+    assert pl.read_parquet(path)["a"].to_list() == [2, 4, 6]
+    assert [p.name for p in path.parent.iterdir()] == ["part.parquet"]  # no temp files left
+
+
+def test_interrupted_write_keeps_previous_file(tmp_path, monkeypatch):
+    path = tmp_path / "t" / "part.parquet"
+    old = pl.DataFrame({"a": [1, 2]})
+    write_parquet_atomic(old, path)
+    before = path.read_bytes()
+
+    def half_then_fail(self, file, **kwargs):
+        with open(file, "wb") as fh:
+            fh.write(b"PAR1 half a file")
+        raise KeyboardInterrupt("killed mid-write")
+
+    monkeypatch.setattr(pl.DataFrame, "write_parquet", half_then_fail)
+    with pytest.raises(KeyboardInterrupt):
+        write_parquet_atomic(pl.DataFrame({"a": [9, 9, 9]}), path)
+    assert path.read_bytes() == before
+    assert [p.name for p in path.parent.iterdir()] == ["part.parquet"]
+
+
+def test_read_partitions_concatenates_and_names_missing(tmp_path):
+    for r, n in (("P36", 2), ("P30", 3)):
+        write_parquet_atomic(pl.DataFrame({"x": list(range(n))}), partition_path(tmp_path, "t", {"relation": r}))
+    both = read_partitions(tmp_path, "t", [{"relation": "P36"}, {"relation": "P30"}])
+    assert both["x"].to_list() == [0, 1, 0, 1, 2]
+    with pytest.raises(FileNotFoundError, match="relation=P37"):
+        read_partitions(tmp_path, "t", [{"relation": "P37"}])
+    assert storage.existing_tables(tmp_path) == ["t"]
