@@ -1,5 +1,4 @@
 """Dataset assets: facts from SPARQL, relations, templates, probe instances, statements."""
-from __future__ import annotations
 
 from datetime import datetime, timezone
 

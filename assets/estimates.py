@@ -1,5 +1,4 @@
 """Confidence estimates per model × relation, for every template and estimator."""
-from __future__ import annotations
 
 import polars as pl
 from dagster import AssetExecutionContext, asset

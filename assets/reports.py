@@ -1,10 +1,9 @@
 """Per-model metrics, curves and the HTML report."""
-from __future__ import annotations
 
 import polars as pl
-from dagster import AssetExecutionContext, AssetIn, MetadataValue, MultiToSingleDimensionPartitionMapping, asset
+from dagster import AssetExecutionContext, MetadataValue, asset
 
-from assets.partitions import model_partitions
+from assets.partitions import model_partitions, one_dimension_of
 from kcal_pipeline.config import kcal_home, reports_dir
 from kcal_pipeline.metrics import compute_curves, compute_metrics
 from kcal_pipeline.probe import headline_estimates
@@ -13,7 +12,7 @@ from kcal_pipeline.storage import partition_path
 from resources import DuckDBWarehouse, ModelProvider
 
 GROUP = "reports"
-ALL_RELATIONS = {"estimates": AssetIn(partition_mapping=MultiToSingleDimensionPartitionMapping("model"))}
+ALL_RELATIONS = one_dimension_of("estimates", "model")
 
 
 @asset(group_name=GROUP, partitions_def=model_partitions, ins=ALL_RELATIONS, code_version="1")
@@ -31,7 +30,7 @@ def curves(estimates: pl.DataFrame, templates: pl.DataFrame) -> pl.DataFrame:
 @asset(group_name=GROUP, partitions_def=model_partitions, code_version="1")
 def report(context: AssetExecutionContext, metrics: pl.DataFrame, curves: pl.DataFrame,
            models: ModelProvider, warehouse: DuckDBWarehouse) -> pl.DataFrame:
-    """The per-relation summary table; also writes the HTML report and refreshes the DuckDB views."""
+    """The per-relation summary table; also writes the HTML report."""
     key = context.partition_key
     entry = models.entry(key)
     home = kcal_home(warehouse.home or None)
@@ -40,9 +39,8 @@ def report(context: AssetExecutionContext, metrics: pl.DataFrame, curves: pl.Dat
     meta = {"model_id": entry.id, "model_key": key, "KCAL_HOME": str(home),
             "duckdb": warehouse.path, "metrics": str(partition_path(home, "metrics", {"model": key}))}
     write_report(html_path, render_html(summary, metrics, curves, meta))
-    views = warehouse.refresh()
     context.add_output_metadata({
         "report": MetadataValue.path(str(html_path)), "duckdb": MetadataValue.path(warehouse.path),
-        "views": ", ".join(views), "summary": MetadataValue.md(f"```\n{format_summary(summary)}\n```"),
+        "summary": MetadataValue.md(f"```\n{format_summary(summary)}\n```"),
     })
     return summary.with_columns(model_id=pl.lit(entry.id))

@@ -4,7 +4,6 @@ This is what `kcal demo` runs: the same assets and resources as the UI, so a par
 materialized here shows up there (and the reverse). A (asset, partition) counts as done when the
 instance has a materialization for it and its Parquet file exists; done work is never redone.
 """
-from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
@@ -18,6 +17,7 @@ from kcal_pipeline.config import dagster_home, registry_path
 from kcal_pipeline.models import Registry
 from kcal_pipeline.relations import relation_ids
 from kcal_pipeline.storage import partition_path
+from kcal_pipeline.warehouse import refresh_views
 from resources import default_resources
 
 # Stages in dependency order; inside a stage, assets share one partitions definition.
@@ -40,6 +40,7 @@ def get_instance(home: Path) -> DagsterInstance:
     """The persistent instance under DAGSTER_HOME (default KCAL_HOME/dagster), shared with `dagster dev`."""
     path = dagster_home(home)
     path.mkdir(parents=True, exist_ok=True)
+    (path / "dagster.yaml").touch()  # an empty config = default local storage, said explicitly
     os.environ["DAGSTER_HOME"] = str(path)
     return DagsterInstance.get()
 
@@ -95,7 +96,7 @@ def run_missing(home: Path, models: Sequence[str] | None = None, relations: Sequ
     for kind, stage_assets in STAGES:
         for pkey, dims in _partitions(kind, models, relations):
             label = str(pkey) if pkey is not None else "-"
-            done = [refresh is False and _is_done(instance, home, a, pkey, dims) for a in stage_assets]
+            done = [not refresh and _is_done(instance, home, a, pkey, dims) for a in stage_assets]
             first_missing = done.index(False) if False in done else len(done)
             todo = list(stage_assets[first_missing:])
             summary.skipped += [(a, label) for a in stage_assets[:first_missing]]
@@ -105,4 +106,5 @@ def run_missing(home: Path, models: Sequence[str] | None = None, relations: Sequ
             materialize(all_assets, selection=[AssetKey(a) for a in todo], partition_key=pkey,
                         instance=instance, resources=resources, run_config=QUIET_LOGS)
             summary.materialized += [(a, label) for a in todo]
+    refresh_views(home)
     return summary

@@ -1,12 +1,11 @@
 """The scoring asset: log-likelihoods of every statement, per model × relation."""
-from __future__ import annotations
 
 import time
 
 import polars as pl
-from dagster import AssetExecutionContext, AssetIn, MultiToSingleDimensionPartitionMapping, asset
+from dagster import AssetExecutionContext, asset
 
-from assets.partitions import model_relation_partitions
+from assets.partitions import model_relation_partitions, one_dimension_of
 from kcal_pipeline.scoring.clm import score_clm
 from resources import ModelProvider
 
@@ -16,7 +15,7 @@ CARRIED = ["statement_id", "instance_id", "relation_id", "template_id", "option_
 
 @asset(
     group_name="scoring", partitions_def=model_relation_partitions, code_version="1",
-    ins={"statements": AssetIn(partition_mapping=MultiToSingleDimensionPartitionMapping("relation"))},
+    ins=one_dimension_of("statements", "relation"),
 )
 def statement_scores(context: AssetExecutionContext, statements: pl.DataFrame,
                      models: ModelProvider) -> pl.DataFrame:

@@ -89,10 +89,14 @@ def read_partitions(home: Path, table: str, partitions: Iterable[Mapping[str, st
     return pl.concat(frames, how="diagonal_relaxed")
 
 
+def table_has_data(home: Path, table: str) -> bool:
+    return any((Path(home) / _check_table(table)).rglob(PART_FILE))
+
+
 def existing_tables(home: Path) -> list[str]:
     """Tables that have at least one Parquet file (these get DuckDB views)."""
     home = Path(home)
     if not home.exists():
         return []
     return sorted(p.name for p in home.iterdir()
-                  if p.is_dir() and set(p.name) <= _TABLE_OK and any(p.rglob(PART_FILE)))
+                  if p.is_dir() and set(p.name) <= _TABLE_OK and table_has_data(home, p.name))

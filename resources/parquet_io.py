@@ -12,7 +12,8 @@ from dagster import (
 )
 
 from kcal_pipeline.config import kcal_home
-from kcal_pipeline.storage import partition_path, read_partitions, write_parquet_atomic
+from kcal_pipeline.storage import partition_path, read_partitions, table_has_data, write_parquet_atomic
+from kcal_pipeline.warehouse import refresh_views
 
 
 def partition_dims(pdef: PartitionsDefinition | None, key: str | None) -> dict[str, str]:
@@ -44,8 +45,14 @@ class ParquetIOManager(ConfigurableIOManager):
             raise TypeError(f"asset {table_name(context)!r} must return a polars DataFrame, got {type(obj).__name__}")
         key = context.asset_partition_key if context.has_asset_partitions else None
         pdef = context.asset_partitions_def if context.has_asset_partitions else None
-        path = partition_path(kcal_home(self.home or None), table_name(context), partition_dims(pdef, key))
+        home, table = kcal_home(self.home or None), table_name(context)
+        path = partition_path(home, table, partition_dims(pdef, key))
+        first_file = not table_has_data(home, table)
         changed = write_parquet_atomic(obj, path)
+        if first_file:
+            # DuckDB cannot create a view over a glob that matches nothing, so a table's view
+            # appears with its first file; later partitions are picked up by the glob itself.
+            refresh_views(home)
         context.add_output_metadata({"path": str(path), "rows": obj.height, "file_changed": changed})
 
     def load_input(self, context: InputContext) -> pl.DataFrame:
