@@ -11,6 +11,8 @@ from typing import Callable, Sequence
 import numpy as np
 import polars as pl
 
+from kcal_pipeline.frames import require_columns
+
 Estimator = Callable[[np.ndarray], tuple[int, float]]
 ESTIMATORS: dict[str, Estimator] = {}
 
@@ -79,16 +81,7 @@ def _resolve(estimators: Sequence[str] | None) -> list[str]:
 
 def _validate(scores: pl.DataFrame, reduction: str) -> None:
     """Fail loudly on input that would otherwise yield plausible-looking but wrong confidences."""
-    needed = [*GROUP_KEYS, "option_index", "object_id", "is_gold", reduction]
-    for col in needed:
-        if col not in scores.columns:
-            raise ValueError(f"scores: missing column {col!r} (have {scores.columns})")
-    if scores.is_empty():
-        raise ValueError("scores: no rows to estimate from")
-    for col in needed:
-        nulls = scores[col].null_count()
-        if nulls:
-            raise ValueError(f"scores: column {col!r} has {nulls} null value(s)")
+    require_columns(scores, [*GROUP_KEYS, "option_index", "object_id", "is_gold", reduction], "scores")
     ll = scores[reduction].cast(pl.Float64).to_numpy()
     if not np.isfinite(ll).all():
         bad = scores.filter(~pl.col(reduction).cast(pl.Float64).is_finite()).row(0, named=True)

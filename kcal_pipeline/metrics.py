@@ -12,6 +12,8 @@ from typing import Callable, Sequence
 import numpy as np
 import polars as pl
 
+from kcal_pipeline.frames import require_columns
+
 BINS = 20
 BINNING = {
     "ace": f"{BINS} quantile (equal-count) bins",
@@ -154,14 +156,7 @@ def _scopes(estimates: pl.DataFrame):
     Rows are sorted by (relation_id, instance_id) first: ACE/AURC tie handling depends on input
     order, and this makes it independent of how the caller's frame happened to be ordered.
     """
-    for col in _EST_COLUMNS:
-        if col not in estimates.columns:
-            raise ValueError(f"estimates: missing column {col!r} (have {estimates.columns})")
-    if estimates.is_empty():
-        raise ValueError("estimates: no rows to compute metrics from")
-    for col in _EST_COLUMNS:
-        if estimates[col].null_count():
-            raise ValueError(f"estimates: column {col!r} has {estimates[col].null_count()} null value(s)")
+    require_columns(estimates, _EST_COLUMNS, "estimates")
     dup = estimates.filter(pl.struct("model_id", "estimator", "relation_id", "instance_id").is_duplicated())
     if not dup.is_empty():
         row = dup.row(0, named=True)

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from kcal_pipeline.keys import model_key
+from kcal_pipeline.storage import write_text_atomic
 
 log = logging.getLogger(__name__)
 
@@ -177,21 +178,6 @@ def _to_toml(entries: list[ModelEntry]) -> str:
     return "\n".join(lines)
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    """Write beside the target and os.replace, so readers never see a half-written registry."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _entry_from_table(table: object, where: str) -> ModelEntry:
     if not isinstance(table, dict):
         raise ModelConfigError(f"{where}: expected a [[model]] table, got {table!r}")
@@ -268,7 +254,7 @@ class Registry:
     def _write(self, entries: list[ModelEntry]) -> None:
         text = _to_toml(entries)
         tomllib.loads(text)  # never replace a good registry with one we cannot read back
-        _atomic_write(self.path, text)
+        write_text_atomic(self.path, text)
 
 
 # --- loading --------------------------------------------------------------------------------------

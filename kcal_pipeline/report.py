@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 import os
-import tempfile
 from html import escape
 from pathlib import Path
 from typing import Sequence
@@ -15,6 +14,7 @@ from typing import Sequence
 import polars as pl
 
 from kcal_pipeline.metrics import BINNING, BINS
+from kcal_pipeline.storage import write_text_atomic
 
 SUMMARY_METRICS = ("ace", "brier")
 LEGEND = f"ACE: {BINS} quantile bins; ECE: {BINS} equal-width bins"
@@ -178,18 +178,5 @@ AUROC is NaN where a scope has only correct or only wrong predictions.</p>
 
 
 def write_report(path: str | os.PathLike, html: str) -> Path:
-    """Write atomically (temp file in the same directory + os.replace): a reader never sees half a page."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            os.fchmod(fh.fileno(), 0o644)  # mkstemp's 0600 would hide the page from a web server
-            fh.write(html)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target
+    """Atomic (temp file + rename), world-readable: a reader never sees half a page."""
+    return write_text_atomic(Path(path), html, mode=0o644)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import filecmp
 import os
+import tempfile
 import uuid
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -71,6 +72,27 @@ def write_parquet_atomic(frame: pl.DataFrame, path: Path) -> bool:
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+def write_text_atomic(path: Path, text: str, mode: int = 0o644) -> Path:
+    """Write text beside the target and os.replace it: readers never see a half-written file.
+
+    mkstemp creates 0600 files; `mode` widens that so e.g. a web server can serve a report.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            os.fchmod(fh.fileno(), mode)
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
 
 
 def read_partition(home: Path, table: str, partition: Mapping[str, str] | None = None) -> pl.DataFrame:
