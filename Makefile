@@ -28,7 +28,7 @@ test: install
 	$(BIN)/python -m pytest -q
 
 ui: install
-	mkdir -p $(DAGSTER_HOME)
+	$(BIN)/kcal models sync
 	$(BIN)/dagster dev -w workspace.yaml
 
 bench: install

@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import duckdb
+
 from kcal_pipeline.config import duckdb_path, kcal_home, registry_path, reports_dir
 from kcal_pipeline.models import ModelEntry, Registry
 
@@ -87,6 +89,11 @@ def cmd_models_add(args) -> int:
     return 0
 
 
+def cmd_models_sync(args) -> int:
+    _sync(kcal_home(args.home))
+    return 0
+
+
 def cmd_models_remove(args) -> int:
     home = kcal_home(args.home)
     Registry(registry_path(home)).remove(args.id)
@@ -141,6 +148,8 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--start-token", help="token prepended to every statement (default: BOS, else EOS)")
     a.add_argument("--trust-remote-code", action="store_true", help="run the model repository's own code (off by default)")
     a.set_defaults(func=cmd_models_add)
+    msub.add_parser("sync", help="make the Dagster 'model' partitions match the registry").set_defaults(
+        func=cmd_models_sync)
     r = msub.add_parser("remove", help="unregister a model")
     r.add_argument("id", help="model id or key")
     r.set_defaults(func=cmd_models_remove)
@@ -156,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (KeyError, ValueError, FileNotFoundError, RuntimeError) as exc:
+    except (KeyError, ValueError, FileNotFoundError, RuntimeError, duckdb.Error) as exc:
         msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
         print(f"kcal: error: {msg}", file=sys.stderr)
         return 2

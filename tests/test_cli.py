@@ -1,0 +1,61 @@
+"""The `kcal` command line on a temporary KCAL_HOME and DAGSTER_HOME (a real Dagster instance)."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+KCAL = str(Path(sys.executable).with_name("kcal"))
+
+
+def kcal(home: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "DAGSTER_HOME": str(home / "dagster")}
+    env.pop("KCAL_HOME", None)
+    return subprocess.run([KCAL, "--home", str(home), *args], capture_output=True, text=True, env=env,
+                          timeout=120)
+
+
+def partitions(home: Path) -> list[str]:
+    from dagster import DagsterInstance
+    with DagsterInstance.from_config(str(home / "dagster")) as inst:
+        return sorted(inst.get_dynamic_partitions("model"))
+
+
+def test_models_add_list_remove_keeps_partitions_in_sync(tmp_path):
+    (tmp_path / "dagster").mkdir()
+    (tmp_path / "dagster" / "dagster.yaml").touch()
+    out = kcal(tmp_path, "models", "list")
+    assert out.returncode == 0 and "HuggingFaceTB/SmolLM2-135M-Instruct" in out.stdout
+    model_dir = tmp_path / "my model"
+    model_dir.mkdir()
+    out = kcal(tmp_path, "models", "add", "lab/my-clm", "--path", str(model_dir), "--batch-size", "8")
+    assert out.returncode == 0, out.stderr
+    assert partitions(tmp_path) == ["HuggingFaceTB--SmolLM2-135M-Instruct", "lab--my-clm"]
+    assert "lab/my-clm" in kcal(tmp_path, "models", "list").stdout
+    again = kcal(tmp_path, "models", "add", "lab/my-clm", "--path", str(model_dir))
+    assert again.returncode == 2 and "lab/my-clm" in again.stderr and "Traceback" not in again.stderr
+    assert kcal(tmp_path, "models", "remove", "lab/my-clm").returncode == 0
+    assert partitions(tmp_path) == ["HuggingFaceTB--SmolLM2-135M-Instruct"]
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["models", "add", "x/y", "--batch-size", "0"], "batch_size"),
+    (["models", "remove", "not/registered"], "not/registered"),
+])
+def test_models_bad_input_is_named(tmp_path, args, needle):
+    out = kcal(tmp_path, *args)
+    assert out.returncode == 2 and needle in out.stderr and "Traceback" not in out.stderr
+
+
+def test_sql_is_read_only_and_errors_are_clean(tmp_path):
+    import polars as pl
+    from kcal_pipeline.storage import partition_path, write_parquet_atomic
+    write_parquet_atomic(pl.DataFrame({"relation_id": ["P36"], "label": ["capital"]}),
+                         partition_path(tmp_path, "relations"))
+    out = kcal(tmp_path, "sql", "select label from relations")
+    assert out.returncode == 0 and "capital" in out.stdout
+    out = kcal(tmp_path, "sql", "create table t as select 1")
+    assert out.returncode == 2 and "read-only" in out.stderr.lower() and "Traceback" not in out.stderr
+    out = kcal(tmp_path, "sql", "select * from no_such_table")
+    assert out.returncode == 2 and "no_such_table" in out.stderr
