@@ -27,7 +27,7 @@ def curves(estimates: pl.DataFrame, templates: pl.DataFrame) -> pl.DataFrame:
     return compute_curves(headline_estimates(estimates, templates))
 
 
-@asset(group_name=GROUP, partitions_def=model_partitions, code_version="1")
+@asset(group_name=GROUP, partitions_def=model_partitions, code_version="2")
 def report(context: AssetExecutionContext, metrics: pl.DataFrame, curves: pl.DataFrame,
            models: ModelProvider, warehouse: DuckDBWarehouse) -> pl.DataFrame:
     """The per-relation summary table; also writes the HTML report."""

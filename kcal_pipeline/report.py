@@ -145,7 +145,9 @@ def _diagrams(metrics: pl.DataFrame, curves: pl.DataFrame) -> str:
     for (model, est), g in overall.group_by("model_id", "estimator", maintain_order=True):
         note = (f"ACE {_scalar(metrics, model, est, 'ace')} (quantile), "
                 f"ECE {_scalar(metrics, model, est, 'ece')} (equal-width), n = {g['n'].sum()}")
-        svgs.append(reliability_svg(g, f"{est} — {model}", note))
+        # The page is per model (its title says which); a diagram title names the estimator only,
+        # so it fits the drawing whatever the model id's length.
+        svgs.append(reliability_svg(g, f"{est.capitalize()} confidence", note))
     return f'<div class="diagrams">{"".join(svgs)}</div>'
 
 
