@@ -1,6 +1,12 @@
-"""The relation catalog: which Wikidata properties are probed and with which curated templates."""
+"""The relation catalog: what is probed, where its facts come from, and its curated templates.
+
+Closed-set relations (BEAR-style) live in data/relations.toml, MACE multi-answer domains in
+data/mace.toml. A user catalog (KCAL_CATALOG, e.g. written by `kcal dataset import-bear`) adds or
+replaces entries. Relation ids become partition keys, so the catalog is read once at start-up.
+"""
 from __future__ import annotations
 
+import os
 import tomllib
 from dataclasses import dataclass
 from functools import lru_cache
@@ -10,7 +16,11 @@ from pathlib import Path
 from kcal_pipeline.keys import check_pid, check_qid, check_relation_id
 from kcal_pipeline.templates import check_template
 
+DOMAINS = ("closed_set", "mace")
 KINDS = ("n_to_1", "n_to_m", "one_to_one", "multi_answer", "rule")
+SOURCES = ("sparql", "rule", "bear")
+ANSWER_SPACES = ("sampled", "fixed")
+PACKAGED = ("data/relations.toml", "data/mace.toml")
 
 
 @dataclass(frozen=True)
@@ -18,51 +28,95 @@ class RelationSpec:
     relation_id: str
     label: str
     kind: str
-    property: str
     object_type: str
     templates: tuple[str, ...]
-    subject_type: str | None = None
+    property: str | None = None       # the Wikidata property queried (sparql sources)
+    subject_type: str | None = None   # class the subject must be an instance of (wdt:P31)
+    domain: str = "closed_set"
+    source: str = "sparql"
+    answer_space: str = "sampled"     # sampled distractors, or one fixed answer space (BEAR 1:1)
+    query: str | None = None          # MACE: name of the domain's query/question builder
+    data: str | None = None           # bear: the imported facts file
+    answer_space_ids: tuple[str, ...] = ()
+    answer_space_labels: tuple[str, ...] = ()
+
+
+_REQUIRED = ("label", "kind", "object_type", "templates")
+_CHOICES = {"domain": DOMAINS, "kind": KINDS, "source": SOURCES, "answer_space": ANSWER_SPACES}
+
+
+def parse_entry(rid: str, entry: dict, origin: str) -> RelationSpec:
+    """Validate one catalog entry; every error names the relation and the field."""
+    check_relation_id(rid, f"relation id in {origin}")
+    where = f"{origin} [{rid}]"
+    unknown = set(entry) - {f for f in RelationSpec.__dataclass_fields__} - {"relation_id"}
+    if unknown:
+        raise ValueError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
+    missing = [f for f in _REQUIRED if f not in entry]
+    if missing:
+        raise ValueError(f"{where}: missing field(s) {', '.join(missing)}")
+    for field, choices in _CHOICES.items():
+        if field in entry and entry[field] not in choices:
+            raise ValueError(f"{where}: {field} {entry[field]!r} is not one of {choices}")
+    if entry.get("source", "sparql") == "sparql":
+        if "property" not in entry:
+            raise ValueError(f"{where}: missing field(s) property (needed for source 'sparql')")
+        check_pid(entry["property"], f"{where} property")
+    if entry.get("subject_type") is not None:
+        check_qid(entry["subject_type"], f"{where} subject_type")
+    templates = entry["templates"]
+    if not isinstance(templates, list) or not templates:
+        raise ValueError(f"{where}: templates must be a non-empty list")
+    if len(set(templates)) != len(templates):
+        raise ValueError(f"{where}: duplicate templates")
+    for t in templates:
+        check_template(t, f"{where} template")
+    ids, labels = entry.get("answer_space_ids", []), entry.get("answer_space_labels", [])
+    if len(ids) != len(labels):
+        raise ValueError(f"{where}: answer_space_ids ({len(ids)}) and answer_space_labels "
+                         f"({len(labels)}) differ in length")
+    if entry.get("answer_space") == "fixed" and entry.get("source") == "bear" and not ids:
+        raise ValueError(f"{where}: a fixed BEAR answer space needs answer_space_ids")
+    fields = {k: v for k, v in entry.items() if k != "relation_id"}
+    fields.update(templates=tuple(templates), answer_space_ids=tuple(ids), answer_space_labels=tuple(labels))
+    return RelationSpec(relation_id=rid, **fields)
 
 
 def parse_catalog(data: dict, origin: str = "relations.toml") -> dict[str, RelationSpec]:
-    """Validate a catalog mapping; every error names the relation and the field."""
-    out: dict[str, RelationSpec] = {}
-    for rid, entry in data.items():
-        check_relation_id(rid, f"relation id in {origin}")
-        where = f"{origin} [{rid}]"
-        missing = [f for f in ("label", "kind", "property", "object_type", "templates") if f not in entry]
-        if missing:
-            raise ValueError(f"{where}: missing field(s) {', '.join(missing)}")
-        if entry["kind"] not in KINDS:
-            raise ValueError(f"{where}: kind {entry['kind']!r} is not one of {KINDS}")
-        check_pid(entry["property"], f"{where} property")
-        if entry.get("subject_type") is not None:
-            check_qid(entry["subject_type"], f"{where} subject_type")
-        templates = entry["templates"]
-        if not templates:
-            raise ValueError(f"{where}: templates is empty")
-        for t in templates:
-            check_template(t, f"{where} template")
-        out[rid] = RelationSpec(
-            relation_id=rid, label=entry["label"], kind=entry["kind"], property=entry["property"],
-            object_type=entry["object_type"], templates=tuple(templates),
-            subject_type=entry.get("subject_type"),
-        )
+    out = {rid: parse_entry(rid, entry, origin) for rid, entry in data.items()}
     if not out:
         raise ValueError(f"{origin}: no relations defined")
     return out
 
 
+def _read(path_or_resource: str, packaged: bool) -> tuple[dict, str]:
+    if packaged:
+        return tomllib.loads(resources.files("kcal_pipeline").joinpath(path_or_resource).read_text("utf-8")), \
+            path_or_resource.split("/")[-1]
+    return tomllib.loads(Path(path_or_resource).read_text("utf-8")), str(path_or_resource)
+
+
 @lru_cache(maxsize=None)
 def load_catalog(path: str | None = None) -> dict[str, RelationSpec]:
-    """The packaged catalog, or a user's file when a path is given."""
-    if path is None:
-        text = resources.files("kcal_pipeline").joinpath("data/relations.toml").read_text("utf-8")
-        origin = "relations.toml"
-    else:
-        text = Path(path).read_text("utf-8")
-        origin = str(path)
-    return parse_catalog(tomllib.loads(text), origin)
+    """The packaged catalogs plus KCAL_CATALOG (or `path`), whose entries win on equal ids.
+
+    Within the packaged files a relation id may appear once only: a duplicate is an error, not
+    a silent override.
+    """
+    catalog: dict[str, RelationSpec] = {}
+    for name in PACKAGED:
+        if not resources.files("kcal_pipeline").joinpath(name).is_file():
+            continue
+        data, origin = _read(name, packaged=True)
+        dup = sorted(set(data) & set(catalog))
+        if dup:
+            raise ValueError(f"{origin}: relation id(s) {', '.join(dup)} already defined in another catalog file")
+        catalog.update(parse_catalog(data, origin))
+    extra = path or os.environ.get("KCAL_CATALOG")
+    if extra:
+        data, origin = _read(extra, packaged=False)
+        catalog.update(parse_catalog(data, origin))
+    return catalog
 
 
 def relation_ids() -> list[str]:

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from kcal_pipeline.keys import PROJECT_ENTITY_IRI
-from kcal_pipeline.snapshot import build
-from kcal_pipeline.snapshot.build import build_ntriples, ensure_store, literal
+from kcal_pipeline.snapshot.build import build_ntriples, ensure_store
+from kcal_pipeline.snapshot.graph import Graph, clean_label, literal, typed_literal
 
 P = "<http://www.wikidata.org/prop/direct/{}>"
 LABEL = "<http://www.w3.org/2000/01/rdf-schema#label>"
@@ -120,11 +120,11 @@ def test_literal_escaping():
 
 
 def test_clean_label_refuses_ids_and_blanks():
-    assert build.clean_label("  San   José ") == "San José"
-    assert build.clean_label("") is None
-    assert build.clean_label(None) is None
-    assert build.clean_label("Q42") is None
-    assert build.clean_label("zh_Hant") is None
+    assert clean_label("  San   José ") == "San José"
+    assert clean_label("") is None
+    assert clean_label(None) is None
+    assert clean_label("Q42") is None
+    assert clean_label("zh_Hant") is None
 
 
 @pytest.fixture(scope="module")
@@ -171,3 +171,24 @@ def test_missing_oxigraph_binary_is_a_clear_error(tmp_path, monkeypatch):
     with pytest.raises(FileNotFoundError, match="oxigraph binary not found"):
         ensure_store(tmp_path / "root")
     assert [p.name for p in (tmp_path / "root").iterdir() if p.is_dir()] == []
+
+
+def test_typed_literals_follow_wikidata():
+    assert typed_literal(1995) == '"1995-01-01T00:00:00Z"^^<http://www.w3.org/2001/XMLSchema#dateTime>'
+    assert typed_literal("2001-06-30") == '"2001-06-30T00:00:00Z"^^<http://www.w3.org/2001/XMLSchema#dateTime>'
+    assert typed_literal(123.5) == '"123.5"^^<http://www.w3.org/2001/XMLSchema#decimal>'
+    with pytest.raises(ValueError, match="no literal form"):
+        typed_literal("June 2001")
+
+
+def test_qualified_statement_shape():
+    g = Graph()
+    g.entity("kcal:person-x", "X")
+    g.entity("kcal:award-y", "Y")
+    g.add_qualified("kcal:person-x", "P166", "kcal:award-y", {"P585": 1921})
+    lines = g.ntriples().splitlines()
+    node = [ln.split()[2] for ln in lines if "/prop/P166>" in ln][0]
+    assert f"{node} <http://www.wikidata.org/prop/statement/P166> <https://kcal.invalid/entity/award-y> ." in lines
+    assert any(ln.startswith(f"{node} <http://www.wikidata.org/prop/qualifier/P585> \"1921-01-01") for ln in lines)
+    assert ("<https://kcal.invalid/entity/person-x> <http://www.wikidata.org/prop/direct/P166> "
+            "<https://kcal.invalid/entity/award-y> .") in lines
