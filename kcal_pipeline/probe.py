@@ -39,13 +39,22 @@ class EmptyRelationError(ValueError):
     """A relation has no facts (or none survive), so no probe can be built for it."""
 
 
-def build_instances(facts: pl.DataFrame, relation_id: str, config: ProbeConfig) -> pl.DataFrame:
-    """One instance per subject; distractors come from the other subjects' objects."""
+def build_instances(facts: pl.DataFrame, relation_id: str, config: ProbeConfig, *,
+                    topup_pool: dict[str, str] | None = None,
+                    fixed_space: dict[str, str] | None = None) -> pl.DataFrame:
+    """One instance per subject.
+
+    Options are the subject's gold objects plus distractors from the other subjects' objects
+    (topped up from `topup_pool`, objects of the same type in other relations, only when the
+    relation's own pool runs short), or, for a BEAR-style relation, the one `fixed_space`
+    (id -> label) that every subject shares.
+    """
     facts = facts.filter(pl.col("relation_id") == relation_id)
     if facts.height == 0:
         raise EmptyRelationError(f"relation {relation_id!r} has no facts: cannot build a probe for it")
     object_labels = dict(facts.select("object_id", "object_label").unique("object_id", keep="first")
                          .sort("object_id").iter_rows())
+    labels = {**(topup_pool or {}), **(fixed_space or {}), **object_labels}
     per_subject = (facts.group_by("subject_id")
                    .agg(pl.col("subject_label").first(), pl.col("object_id").unique().sort())
                    .with_columns(_rank=pl.col("subject_id").map_elements(
@@ -55,22 +64,55 @@ def build_instances(facts: pl.DataFrame, relation_id: str, config: ProbeConfig) 
         per_subject = per_subject.head(config.max_instances)
     rows = []
     for subject_id, subject_label, gold_ids, _ in per_subject.iter_rows():
-        negatives = sample_negatives(gold_ids=gold_ids, pool=object_labels, k=config.n_negatives,
-                                     seed=config.seed, relation_id=relation_id, subject_id=subject_id,
-                                     labels=object_labels)
-        options = list(gold_ids) + negatives
-        derived_rng(config.seed, relation_id, subject_id, "order").shuffle(options)
-        dev = stable_rank(config.seed, relation_id, "split", subject_id) / 2**64 < config.dev_fraction
-        rows.append({
-            "instance_id": f"{relation_id}:{subject_id}", "relation_id": relation_id,
-            "subject_id": subject_id, "subject_label": subject_label,
-            "gold_ids": list(gold_ids), "gold_labels": [object_labels[g] for g in gold_ids],
-            "n_gold": len(gold_ids), "option_ids": options,
-            "option_labels": [object_labels[o] for o in options], "n_options": len(options),
-            "split": "dev" if dev else "test",
-        })
+        if fixed_space is not None:
+            missing = [g for g in gold_ids if g not in fixed_space]
+            if missing:
+                raise ValueError(f"relation {relation_id!r}, subject {subject_id!r}: gold object(s) "
+                                 f"{missing} are not in the fixed answer space")
+            options = sorted(fixed_space)
+        else:
+            negatives = sample_negatives(gold_ids=gold_ids, pool=object_labels, k=config.n_negatives,
+                                         seed=config.seed, relation_id=relation_id, subject_id=subject_id,
+                                         topup_pool=topup_pool, labels=labels)
+            options = list(gold_ids) + negatives
+            derived_rng(config.seed, relation_id, subject_id, "order").shuffle(options)
+        rows.append(_instance_row(relation_id, subject_id, subject_label, list(gold_ids), options,
+                                  labels, config))
+    return instances_frame(rows)
+
+
+def _instance_row(relation_id: str, subject_id: str, subject_label: str, gold_ids: list[str],
+                  options: list[str], labels: dict[str, str], config: ProbeConfig) -> dict:
+    dev = stable_rank(config.seed, relation_id, "split", subject_id) / 2**64 < config.dev_fraction
+    return {
+        "instance_id": f"{relation_id}:{subject_id}", "relation_id": relation_id,
+        "subject_id": subject_id, "subject_label": subject_label,
+        "gold_ids": gold_ids, "gold_labels": [labels[g] for g in gold_ids], "n_gold": len(gold_ids),
+        "option_ids": options, "option_labels": [labels[o] for o in options], "n_options": len(options),
+        "split": "dev" if dev else "test",
+    }
+
+
+def instances_frame(rows: list[dict]) -> pl.DataFrame:
+    """Probe instances in the table's column order, sorted by id (stable Parquet bytes)."""
     return pl.DataFrame(rows, schema_overrides={"n_gold": pl.Int32, "n_options": pl.Int32}).select(
         INSTANCE_COLUMNS).sort("instance_id")
+
+
+def object_pools(facts: pl.DataFrame, catalog: dict) -> pl.DataFrame:
+    """Every object with its relation's object type: the top-up pool for short answer spaces."""
+    types = pl.DataFrame({"relation_id": list(catalog), "object_type": [s.object_type for s in catalog.values()]})
+    return (facts.select("relation_id", "object_id", "object_label").unique()
+            .join(types, on="relation_id", how="inner")
+            .select("object_type", "relation_id", "object_id", "object_label")
+            .sort("object_type", "relation_id", "object_id"))
+
+
+def topup_pool_for(pools: pl.DataFrame, relation_id: str, object_type: str) -> dict[str, str]:
+    """Objects of the same type from *other* relations (METHODS §5)."""
+    same = pools.filter((pl.col("object_type") == object_type) & (pl.col("relation_id") != relation_id))
+    return dict(same.select("object_id", "object_label").unique("object_id", keep="first")
+                .sort("object_id").iter_rows())
 
 
 def build_statements(instances: pl.DataFrame, templates: pl.DataFrame) -> pl.DataFrame:

@@ -118,3 +118,31 @@ def test_headline_keeps_rank_zero_only():
                         "x": [1, 2, 3]})
     tmpl = templates_frame(load_catalog(), 2)
     assert headline_estimates(est, tmpl)["x"].to_list() == [1, 3]
+
+
+def test_short_pool_is_topped_up_from_same_type_and_stays_stable():
+    from kcal_pipeline.probe import object_pools, topup_pool_for
+    from kcal_pipeline.relations import RelationSpec
+    facts = pl.DataFrame({
+        "relation_id": ["P30", "P30", "P36", "P36"],
+        "subject_id": ["a", "b", "c", "d"], "subject_label": ["A", "B", "C", "D"],
+        "object_id": ["x1", "x2", "x3", "x4"], "object_label": ["X1", "X2", "X3", "X4"],
+    })
+    spec = dict(label="l", kind="n_to_1", object_type="thing", templates=("[X] [Y]",), property="P1")
+    catalog = {"P30": RelationSpec(relation_id="P30", **spec), "P36": RelationSpec(relation_id="P36", **spec)}
+    pools = object_pools(facts, catalog)
+    topup = topup_pool_for(pools, "P30", "thing")
+    assert topup == {"x3": "X3", "x4": "X4"}  # only other relations' objects
+    inst = build_instances(facts, "P30", ProbeConfig(n_negatives=3, max_instances=None), topup_pool=topup)
+    a = inst.filter(pl.col("subject_id") == "a").row(0, named=True)
+    assert a["n_options"] == 4 and set(a["option_ids"]) == {"x1", "x2", "x3", "x4"}
+    assert a["option_labels"] == [{"x1": "X1", "x2": "X2", "x3": "X3", "x4": "X4"}[o] for o in a["option_ids"]]
+
+
+def test_fixed_answer_space_is_shared_and_must_contain_gold():
+    space = {"o1": "Paris", "o2": "Berlin", "o3": "Rome", "o4": "Madrid", "o9": "Lisbon"}
+    facts = FACTS.filter(pl.col("subject_id") != "s5")
+    inst = build_instances(facts, "P36", ProbeConfig(max_instances=None), fixed_space=space)
+    assert all(r == sorted(space) for r in inst["option_ids"].to_list())
+    with pytest.raises(ValueError, match="not in the fixed answer space"):
+        build_instances(FACTS, "P36", ProbeConfig(max_instances=None), fixed_space=space)
