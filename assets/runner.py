@@ -20,10 +20,15 @@ from kcal_pipeline.storage import partition_path
 from kcal_pipeline.warehouse import refresh_views
 from resources import default_resources
 
-# Stages in dependency order; inside a stage, assets share one partitions definition.
+# Stages in dependency order; inside a stage, assets share one partitions definition. Facts are
+# fetched for every relation (cheap, and the top-up pools of short answer spaces must not depend
+# on which relations a run happened to select); the rest only for the selected relations.
 STAGES: list[tuple[str, tuple[str, ...]]] = [
     ("none", ("relations", "templates")),
-    ("relation", ("wikidata_facts", "probe_instances", "statements")),
+    ("all_relations", ("wikidata_facts",)),
+    ("none", ("object_pools",)),
+    ("relation", ("probe_instances", "statements")),
+    ("none", ("data_quality",)),
     ("model_relation", ("statement_scores", "estimates")),
     ("model", ("metrics", "curves", "report")),
 ]
@@ -61,6 +66,8 @@ def sync_model_partitions(home: Path, instance: DagsterInstance | None = None) -
 def _partitions(kind: str, models: Sequence[str], relations: Sequence[str]) -> list[tuple[str | None, dict]]:
     if kind == "none":
         return [(None, {})]
+    if kind == "all_relations":
+        return [(r, {"relation": r}) for r in relation_ids()]
     if kind == "relation":
         return [(r, {"relation": r}) for r in relations]
     if kind == "model":
@@ -75,6 +82,16 @@ def _is_done(instance: DagsterInstance, home: Path, asset: str, pkey, dims: dict
     if pkey is None:
         return instance.get_latest_materialization_event(AssetKey(asset)) is not None
     return str(pkey) in instance.get_materialized_partitions(AssetKey(asset))
+
+
+def _upstream_changed(summary: RunSummary, position: int, kind: str, dims: dict) -> bool:
+    """Aggregates over many partitions (object pools, data quality, a model's metrics) are
+    recomputed when this run materialized any of the partitions they read."""
+    if kind == "none" and position > 0:
+        return bool(summary.materialized)
+    if kind == "model":
+        return any(label.startswith(f"{dims['model']}|") for _, label in summary.materialized)
+    return False
 
 
 def run_missing(home: Path, models: Sequence[str] | None = None, relations: Sequence[str] | None = None,
@@ -93,10 +110,11 @@ def run_missing(home: Path, models: Sequence[str] | None = None, relations: Sequ
         raise KeyError(f"unknown relation(s) {bad}; known: {relation_ids()}")
     resources = default_resources(home=str(home), **(settings or {}))
     summary = RunSummary()
-    for kind, stage_assets in STAGES:
+    for position, (kind, stage_assets) in enumerate(STAGES):
         for pkey, dims in _partitions(kind, models, relations):
             label = str(pkey) if pkey is not None else "-"
-            done = [not refresh and _is_done(instance, home, a, pkey, dims) for a in stage_assets]
+            stale = _upstream_changed(summary, position, kind, dims)
+            done = [not (refresh or stale) and _is_done(instance, home, a, pkey, dims) for a in stage_assets]
             first_missing = done.index(False) if False in done else len(done)
             todo = list(stage_assets[first_missing:])
             summary.skipped += [(a, label) for a in stage_assets[:first_missing]]
