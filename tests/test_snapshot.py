@@ -11,12 +11,18 @@ import pytest
 
 from kcal_pipeline.keys import PROJECT_ENTITY_IRI
 from kcal_pipeline.snapshot.build import build_ntriples, ensure_store
-from kcal_pipeline.snapshot.graph import Graph, clean_label, literal, typed_literal
+from kcal_pipeline.snapshot.graph import Graph, clean_label, fold, literal, typed_literal
 
 P = "<http://www.wikidata.org/prop/direct/{}>"
 LABEL = "<http://www.w3.org/2000/01/rdf-schema#label>"
 K = PROJECT_ENTITY_IRI
-TRIPLE = re.compile(r'^<([^>]+)> <([^>]+)> (?:<([^>]+)>|"((?:[^"\\]|\\.)*)"@en) \.$')
+# subject, predicate, then an IRI, an @en label or a typed literal (MACE dates and areas).
+TRIPLE = re.compile(
+    r'^<([^>]+)> <([^>]+)> (?:<([^>]+)>|"((?:[^"\\]|\\.)*)"@en|"(?:[^"\\]|\\.)*"\^\^<[^>]+>) \.$'
+)
+ENTITY = re.compile(rf"^(?:{re.escape(K)}|http://www\.wikidata\.org/entity/)")
+# Certain QIDs only: country, city, human (and river, from mace_data.py).
+CERTAIN_QIDS = {"Q4022", "Q5", "Q515", "Q6256"}
 
 
 @pytest.fixture(scope="module")
@@ -60,6 +66,45 @@ def test_known_facts_are_present(lines):
     assert expected - set(lines) == set()
 
 
+def test_city_currency_border_and_curated_facts_are_present(lines):
+    q = "<http://www.wikidata.org/entity/{}>"
+    expected = {
+        f"<{K}city-FR-paris> {P.format('P1376')} <{K}country-FR> .",
+        f"<{K}city-FR-paris> {P.format('P17')} <{K}country-FR> .",
+        f"<{K}city-FR-paris> {P.format('P31')} {q.format('Q515')} .",
+        f"<{K}city-GB-london> {P.format('P1376')} <{K}country-GB> .",  # dwarfs London, Ontario
+        f"<{K}country-FR> {P.format('P38')} <{K}currency-EUR> .",
+        f"<{K}country-FR> {P.format('P47')} <{K}country-DE> .",
+        f"<{K}city-US-chicago> {P.format('P131')} <{K}state-US-IL> .",
+        f"<{K}person-albert-einstein> {P.format('P19')} <{K}city-DE-ulm> .",
+        f"<{K}person-albert-einstein> {P.format('P31')} {q.format('Q5')} .",
+        f"<{K}country-DE> {P.format('P463')} <{K}org-european-union> .",
+        f"<{K}work-iphone> {P.format('P176')} <{K}org-apple-inc> .",
+        f'<{K}currency-EUR> {LABEL} "Euro"@en .',
+        f'<{K}city-DE-cologne> {LABEL} "Cologne"@en .',  # GeoNames: Köln
+        f'<{K}city-US-washington-d-c> {LABEL} "Washington, D.C."@en .',
+    }
+    assert expected - set(lines) == set()
+
+
+def test_one_city_entity_per_name_and_country(lines):
+    """Capitals, large cities and curated birthplaces naming the same city share one entity."""
+    cities = [TRIPLE.match(line).group(1, 4) for line in lines
+              if line.startswith(f"<{K}city-") and LABEL in line]
+    keys = Counter((iri[len(K):].split("-")[1], fold(label)) for iri, label in cities)
+    assert [key for key, n in keys.items() if n > 1] == []
+
+
+def test_ambiguous_city_names_get_no_city_facts(lines):
+    hyderabad = f"<{K}city-IN-hyderabad>"
+    assert not [line for line in lines if line.startswith(hyderabad) and LABEL not in line]
+    assert any(line.endswith(f"{P.format('P19')} {hyderabad} .") for line in lines)  # still an object
+
+
+def test_snapshot_stays_small(lines):
+    assert len(lines) < 60_000
+
+
 def test_dependencies_are_not_typed_as_countries(lines):
     typed = {line.split()[0] for line in lines if P.format("P31") in line}
     assert f"<{K}country-GU>" not in typed  # Guam
@@ -73,18 +118,19 @@ def test_each_relation_has_at_least_100_facts(lines):
         assert counts[P.format(pid)] >= 100, pid
 
 
-def test_only_the_certain_qid_is_used(ntriples):
-    assert set(re.findall(r"<http://www\.wikidata\.org/entity/(Q\d+)>", ntriples)) == {"Q6256"}
+def test_only_certain_qids_are_used(ntriples):
+    assert set(re.findall(r"<http://www\.wikidata\.org/entity/(Q\d+)>", ntriples)) == CERTAIN_QIDS
     iris = set(re.findall(r"<(http[^>]+)>", ntriples))
-    allowed = (K, "http://www.wikidata.org/entity/Q6256", "http://www.wikidata.org/prop/direct/P",
-               "http://www.w3.org/2000/01/rdf-schema#label")
+    allowed = (K, "https://kcal.invalid/statement/", "http://www.wikidata.org/prop/",
+               "http://www.w3.org/2000/01/rdf-schema#label", "http://www.w3.org/2001/XMLSchema#",
+               *(f"http://www.wikidata.org/entity/{q}" for q in CERTAIN_QIDS))
     assert [i for i in iris if not i.startswith(allowed)] == []
 
 
 def test_every_entity_has_exactly_one_clean_label(lines):
     parsed = [TRIPLE.match(line).groups() for line in lines]
     labels = Counter(s for s, p, _, lit in parsed if lit is not None)
-    entities = {s for s, *_ in parsed} | {o for _, _, o, _ in parsed if o}
+    entities = {e for s, _, o, _ in parsed for e in (s, o) if e and ENTITY.match(e)}
     assert set(labels) == entities
     assert max(labels.values()) == 1
     texts = [lit for *_, lit in parsed if lit is not None]

@@ -10,7 +10,11 @@ from kcal_pipeline.keys import InvalidIdError
 from kcal_pipeline.relations import load_catalog
 from kcal_pipeline.snapshot.build import ensure_store
 from kcal_pipeline.sparql import LocalEndpoint, SparqlClient
-from kcal_pipeline.wikidata import FACT_COLUMNS, looks_like_id, parse_facts, relation_query
+from kcal_pipeline.sparql_cache import CachedSparql, snapshot_endpoint_id
+from kcal_pipeline.wikidata import (
+    FACT_COLUMNS, PROVENANCE_COLUMNS, fetch_facts, looks_like_id, parse_facts, relation_queries,
+    relation_query, supports_sitelinks, values_queries, values_query,
+)
 
 WD = "http://www.wikidata.org/entity/"
 KC = "https://kcal.invalid/entity/"
@@ -136,16 +140,22 @@ def test_looks_like_id():
 # --- the same queries on the real local endpoint -----------------------------------------------
 
 @pytest.fixture(scope="module")
-def client(tmp_path_factory):
-    store = ensure_store(tmp_path_factory.mktemp("wikidata")).store_dir
-    with LocalEndpoint(store) as ep:
+def store(tmp_path_factory):
+    return ensure_store(tmp_path_factory.mktemp("wikidata"))
+
+
+@pytest.fixture(scope="module")
+def client(store):
+    with LocalEndpoint(store.store_dir) as ep:
         yield SparqlClient(ep.url, retries=1, backoff=0.01)
 
 
 @pytest.fixture(scope="module")
 def facts(client):
-    return {rid: parse_facts(client.select(relation_query(spec)), rid)
-            for rid, spec in load_catalog().items()}
+    # The relations checked below; the catalog also holds MACE and rule-based relations.
+    catalog = load_catalog()
+    return {rid: parse_facts(client.select(relation_query(catalog[rid])), rid)
+            for rid in ("P36", "P30", "P37")}
 
 
 @pytest.mark.parametrize("relation_id", ["P36", "P30", "P37"])
@@ -178,3 +188,197 @@ def test_snapshot_facts_match_hand_picked_values(facts):
 def test_limit_runs_on_the_endpoint(client):
     frame = parse_facts(client.select(relation_query(load_catalog()["P30"], limit=3)), "P30").frame
     assert frame["subject_id"].to_list() == ["kcal:country-AD", "kcal:country-AE", "kcal:country-AF"]
+
+
+# --- dropped rows stay visible -----------------------------------------------------------------
+
+def test_parse_facts_keeps_the_dropped_rows_with_their_reason():
+    result = {"results": {"bindings": [
+        row(WD + "Q142", "France", WD + "Q90", "Paris"),
+        row(WD + "Q142", "France", WD + "Q90", "Paris"),
+        row(WD + "Q183", None, WD + "Q64", "Berlin"),
+        row("http://example.org/thing", "Thing", WD + "Q1", "Universe"),
+        "not even a dict",
+    ]}}
+    facts = parse_facts(result, "P36")
+    dropped = facts.dropped_rows.sort("drop_reason")
+    assert dropped.rows() == [
+        ("P36", "Q142", "France", "Q90", "Paris", "duplicate"),
+        ("P36", "Q183", None, "Q64", "Berlin", "missing_label"),
+        ("P36", None, None, None, None, "not_an_entity"),
+        ("P36", "http://example.org/thing", "Thing", "Q1", "Universe", "unknown_namespace"),
+    ]
+    counts = {k: v for k, v in facts.dropped.items() if v}
+    assert counts == {"duplicate": 1, "missing_label": 1, "not_an_entity": 1, "unknown_namespace": 1}
+    assert facts.frame.height == 1
+
+
+# --- paging and VALUES batches: query text ------------------------------------------------------
+
+def test_pages_have_a_total_order_and_offsets():
+    pages = relation_queries(load_catalog()["P36"], page_size=10)
+    first, second = next(pages), next(pages)
+    assert first.endswith("ORDER BY ?subject ?object ?subjectLabel ?objectLabel\nLIMIT 10\nOFFSET 0\n")
+    assert second.endswith("LIMIT 10\nOFFSET 10\n")
+    assert list(relation_queries(load_catalog()["P36"])) == [relation_query(load_catalog()["P36"])]
+
+
+@pytest.mark.parametrize("kwargs", [{"page_size": 0}, {"page_size": True}, {"page_size": "5"},
+                                    {"min_sitelinks": -1}, {"min_sitelinks": 2.0}])
+def test_paging_and_popularity_arguments_are_validated(kwargs):
+    with pytest.raises(ValueError, match="must be an int"):
+        next(relation_queries(load_catalog()["P36"], **kwargs))
+
+
+def test_offset_needs_a_limit():
+    with pytest.raises(ValueError, match="offset needs a limit"):
+        relation_query(load_catalog()["P36"], offset=5)
+
+
+def test_sitelinks_filter_text():
+    query = relation_query(load_catalog()["P36"], min_sitelinks=25)
+    assert "PREFIX wikibase: <http://wikiba.se/ontology#>" in query
+    assert "  ?subject wikibase:sitelinks ?links . FILTER(?links >= 25)\n" in query
+
+
+def test_values_query_lists_validated_iris():
+    query = values_query(load_catalog()["P36"], ["Q142", "kcal:country-DE", "Q142"])
+    assert ("  VALUES ?subject { <http://www.wikidata.org/entity/Q142> "
+            "<https://kcal.invalid/entity/country-DE> }\n") in query
+    assert query.index("VALUES") < query.index("wdt:P36")
+
+
+@pytest.mark.parametrize("bad", [
+    "Q142> } ; DROP ALL ; <x", "Q1 Q2", "kcal:a b", "kcal:../x", "wd:Q1", "", None, "Q0",
+])
+def test_values_query_refuses_injection(bad):
+    with pytest.raises(InvalidIdError, match="subject id"):
+        values_query(load_catalog()["P36"], ["Q142", bad])
+
+
+@pytest.mark.parametrize("ids", [[], "Q142"])
+def test_values_query_needs_a_list_of_ids(ids):
+    with pytest.raises(ValueError, match="non-empty list"):
+        values_query(load_catalog()["P36"], ids)
+
+
+@pytest.mark.parametrize("ids", [[], "Q142"])
+def test_values_queries_need_a_list_of_ids(ids):
+    with pytest.raises(ValueError, match="non-empty list"):
+        values_queries(load_catalog()["P36"], ids)
+
+
+def test_values_queries_batch():
+    queries = values_queries(load_catalog()["P36"], ["Q1", "Q2", "Q3", "Q2", "Q4", "Q5"], batch_size=2)
+    assert len(queries) == 3
+    assert "<http://www.wikidata.org/entity/Q5> }" in queries[2]
+
+
+# --- fetch_facts through the cache ---------------------------------------------------------------
+
+class _Scripted:
+    """A stand-in client: answers from a function of the query text and records every query."""
+
+    def __init__(self, answer):
+        self.answer, self.queries = answer, []
+
+    def select(self, query):
+        self.queries.append(query)
+        return self.answer(query)
+
+
+def test_sitelinks_filter_is_applied_where_the_endpoint_has_them(tmp_path):
+    def answer(query):
+        if query.lstrip().startswith("PREFIX wikibase") and "ASK" in query:
+            return {"head": {}, "boolean": True}
+        return {"results": {"bindings": [row(WD + "Q142", "France", WD + "Q90", "Paris")]}}
+
+    client = _Scripted(answer)
+    notes = []
+    result = fetch_facts(CachedSparql(client, tmp_path, "https://query.wikidata.org/sparql"),
+                         load_catalog()["P36"], min_sitelinks=10, log=notes.append)
+    assert notes == [] and result.frame.height == 1
+    assert "FILTER(?links >= 10)" in client.queries[-1]
+
+
+def test_duplicates_across_batches_are_counted_with_provenance(tmp_path):
+    client = _Scripted(lambda q: {"results": {"bindings": [row(WD + "Q142", "France", WD + "Q90", "Paris")]}})
+    cache = CachedSparql(client, tmp_path, "test-endpoint")
+    result = fetch_facts(cache, load_catalog()["P36"], subject_ids=["Q142", "Q1", "Q2"], batch_size=1)
+    assert result.frame.height == 1 and result.dropped["duplicate"] == 2
+    assert result.dropped_rows["query_hash"].n_unique() == 2
+    assert result.dropped_rows["endpoint"].to_list() == ["test-endpoint"] * 2
+
+
+def test_a_relation_without_facts_is_logged_not_raised(tmp_path):
+    client = _Scripted(lambda q: {"results": {"bindings": []}})
+    notes = []
+    result = fetch_facts(CachedSparql(client, tmp_path, "e"), load_catalog()["P36"], log=notes.append)
+    assert result.frame.height == 0
+    assert set(PROVENANCE_COLUMNS) <= set(result.frame.columns)
+    assert notes == ["relation P36: no facts from e (dropped: 0)"]
+
+
+def test_an_endpoint_ignoring_offset_cannot_loop_forever(tmp_path):
+    page = {"results": {"bindings": [row(WD + "Q142", "France", WD + "Q90", "Paris")]}}
+    cache = CachedSparql(_Scripted(lambda q: page), tmp_path, "e")
+    with pytest.raises(RuntimeError, match="more than 3 pages"):
+        fetch_facts(cache, load_catalog()["P36"], page_size=1, max_pages=3)
+
+
+@pytest.fixture(scope="module")
+def snapshot(store, client):
+    """The local endpoint's URL (a new port every run) and its stable id for the cache."""
+    return client.url, snapshot_endpoint_id(store.content_hash)
+
+
+class _Counting(SparqlClient):
+    calls = 0
+
+    def select(self, query):
+        type(self).calls += 1
+        return super().select(query)
+
+
+def test_pages_give_the_union_in_a_deterministic_order(snapshot, tmp_path):
+    url, endpoint_id = snapshot
+    cache = CachedSparql(SparqlClient(url, retries=1, backoff=0.01), tmp_path, endpoint_id)
+    spec = load_catalog()["P37"]
+    whole = fetch_facts(cache, spec)
+    paged = fetch_facts(cache, spec, page_size=37)
+    n_pages = whole.frame.height // 37 + 1
+    assert paged.frame["query_hash"].n_unique() == n_pages
+    assert paged.frame.drop(PROVENANCE_COLUMNS).equals(whole.frame.drop(PROVENANCE_COLUMNS))
+    assert paged.frame.select(PROVENANCE_COLUMNS).null_count().sum_horizontal().item() == 0
+    assert set(paged.frame["endpoint"]) == {endpoint_id}
+
+
+def test_rematerializing_never_asks_again(snapshot, tmp_path):
+    url, endpoint_id = snapshot
+    client = _Counting(url, retries=1, backoff=0.01)
+    spec = load_catalog()["P30"]
+    first = fetch_facts(CachedSparql(client, tmp_path, endpoint_id), spec, page_size=100)
+    asked = _Counting.calls
+    again = fetch_facts(CachedSparql(client, tmp_path, endpoint_id), spec, page_size=100)
+    assert asked >= 2 and _Counting.calls == asked
+    assert again.frame.equals(first.frame)
+
+
+def test_values_batches_on_the_endpoint(snapshot, tmp_path):
+    url, endpoint_id = snapshot
+    cache = CachedSparql(SparqlClient(url, retries=1, backoff=0.01), tmp_path, endpoint_id)
+    wanted = ["kcal:country-FR", "kcal:country-CH", "kcal:country-JP"]
+    result = fetch_facts(cache, load_catalog()["P37"], subject_ids=wanted, batch_size=2)
+    assert sorted(set(result.frame["subject_id"])) == sorted(wanted)
+    assert result.frame["query_hash"].n_unique() == 2
+
+
+def test_sitelinks_are_skipped_with_a_note_on_the_snapshot(snapshot, tmp_path):
+    url, endpoint_id = snapshot
+    cache = CachedSparql(SparqlClient(url, retries=1, backoff=0.01), tmp_path, endpoint_id)
+    assert supports_sitelinks(cache) is False
+    notes = []
+    result = fetch_facts(cache, load_catalog()["P36"], min_sitelinks=10, log=notes.append)
+    assert notes == [f"relation P36: popularity filter skipped: endpoint {endpoint_id} "
+                     "has no wikibase:sitelinks"]
+    assert result.frame.height >= 100

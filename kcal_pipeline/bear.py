@@ -1,0 +1,353 @@
+"""Import of a BEAR-format dataset into kcal's catalog and facts tables.
+
+A BEAR directory holds metadata_relations.json (relation id -> templates, answer_space_ids,
+answer_space_labels) and one `<relation id>.jsonl` per relation (sub_id, sub_label, sub_aliases,
+obj_id, obj_label, answer_idx per line). Everything is validated before anything is written, and
+every error names the file, the line or relation, and the field.
+
+Decisions: an answer_idx that is out of range or does not point at obj_id is an error, not a
+drop — it means the dataset is inconsistent, and guessing which side is right would be silent
+data loss. A fact's object label is the answer space's label, so facts and options always agree.
+Rows that are merely unusable (empty or id-like subject label, a repeated fact) are counted drops.
+"""
+from __future__ import annotations
+
+import json
+import tomllib
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+
+from kcal_pipeline.keys import check_entity_id, check_relation_id
+from kcal_pipeline.probe import INSTANCE_COLUMNS, EmptyRelationError
+from kcal_pipeline.quality import dedupe_answer_space
+from kcal_pipeline.relations import RelationSpec, parse_catalog
+from kcal_pipeline.sampling import stable_rank
+from kcal_pipeline.storage import write_parquet_atomic, write_text_atomic
+from kcal_pipeline.templates import check_template
+from kcal_pipeline.wikidata import looks_like_id
+
+METADATA = "metadata_relations.json"
+LINE_KEYS = ("sub_id", "sub_label", "sub_aliases", "obj_id", "obj_label", "answer_idx")
+BEAR_FACT_SCHEMA = {
+    "relation_id": pl.Utf8, "subject_id": pl.Utf8, "subject_label": pl.Utf8, "object_id": pl.Utf8,
+    "object_label": pl.Utf8, "qualifiers": pl.Utf8, "source": pl.Utf8, "retrieved_at": pl.Utf8,
+}
+
+
+class BearFormatError(ValueError):
+    """The directory is not valid BEAR format; the message names file, line or relation, and field."""
+
+
+@dataclass(frozen=True)
+class BearRelation:
+    relation_id: str
+    label: str
+    kind: str
+    templates: tuple[str, ...]
+    answer_space_ids: tuple[str, ...]
+    answer_space_labels: tuple[str, ...]
+    facts: tuple[dict, ...]           # kept rows: subject_id, subject_label, object_id, object_label, aliases
+    dropped: tuple[dict, ...]         # the same keys plus line and drop_reason
+
+    def dropped_counts(self) -> dict[str, int]:
+        return dict(Counter(d["drop_reason"] for d in self.dropped))
+
+
+@dataclass(frozen=True)
+class BearDataset:
+    name: str
+    root: Path
+    relations: dict[str, BearRelation]
+
+
+# --- reading -----------------------------------------------------------------------------------
+
+def _no_duplicate_keys(pairs: list) -> dict:
+    keys = [k for k, _ in pairs]
+    dup = sorted({k for k in keys if keys.count(k) > 1})
+    if dup:
+        raise BearFormatError(f"duplicate key(s) {', '.join(map(repr, dup))} "
+                              "(a relation id or field given twice)")
+    return dict(pairs)
+
+
+def _read_metadata(path: Path) -> dict:
+    if not path.is_file():
+        raise BearFormatError(f"{path.parent}: missing {METADATA}")
+    try:
+        data = json.loads(path.read_text("utf-8"), object_pairs_hook=_no_duplicate_keys)
+    except json.JSONDecodeError as exc:
+        raise BearFormatError(f"{path}: malformed JSON at line {exc.lineno} column {exc.colno}: "
+                              f"{exc.msg}") from exc
+    except BearFormatError as exc:
+        raise BearFormatError(f"{path}: {exc}") from exc
+    if not isinstance(data, dict) or not data:
+        raise BearFormatError(f"{path}: expected a non-empty object mapping relation ids to metadata")
+    return data
+
+
+def _string_list(entry: dict, field: str, where: str) -> list[str]:
+    value = entry.get(field)
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) and v.strip() for v in value):
+        raise BearFormatError(f"{where}: {field} must be a non-empty list of non-empty strings")
+    if len(set(value)) != len(value):
+        raise BearFormatError(f"{where}: {field} has duplicates")
+    return value
+
+
+def _relation_meta(rid: str, entry: object, meta_path: Path) -> dict:
+    check_relation_id(rid, f"relation id in {meta_path}")
+    where = f"{meta_path} [{rid}]"
+    if not isinstance(entry, dict):
+        raise BearFormatError(f"{where}: expected an object with templates and the answer space")
+    templates = _string_list(entry, "templates", where)
+    for i, text in enumerate(templates):
+        check_template(text, f"{where} templates[{i}]")
+    ids = _string_list(entry, "answer_space_ids", where)
+    labels = entry.get("answer_space_labels")
+    if not isinstance(labels, list) or not all(isinstance(v, str) and v.strip() for v in labels):
+        raise BearFormatError(f"{where}: answer_space_labels must be a list of non-empty strings")
+    if len(ids) != len(labels):
+        raise BearFormatError(f"{where}: answer_space_ids ({len(ids)}) and answer_space_labels "
+                              f"({len(labels)}) differ in length")
+    for i, oid in enumerate(ids):
+        check_entity_id(oid, f"{where} answer_space_ids[{i}]")
+    label = entry.get("label")
+    return {"label": label if isinstance(label, str) and label.strip() else rid,
+            "templates": tuple(templates), "answer_space_ids": tuple(ids),
+            "answer_space_labels": tuple(" ".join(lab.split()) for lab in labels)}
+
+
+def _parse_line(text: str, where: str, ids: tuple[str, ...]) -> dict:
+    try:
+        line = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BearFormatError(f"{where}: malformed or truncated JSON line: {exc.msg} "
+                              f"(column {exc.colno})") from exc
+    if not isinstance(line, dict):
+        raise BearFormatError(f"{where}: expected a JSON object, got {type(line).__name__}")
+    missing = [k for k in LINE_KEYS if k not in line]
+    if missing:
+        raise BearFormatError(f"{where}: missing key(s) {', '.join(missing)}")
+    check_entity_id(line["sub_id"], f"{where} sub_id")
+    check_entity_id(line["obj_id"], f"{where} obj_id")
+    aliases = line["sub_aliases"]
+    if not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):
+        raise BearFormatError(f"{where}: sub_aliases must be a list of strings")
+    if not isinstance(line["sub_label"], str):
+        raise BearFormatError(f"{where}: sub_label must be a string")
+    idx = line["answer_idx"]
+    if isinstance(idx, bool) or not isinstance(idx, int) or not 0 <= idx < len(ids):
+        raise BearFormatError(f"{where}: answer_idx {idx!r} is not an index into the "
+                              f"{len(ids)} answer-space options")
+    if ids[idx] != line["obj_id"]:
+        raise BearFormatError(f"{where}: answer_idx {idx} points to {ids[idx]} but obj_id is "
+                              f"{line['obj_id']}")
+    return line
+
+
+def _drop_reason(subject_label: str, seen: set, key: tuple) -> str | None:
+    if not subject_label:
+        return "missing_label"
+    if looks_like_id(subject_label):
+        return "label_is_id"
+    return "duplicate" if key in seen else None
+
+
+def _read_facts(path: Path, meta: dict) -> tuple[list[dict], list[dict]]:
+    if not path.is_file():
+        raise BearFormatError(f"{path}: missing facts file for a relation in {METADATA}")
+    ids, labels = meta["answer_space_ids"], meta["answer_space_labels"]
+    kept, dropped, seen = [], [], set()
+    with open(path, encoding="utf-8") as fh:
+        for lineno, text in enumerate(fh, 1):
+            if not text.strip():
+                continue
+            line = _parse_line(text, f"{path}:{lineno}", ids)
+            row = {"subject_id": line["sub_id"], "subject_label": " ".join(line["sub_label"].split()),
+                   "object_id": line["obj_id"], "object_label": labels[line["answer_idx"]],
+                   "aliases": tuple(line["sub_aliases"])}
+            key = (row["subject_id"], row["object_id"])
+            why = _drop_reason(row["subject_label"], seen, key)
+            if why:
+                dropped.append({**row, "line": lineno, "drop_reason": why})
+            else:
+                seen.add(key)
+                kept.append(row)
+    if not kept:
+        raise BearFormatError(f"{path}: no usable facts ({len(dropped)} line(s) dropped: "
+                              f"{dict(Counter(d['drop_reason'] for d in dropped))})")
+    return kept, dropped
+
+
+def _kind(facts: list[dict]) -> str:
+    """one_to_one when no object serves two subjects (BEAR's 1:1 relations), else n_to_1."""
+    per_object = Counter(f["object_id"] for f in facts)
+    return "one_to_one" if max(per_object.values()) == 1 else "n_to_1"
+
+
+def read_bear(directory: Path | str) -> BearDataset:
+    """Read and validate a BEAR directory; raises BearFormatError (or InvalidIdError, TemplateError)."""
+    root = Path(directory)
+    if not root.is_dir():
+        raise BearFormatError(f"{root}: not a directory")
+    meta_path = root / METADATA
+    metadata = {rid: _relation_meta(rid, entry, meta_path)
+                for rid, entry in _read_metadata(meta_path).items()}
+    orphans = sorted(p.name for p in root.glob("*.jsonl") if p.stem not in metadata)
+    if orphans:
+        raise BearFormatError(f"{root}: {', '.join(orphans)} have no entry in {METADATA}")
+    relations = {}
+    for rid, meta in metadata.items():
+        kept, dropped = _read_facts(root / f"{rid}.jsonl", meta)
+        relations[rid] = BearRelation(relation_id=rid, kind=_kind(kept), facts=tuple(kept),
+                                      dropped=tuple(dropped), **meta)
+    return BearDataset(name=root.resolve().name, root=root, relations=relations)
+
+
+# --- converting --------------------------------------------------------------------------------
+
+def _fact_rows(ds: BearDataset, rows_of: Callable[[BearRelation], tuple[dict, ...]]) -> list[dict]:
+    return [{"relation_id": rel.relation_id, "subject_id": r["subject_id"],
+             "subject_label": r["subject_label"], "object_id": r["object_id"],
+             "object_label": r["object_label"],
+             "qualifiers": json.dumps({"sub_aliases": list(r["aliases"])}, ensure_ascii=False),
+             "source": f"bear:{ds.name}", "retrieved_at": None,
+             **({"drop_reason": r["drop_reason"]} if "drop_reason" in r else {})}
+            for rel in ds.relations.values() for r in rows_of(rel)]
+
+
+def facts_frame(ds: BearDataset) -> pl.DataFrame:
+    """The kept facts of every relation, in the facts-table layout, sorted."""
+    return (pl.DataFrame(_fact_rows(ds, lambda rel: rel.facts), schema=BEAR_FACT_SCHEMA)
+            .sort(["relation_id", "subject_id", "object_id"]))
+
+
+def dropped_frame(ds: BearDataset) -> pl.DataFrame:
+    """The dropped lines, same layout plus drop_reason, for the quality report."""
+    return pl.DataFrame(_fact_rows(ds, lambda rel: rel.dropped),
+                        schema={**BEAR_FACT_SCHEMA, "drop_reason": pl.Utf8})
+
+
+def catalog_entries(ds: BearDataset, facts_dir: Path | str) -> dict[str, dict]:
+    """relations.toml entries for the dataset; `data` is each relation's facts parquet."""
+    return {rid: {
+        "label": rel.label, "kind": rel.kind, "domain": "closed_set", "source": "bear",
+        "answer_space": "fixed", "object_type": rid, "templates": list(rel.templates),
+        "answer_space_ids": list(rel.answer_space_ids),
+        "answer_space_labels": list(rel.answer_space_labels),
+        "data": str(Path(facts_dir) / f"{rid}.parquet"),
+    } for rid, rel in ds.relations.items()}
+
+
+_TOML_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f",
+                 "\r": "\\r"}
+
+
+def toml_string(text: str) -> str:
+    """A TOML basic string: quotes, backslashes and control characters escaped, the rest verbatim."""
+    out = []
+    for ch in text:
+        if ch in _TOML_ESCAPES:
+            out.append(_TOML_ESCAPES[ch])
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\u{ord(ch):04X}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+def _toml_value(value: object, where: str) -> str:
+    if isinstance(value, str):
+        return toml_string(value)
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return "[\n" + "".join(f"    {toml_string(v)},\n" for v in value) + "]"
+    raise TypeError(f"{where}: cannot write {type(value).__name__} to the catalog (strings and "
+                    "lists of strings only)")
+
+
+def catalog_toml(entries: dict[str, dict]) -> str:
+    parts = ["# Written by `kcal dataset import-bear`; re-import instead of editing.\n"]
+    for rid, entry in entries.items():
+        check_relation_id(rid)  # so the bare table key [rid] is valid TOML
+        parts.append(f"\n[{rid}]\n")
+        parts += [f"{key} = {_toml_value(value, f'[{rid}] {key}')}\n" for key, value in entry.items()]
+    return "".join(parts)
+
+
+def write_catalog_toml(entries: dict[str, dict], path: Path | str) -> Path:
+    """Write atomically, after checking the text reads back to `entries` and is a valid catalog."""
+    text = catalog_toml(entries)
+    if tomllib.loads(text) != entries:
+        raise RuntimeError(f"{path}: catalog TOML does not read back to the entries written")
+    parse_catalog(tomllib.loads(text), str(path))
+    return write_text_atomic(Path(path), text)
+
+
+def import_bear(directory: Path | str, home: Path | str,
+                log: Callable[[str], None] = print) -> tuple[Path, dict[str, Path]]:
+    """BEAR directory -> home/datasets/bear/{catalog.toml, facts/<rel>.parquet}.
+
+    Facts are written before the catalog that points at them, so a loaded catalog never names a
+    missing file. Point KCAL_CATALOG at the catalog to run the pipeline on the dataset.
+    """
+    ds = read_bear(directory)
+    base = Path(home) / "datasets" / "bear"
+    facts = facts_frame(ds)
+    paths = {}
+    for rid, rel in ds.relations.items():
+        paths[rid] = base / "facts" / f"{rid}.parquet"
+        write_parquet_atomic(facts.filter(pl.col("relation_id") == rid), paths[rid])
+        log(f"BEAR {rid}: {len(rel.facts)} facts, {len(rel.answer_space_ids)} options, "
+            f"dropped {rel.dropped_counts() or 'none'}")
+    catalog = write_catalog_toml(catalog_entries(ds, base / "facts"), base / "catalog.toml")
+    return catalog, paths
+
+
+# --- probe instances over a fixed answer space -------------------------------------------------
+
+def _fixed_space(spec: RelationSpec) -> dict[str, str]:
+    if spec.answer_space != "fixed" or not spec.answer_space_ids:
+        raise ValueError(f"relation {spec.relation_id} has no fixed answer space")
+    return dict(zip(spec.answer_space_ids, spec.answer_space_labels))
+
+
+def instances_from_fixed_space(facts: pl.DataFrame, spec: RelationSpec, seed: int,
+                               dev_fraction: float, log: Callable[[str], None] = print) -> pl.DataFrame:
+    """One instance per subject whose options are the relation's whole fixed answer space.
+
+    Gold = the subject's object(s). Options with a label that repeats another option's are removed
+    (dedupe_answer_space) and counted in the log; the split is a seeded hash of the subject, as in
+    probe.build_instances, so it does not move when other subjects come or go.
+    """
+    space = _fixed_space(spec)
+    rid = spec.relation_id
+    facts = facts.filter(pl.col("relation_id") == rid)
+    if facts.height == 0:
+        raise EmptyRelationError(f"relation {rid!r} has no facts: cannot build a probe for it")
+    outside = sorted(set(facts["object_id"].to_list()) - set(space))
+    if outside:
+        raise ValueError(f"relation {rid}: object(s) {', '.join(outside[:5])} are not in its "
+                         f"fixed answer space ({len(outside)} in all)")
+    order = {oid: i for i, oid in enumerate(space)}
+    per_subject = (facts.group_by("subject_id").agg(pl.col("subject_label").first(), pl.col("object_id"))
+                   .sort("subject_id"))
+    rows, removed = [], 0
+    for subject_id, subject_label, objects in per_subject.iter_rows():
+        gold = sorted(set(objects), key=order.__getitem__)
+        dev = stable_rank(seed, rid, "split", subject_id) / 2**64 < dev_fraction
+        row, n = dedupe_answer_space({
+            "instance_id": f"{rid}:{subject_id}", "relation_id": rid, "subject_id": subject_id,
+            "subject_label": subject_label, "gold_ids": gold, "gold_labels": [space[g] for g in gold],
+            "n_gold": len(gold), "option_ids": list(space), "option_labels": list(space.values()),
+            "n_options": len(space), "split": "dev" if dev else "test"})
+        rows.append(row)
+        removed += n
+    if removed:
+        log(f"relation {rid}: removed {removed} duplicate-label option(s) across {len(rows)} instances")
+    return pl.DataFrame(rows, schema_overrides={"n_gold": pl.Int32, "n_options": pl.Int32}).select(
+        INSTANCE_COLUMNS)

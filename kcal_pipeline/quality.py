@@ -1,0 +1,92 @@
+"""Data-quality checks on facts and probe instances, per relation, in one long table.
+
+A probe is only as good as its answer spaces: two options with the same label cannot be told apart
+by a model, a label that is a raw id is no name at all, and an instance with fewer than two options
+is no question. The report counts each of these, and the facts each filter dropped, so nothing that
+was lost or is suspect goes unseen.
+"""
+from __future__ import annotations
+
+import polars as pl
+
+from kcal_pipeline.wikidata import DROP_REASONS, looks_like_id
+
+REPORT_SCHEMA = {"relation_id": pl.Utf8, "check": pl.Utf8, "value": pl.Float64}
+
+
+def label_key(label: str) -> str:
+    """What a reader (or a model) would take to be the same name: case and spacing do not count."""
+    return " ".join(label.split()).casefold()
+
+
+def dedupe_answer_space(instance: dict) -> tuple[dict, int]:
+    """The instance without non-gold options whose label repeats another option's; and how many went.
+
+    Golds are always kept: a distractor named like a gold would be scored as a wrong answer for the
+    very string that is right. Two golds sharing a label both stay (either is a correct answer).
+    """
+    gold = set(instance["gold_ids"])
+    gold_keys = {label_key(lab) for oid, lab in zip(instance["option_ids"], instance["option_labels"])
+                 if oid in gold}
+    seen: set[str] = set()
+    ids, labels = [], []
+    for oid, lab in zip(instance["option_ids"], instance["option_labels"]):
+        key = label_key(lab)
+        if oid not in gold and (key in gold_keys or key in seen):
+            continue
+        seen.add(key)
+        ids.append(oid)
+        labels.append(lab)
+    removed = len(instance["option_ids"]) - len(ids)
+    return {**instance, "option_ids": ids, "option_labels": labels, "n_options": len(ids)}, removed
+
+
+def _duplicates_in(labels: list[str]) -> int:
+    return len(labels) - len({label_key(lab) for lab in labels})
+
+
+def _fact_checks(facts: pl.DataFrame) -> dict[str, float]:
+    reason = facts["drop_reason"] if "drop_reason" in facts.columns else pl.Series([None] * facts.height)
+    kept = facts.filter(reason.is_null())
+    reasons = dict.fromkeys(DROP_REASONS, 0) | dict(
+        reason.drop_nulls().value_counts().iter_rows())
+    labels = pl.concat([kept["subject_label"], kept["object_label"]]).drop_nulls().unique()
+    return {
+        "facts": kept.height,
+        "subjects": kept["subject_id"].n_unique(),
+        "objects": kept["object_id"].n_unique(),
+        **{f"dropped:{r}": n for r, n in sorted(reasons.items())},
+        "id_like_fact_labels": sum(looks_like_id(lab) for lab in labels),
+    }
+
+
+def _instance_checks(instances: pl.DataFrame) -> dict[str, float | None]:
+    n_options = instances["n_options"]
+    dup = [_duplicates_in(labels) for labels in instances["option_labels"].to_list()]
+    option_labels = [lab for labels in instances["option_labels"].to_list() for lab in labels]
+    return {
+        "instances": instances.height,
+        "options_mean": n_options.mean(),
+        "options_min": n_options.min(),
+        "options_max": n_options.max(),
+        "instances_lt2_options": int((n_options < 2).sum()),
+        "duplicate_option_labels": sum(dup),
+        "instances_with_duplicate_labels": sum(d > 0 for d in dup),
+        "id_like_option_labels": sum(looks_like_id(lab) for lab in option_labels),
+    }
+
+
+def quality_report(facts: pl.DataFrame, instances: pl.DataFrame) -> pl.DataFrame:
+    """Long table (relation_id, check, value), one row per relation and check.
+
+    `facts` holds every relation's fact rows; rows with a non-null `drop_reason` are the dropped
+    ones (counted per reason, never as facts). A relation missing from one frame gets zero counts
+    and null option statistics rather than vanishing from the report.
+    """
+    relations = sorted(set(facts["relation_id"].to_list()) | set(instances["relation_id"].to_list()))
+    rows = []
+    for rid in relations:
+        checks = (_fact_checks(facts.filter(pl.col("relation_id") == rid))
+                  | _instance_checks(instances.filter(pl.col("relation_id") == rid)))
+        rows += [(rid, check, None if value is None else float(value)) for check, value in checks.items()]
+    return pl.DataFrame(rows, schema=REPORT_SCHEMA, orient="row")
