@@ -288,23 +288,28 @@ def write_catalog_toml(entries: dict[str, dict], path: Path | str) -> Path:
     return write_text_atomic(Path(path), text)
 
 
-def import_bear(directory: Path | str, home: Path | str,
+def import_bear(directory: Path | str, home: Path | str, prefix: str = "bear-",
                 log: Callable[[str], None] = print) -> tuple[Path, dict[str, Path]]:
-    """BEAR directory -> home/datasets/bear/{catalog.toml, facts/<rel>.parquet}.
+    """BEAR directory -> home/datasets/bear/{catalog.toml, facts/<prefix><rel>.parquet}.
 
-    Facts are written before the catalog that points at them, so a loaded catalog never names a
-    missing file. Point KCAL_CATALOG at the catalog to run the pipeline on the dataset.
+    Relation ids get `prefix` so an imported P19 never replaces the packaged P19 (the catalog
+    loader picks up every home/datasets/*/catalog.toml). Facts are written before the catalog that
+    points at them, so a loaded catalog never names a missing file.
     """
     ds = read_bear(directory)
     base = Path(home) / "datasets" / "bear"
-    facts = facts_frame(ds)
+    facts = facts_frame(ds).with_columns(relation_id=pl.lit(prefix) + pl.col("relation_id"))
     paths = {}
     for rid, rel in ds.relations.items():
-        paths[rid] = base / "facts" / f"{rid}.parquet"
-        write_parquet_atomic(facts.filter(pl.col("relation_id") == rid), paths[rid])
-        log(f"BEAR {rid}: {len(rel.facts)} facts, {len(rel.answer_space_ids)} options, "
+        new_id = check_relation_id(prefix + rid, "prefixed BEAR relation id")
+        paths[new_id] = base / "facts" / f"{new_id}.parquet"
+        write_parquet_atomic(facts.filter(pl.col("relation_id") == new_id), paths[new_id])
+        log(f"BEAR {rid} -> {new_id}: {len(rel.facts)} facts, {len(rel.answer_space_ids)} options, "
             f"dropped {rel.dropped_counts() or 'none'}")
-    catalog = write_catalog_toml(catalog_entries(ds, base / "facts"), base / "catalog.toml")
+    entries = {prefix + rid: {**entry, "object_type": prefix + rid,
+                              "data": str(base / "facts" / f"{prefix}{rid}.parquet")}
+               for rid, entry in catalog_entries(ds, base / "facts").items()}
+    catalog = write_catalog_toml(entries, base / "catalog.toml")
     return catalog, paths
 
 

@@ -40,21 +40,19 @@ class EmptyRelationError(ValueError):
 
 
 def build_instances(facts: pl.DataFrame, relation_id: str, config: ProbeConfig, *,
-                    topup_pool: dict[str, str] | None = None,
-                    fixed_space: dict[str, str] | None = None) -> pl.DataFrame:
-    """One instance per subject.
+                    topup_pool: dict[str, str] | None = None) -> pl.DataFrame:
+    """One instance per subject (fixed BEAR-style answer spaces: bear.instances_from_fixed_space).
 
-    Options are the subject's gold objects plus distractors from the other subjects' objects
-    (topped up from `topup_pool`, objects of the same type in other relations, only when the
-    relation's own pool runs short), or, for a BEAR-style relation, the one `fixed_space`
-    (id -> label) that every subject shares.
+    Options are the subject's gold objects plus distractors from the other subjects' objects,
+    topped up from `topup_pool` (objects of the same type in other relations) only when the
+    relation's own pool runs short.
     """
     facts = facts.filter(pl.col("relation_id") == relation_id)
     if facts.height == 0:
         raise EmptyRelationError(f"relation {relation_id!r} has no facts: cannot build a probe for it")
     object_labels = dict(facts.select("object_id", "object_label").unique("object_id", keep="first")
                          .sort("object_id").iter_rows())
-    labels = {**(topup_pool or {}), **(fixed_space or {}), **object_labels}
+    labels = {**(topup_pool or {}), **object_labels}
     per_subject = (facts.group_by("subject_id")
                    .agg(pl.col("subject_label").first(), pl.col("object_id").unique().sort())
                    .with_columns(_rank=pl.col("subject_id").map_elements(
@@ -64,18 +62,11 @@ def build_instances(facts: pl.DataFrame, relation_id: str, config: ProbeConfig, 
         per_subject = per_subject.head(config.max_instances)
     rows = []
     for subject_id, subject_label, gold_ids, _ in per_subject.iter_rows():
-        if fixed_space is not None:
-            missing = [g for g in gold_ids if g not in fixed_space]
-            if missing:
-                raise ValueError(f"relation {relation_id!r}, subject {subject_id!r}: gold object(s) "
-                                 f"{missing} are not in the fixed answer space")
-            options = sorted(fixed_space)
-        else:
-            negatives = sample_negatives(gold_ids=gold_ids, pool=object_labels, k=config.n_negatives,
-                                         seed=config.seed, relation_id=relation_id, subject_id=subject_id,
-                                         topup_pool=topup_pool, labels=labels)
-            options = list(gold_ids) + negatives
-            derived_rng(config.seed, relation_id, subject_id, "order").shuffle(options)
+        negatives = sample_negatives(gold_ids=gold_ids, pool=object_labels, k=config.n_negatives,
+                                     seed=config.seed, relation_id=relation_id, subject_id=subject_id,
+                                     topup_pool=topup_pool, labels=labels)
+        options = list(gold_ids) + negatives
+        derived_rng(config.seed, relation_id, subject_id, "order").shuffle(options)
         rows.append(_instance_row(relation_id, subject_id, subject_label, list(gold_ids), options,
                                   labels, config))
     return instances_frame(rows)
@@ -159,6 +150,8 @@ def relations_frame(catalog: dict) -> pl.DataFrame:
 
 
 def headline_estimates(estimates: pl.DataFrame, templates: pl.DataFrame) -> pl.DataFrame:
-    """Rows on each relation's headline template (rank 0), for single-template figures."""
-    heads = templates.filter(pl.col("rank") == 0).select("relation_id", "template_id")
+    """Rows on each relation's headline template (the curated one of rank 0; variants share their
+    parent's rank), for single-template figures."""
+    heads = templates.filter((pl.col("rank") == 0) & (pl.col("kind") == "curated")).select(
+        "relation_id", "template_id")
     return estimates.join(heads, on=["relation_id", "template_id"], how="semi")

@@ -1,8 +1,8 @@
 """The relation catalog: what is probed, where its facts come from, and its curated templates.
 
 Closed-set relations (BEAR-style) live in data/relations.toml, MACE multi-answer domains in
-data/mace.toml. A user catalog (KCAL_CATALOG, e.g. written by `kcal dataset import-bear`) adds or
-replaces entries. Relation ids become partition keys, so the catalog is read once at start-up.
+data/mace.toml. Datasets imported into KCAL_HOME/datasets/*/catalog.toml (`kcal dataset
+import-bear`) and a user catalog (KCAL_CATALOG) add entries or replace entries of equal id. Relation ids become partition keys, so the catalog is read once at start-up.
 """
 from __future__ import annotations
 
@@ -112,11 +112,18 @@ def load_catalog(path: str | None = None) -> dict[str, RelationSpec]:
         if dup:
             raise ValueError(f"{origin}: relation id(s) {', '.join(dup)} already defined in another catalog file")
         catalog.update(parse_catalog(data, origin))
-    extra = path or os.environ.get("KCAL_CATALOG")
-    if extra:
-        data, origin = _read(extra, packaged=False)
-        catalog.update(parse_catalog(data, origin))
+    for extra in [*_imported_catalogs(), path or os.environ.get("KCAL_CATALOG")]:
+        if extra:
+            data, origin = _read(str(extra), packaged=False)
+            catalog.update(parse_catalog(data, origin))
     return catalog
+
+
+def _imported_catalogs() -> list[Path]:
+    """Catalogs of datasets imported into KCAL_HOME (e.g. `kcal dataset import-bear`)."""
+    from kcal_pipeline.config import kcal_home
+
+    return sorted((kcal_home() / "datasets").glob("*/catalog.toml"))
 
 
 def relation_ids() -> list[str]:

@@ -1,5 +1,6 @@
 """The SPARQL endpoint resource: the live Wikidata service or the embedded snapshot served locally."""
-from __future__ import annotations
+from functools import lru_cache
+from pathlib import Path
 
 from dagster import ConfigurableResource, InitResourceContext
 from pydantic import PrivateAttr
@@ -7,14 +8,23 @@ from pydantic import PrivateAttr
 from kcal_pipeline.config import kcal_home
 from kcal_pipeline.snapshot import ensure_store
 from kcal_pipeline.sparql import DEFAULT_USER_AGENT, LocalEndpoint, SparqlClient
+from kcal_pipeline.sparql_cache import CachedSparql, snapshot_endpoint_id
 
 WIKIDATA_URL = "https://query.wikidata.org/sparql"
+
+
+@lru_cache(maxsize=8)
+def _store(root: Path):
+    """Build (or find) the snapshot store once per process, not once per run: a demo makes one run
+    per relation, and rebuilding the N-Triples each time costs seconds."""
+    return ensure_store(root)
 
 
 class SparqlEndpoint(ConfigurableResource):
     """url empty (the default) = start `oxigraph serve-read-only` over the embedded snapshot on a
     free 127.0.0.1 port for the run and stop it afterwards; set url to Wikidata's endpoint for the
-    live path. The same queries run on both."""
+    live path. The same queries run on both, and every answer goes through a raw-response cache
+    under KCAL_HOME/cache/sparql, so re-materializing never asks the endpoint again."""
 
     url: str = ""
     home: str = ""
@@ -23,19 +33,20 @@ class SparqlEndpoint(ConfigurableResource):
     user_agent: str = DEFAULT_USER_AGENT
 
     _local: LocalEndpoint | None = PrivateAttr(default=None)
-    _source: str = PrivateAttr(default="")
-    _client: SparqlClient | None = PrivateAttr(default=None)
+    _cached: CachedSparql | None = PrivateAttr(default=None)
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
+        home = kcal_home(self.home or None)
         url = self.url
         if not url:
-            info = ensure_store(kcal_home(self.home or None) / "snapshot")
+            info = _store(home / "snapshot")
             self._local = LocalEndpoint(info.store_dir)
             url = self._local.start()
-            self._source = f"embedded-snapshot:{info.content_hash[:12]}"
+            endpoint_id = snapshot_endpoint_id(info.content_hash)
         else:
-            self._source = url
-        self._client = SparqlClient(url, timeout=self.timeout, retries=self.retries, user_agent=self.user_agent)
+            endpoint_id = url
+        client = SparqlClient(url, timeout=self.timeout, retries=self.retries, user_agent=self.user_agent)
+        self._cached = CachedSparql(client, home / "cache" / "sparql", endpoint_id)
 
     def teardown_after_execution(self, context: InitResourceContext) -> None:
         if self._local is not None:
@@ -43,16 +54,12 @@ class SparqlEndpoint(ConfigurableResource):
             self._local = None
 
     @property
-    def is_local(self) -> bool:
-        return not self.url
+    def cached(self) -> CachedSparql:
+        if self._cached is None:
+            raise RuntimeError("SparqlEndpoint used outside a Dagster run (setup_for_execution not called)")
+        return self._cached
 
     @property
     def source(self) -> str:
-        """Provenance for fact rows: the live URL, or the embedded snapshot's content hash
-        (not the random local port, so re-materializing gives identical rows)."""
-        return self._source
-
-    def select(self, query: str) -> dict:
-        if self._client is None:
-            raise RuntimeError("SparqlEndpoint used outside a Dagster run (setup_for_execution not called)")
-        return self._client.select(query)
+        """Provenance: the live URL, or the embedded snapshot's content hash (not the local port)."""
+        return self.cached.endpoint_id

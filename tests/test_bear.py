@@ -99,10 +99,10 @@ def test_facts_frame(bear_dir):
 def test_import_round_trip(bear_dir, tmp_path, fresh_catalog):
     home = tmp_path / "home"
     notes = []
-    catalog_path, facts_paths = import_bear(bear_dir, home, log=notes.append)
+    catalog_path, facts_paths = import_bear(bear_dir, home, prefix="", log=notes.append)
     assert catalog_path == home / "datasets" / "bear" / "catalog.toml"
     assert facts_paths == {r: home / "datasets" / "bear" / "facts" / f"{r}.parquet" for r in ("P19", "P36")}
-    assert notes[0] == "BEAR P19: 3 facts, 3 options, dropped {'duplicate': 1, 'label_is_id': 1, " \
+    assert notes[0] == "BEAR P19 -> P19: 3 facts, 3 options, dropped {'duplicate': 1, 'label_is_id': 1, " \
                        "'missing_label': 1}"
     catalog = fresh_catalog(path=str(catalog_path))
     spec = catalog["P19"]
@@ -116,8 +116,16 @@ def test_import_round_trip(bear_dir, tmp_path, fresh_catalog):
     assert facts.equals(facts_frame(read_bear(bear_dir)).filter(pl.col("relation_id") == "P19"))
 
 
+def test_default_prefix_keeps_imported_ids_apart_from_packaged_ones(bear_dir, fresh_catalog, tmp_path):
+    catalog_path, facts_paths = import_bear(bear_dir, tmp_path / "home", log=lambda _: None)
+    catalog = fresh_catalog(path=str(catalog_path))
+    assert set(facts_paths) == {"bear-P19", "bear-P36"}
+    assert catalog["bear-P19"].source == "bear" and catalog["P19"].source == "sparql"
+    assert set(pl.read_parquet(facts_paths["bear-P19"])["relation_id"]) == {"bear-P19"}
+
+
 def test_fixed_space_instances_have_every_option_and_the_gold(bear_dir, fresh_catalog, tmp_path):
-    catalog_path, _ = import_bear(bear_dir, tmp_path / "home", log=lambda _: None)
+    catalog_path, _ = import_bear(bear_dir, tmp_path / "home", prefix="", log=lambda _: None)
     catalog = fresh_catalog(path=str(catalog_path))
     facts = facts_frame(read_bear(bear_dir))
     inst = instances_from_fixed_space(facts, catalog["P19"], seed=13, dev_fraction=0.5)
@@ -149,7 +157,7 @@ def test_fixed_space_resolves_duplicate_labels(bear_dir):
 
 
 def test_fixed_space_refuses_objects_outside_the_space_and_empty_relations(bear_dir, fresh_catalog, tmp_path):
-    catalog_path, _ = import_bear(bear_dir, tmp_path / "home", log=lambda _: None)
+    catalog_path, _ = import_bear(bear_dir, tmp_path / "home", prefix="", log=lambda _: None)
     spec = fresh_catalog(path=str(catalog_path))["P36"]
     facts = facts_frame(read_bear(bear_dir))
     with pytest.raises(ValueError, match=r"relation P36: object\(s\) Q174, Q72 are not in .* \(2 in all\)"):
