@@ -1,73 +1,125 @@
-"""Dataset assets: facts from SPARQL, relations, templates, probe instances, statements."""
-
-from datetime import datetime, timezone
-
+"""Dataset assets: facts from SPARQL (or rules, or an imported BEAR set), templates, instances,
+statements, and the data-quality table."""
 import polars as pl
-from dagster import AssetExecutionContext, MetadataValue, asset
+from dagster import AllPartitionMapping, AssetExecutionContext, AssetIn, AssetOut, MetadataValue, Output, asset, multi_asset
 
 from assets.partitions import relation_partitions
-from kcal_pipeline.probe import build_instances, build_statements, relations_frame, templates_frame
+from kcal_pipeline.config import kcal_home
+from kcal_pipeline.dataset import curated_and_variants, relation_instances, relation_statements, run_templates
+from kcal_pipeline.facts import kept_counts, relation_facts
+from kcal_pipeline.paraphrase import filter_candidates, generate_paraphrases, paraphrase_rows, reason_counts
+from kcal_pipeline.probe import object_pools as pools_of
+from kcal_pipeline.probe import relations_frame, templates_frame
+from kcal_pipeline.quality import quality_report
 from kcal_pipeline.relations import get_relation, load_catalog
-from kcal_pipeline.wikidata import parse_facts, relation_query
-from resources import ProbeSettings, SparqlEndpoint
+from kcal_pipeline.storage import partition_path
+from resources import ModelProvider, ProbeSettings, SparqlEndpoint
 
 GROUP = "dataset"
+EVERY_RELATION = AllPartitionMapping()
 
 
-@asset(group_name=GROUP, code_version="1")
+@asset(group_name=GROUP, code_version="2")
 def relations() -> pl.DataFrame:
-    """The relation catalog (kcal_pipeline/data/relations.toml) as a table."""
+    """The relation catalog (closed-set relations, MACE domains, imported sets) as a table."""
     return relations_frame(load_catalog())
 
 
-@asset(group_name=GROUP, code_version="1")
+@asset(group_name=GROUP, code_version="2")
 def templates(probe_settings: ProbeSettings) -> pl.DataFrame:
-    """Curated templates of every relation; rank 0 is the headline template."""
-    return templates_frame(load_catalog(), probe_settings.max_templates or None)
+    """Curated templates of every relation (rank 0 = headline) and their marker and perturbation
+    variants; a run picks kinds with probe_settings.template_kinds."""
+    return curated_and_variants(templates_frame(load_catalog()), probe_settings.seed)
 
 
-@asset(group_name=GROUP, partitions_def=relation_partitions, code_version="1")
-def wikidata_facts(context: AssetExecutionContext, sparql: SparqlEndpoint) -> pl.DataFrame:
-    """(subject, object) facts of one relation, with English labels and provenance."""
+@multi_asset(
+    group_name=GROUP, partitions_def=relation_partitions, code_version="2",
+    outs={"wikidata_facts": AssetOut(description="Facts of one relation with English labels and provenance."),
+          "dropped_facts": AssetOut(description="Rows the validity filters dropped, with the reason.")},
+)
+def wikidata_facts(context: AssetExecutionContext, sparql: SparqlEndpoint, probe_settings: ProbeSettings):
     spec = get_relation(context.partition_key)
-    query = relation_query(spec)
-    parsed = parse_facts(sparql.select(query), spec.relation_id)
-    if parsed.frame.height == 0:
-        raise ValueError(f"relation {spec.relation_id!r} returned no facts from {sparql.source}; "
-                         f"dropped rows by reason: {parsed.dropped}")
-    retrieved_at = None if sparql.is_local else datetime.now(timezone.utc).isoformat(timespec="seconds")
-    for reason, n in parsed.dropped.items():
+    cached = sparql.cached if spec.source == "sparql" else None
+    result = relation_facts(spec, cached, page_size=probe_settings.page_size or None,
+                            min_sitelinks=probe_settings.min_sitelinks or None, log=context.log.info)
+    if result.facts.height == 0:
+        raise ValueError(f"relation {spec.relation_id!r} returned no facts from "
+                         f"{cached.endpoint_id if cached else spec.source}; dropped by reason: {result.drop_counts}")
+    for reason, n in result.drop_counts.items():
         if n:
             context.log.warning(f"{spec.relation_id}: dropped {n} rows ({reason})")
-    context.add_output_metadata({
-        "facts": parsed.frame.height, "subjects": parsed.frame["subject_id"].n_unique(),
-        "objects": parsed.frame["object_id"].n_unique(), "source": sparql.source,
-        "dropped": MetadataValue.json(parsed.dropped), "query": MetadataValue.md(f"```sparql\n{query}\n```"),
-    })
-    return parsed.frame.with_columns(
-        qualifiers=pl.lit(None, dtype=pl.Utf8), source=pl.lit(sparql.source),
-        retrieved_at=pl.lit(retrieved_at, dtype=pl.Utf8))
+    meta = {**kept_counts(result), "drop_counts": MetadataValue.json(result.drop_counts)}
+    yield Output(result.facts, output_name="wikidata_facts", metadata=meta)
+    yield Output(result.dropped, output_name="dropped_facts", metadata={"rows": result.dropped.height})
 
 
-@asset(group_name=GROUP, partitions_def=relation_partitions, code_version="1")
-def probe_instances(context: AssetExecutionContext, wikidata_facts: pl.DataFrame,
+@asset(group_name=GROUP, code_version="1", ins={"wikidata_facts": AssetIn(partition_mapping=EVERY_RELATION)})
+def object_pools(wikidata_facts: pl.DataFrame) -> pl.DataFrame:
+    """Every object with its relation's object type: distractor top-up for short answer spaces."""
+    return pools_of(wikidata_facts, load_catalog())
+
+
+@asset(group_name=GROUP, partitions_def=relation_partitions, code_version="2")
+def probe_instances(context: AssetExecutionContext, wikidata_facts: pl.DataFrame, object_pools: pl.DataFrame,
                     probe_settings: ProbeSettings) -> pl.DataFrame:
-    """One instance per subject: gold objects plus sampled distractors (METHODS §5)."""
+    """Instances of one relation: gold objects plus distractors (METHODS §5), a fixed answer space,
+    or MACE questions with exactly 1, 2, 4 or 6 answers."""
     config = probe_settings.probe_config()
-    instances = build_instances(wikidata_facts, context.partition_key, config)
+    spec = get_relation(context.partition_key)
+    instances = relation_instances(spec, wikidata_facts, object_pools, config, probe_settings.answer_space_k,
+                                   log=context.log.info)
     context.add_output_metadata({
         "instances": instances.height, "mean_options": float(instances["n_options"].mean()),
-        "dev": int((instances["split"] == "dev").sum()), "seed": config.seed,
-        "n_negatives": config.n_negatives,
+        "n_gold": MetadataValue.json(dict(instances.group_by("n_gold").len().sort("n_gold").iter_rows())),
+        "dev": int((instances["split"] == "dev").sum()), "seed": config.seed, "n_negatives": config.n_negatives,
     })
     return instances
 
 
-@asset(group_name=GROUP, partitions_def=relation_partitions, code_version="1")
-def statements(context: AssetExecutionContext, probe_instances: pl.DataFrame,
-               templates: pl.DataFrame) -> pl.DataFrame:
-    """Every instance × template × option as a sentence, with subject and object spans."""
-    frame = build_statements(probe_instances, templates)
-    context.add_output_metadata({"statements": frame.height,
-                                 "templates": frame["template_id"].n_unique()})
+@asset(group_name=GROUP, partitions_def=relation_partitions, code_version="2")
+def statements(context: AssetExecutionContext, probe_instances: pl.DataFrame, templates: pl.DataFrame,
+               probe_settings: ProbeSettings) -> pl.DataFrame:
+    """Every instance × chosen template × option as a sentence, with subject and object spans."""
+    home = kcal_home(probe_settings.home or None)
+    generated_path = partition_path(home, "generated_templates")
+    generated = pl.read_parquet(generated_path) if generated_path.exists() else None
+    chosen = run_templates(templates.filter(pl.col("relation_id") == context.partition_key), generated,
+                           probe_settings.template_kinds, probe_settings.max_templates or None,
+                           probe_settings.seed)
+    frame = relation_statements(probe_instances, chosen, probe_settings.seed)
+    context.add_output_metadata({"statements": frame.height, "templates": frame["template_id"].n_unique(),
+                                 "template_kinds": ", ".join(probe_settings.template_kinds)})
     return frame
+
+
+@asset(group_name=GROUP, code_version="1",
+       ins={"wikidata_facts": AssetIn(partition_mapping=EVERY_RELATION),
+            "dropped_facts": AssetIn(partition_mapping=EVERY_RELATION),
+            "probe_instances": AssetIn(partition_mapping=EVERY_RELATION)})
+def data_quality(wikidata_facts: pl.DataFrame, dropped_facts: pl.DataFrame,
+                 probe_instances: pl.DataFrame) -> pl.DataFrame:
+    """Per relation: facts, drops by reason, options per instance, duplicate and id-like labels."""
+    facts = pl.concat([wikidata_facts, dropped_facts], how="diagonal_relaxed")
+    return quality_report(facts, probe_instances)
+
+
+@asset(group_name=GROUP, code_version="1")
+def generated_templates(context: AssetExecutionContext, models: ModelProvider,
+                        probe_settings: ProbeSettings) -> pl.DataFrame:
+    """Paraphrases of the curated templates written by an instruct LM, kept only if well-formed
+    (one [X], one [Y], sane length, new); generator and prompt recorded per row. Materialized on
+    demand (`kcal dataset paraphrase`), used when template_kinds includes "generated"."""
+    key = probe_settings.paraphrase_model or models.registry().entries()[0].key
+    entry, loaded = models.entry(key), models.load(key)
+    kept_all, reasons = [], {}
+    for spec in load_catalog().values():
+        candidates = generate_paraphrases(loaded, spec.relation_id, spec.label, list(spec.templates),
+                                          model_id=entry.id, seed=probe_settings.seed)
+        kept, rejected = filter_candidates(candidates, list(spec.templates))
+        kept_all += kept
+        for reason, n in reason_counts(rejected).items():
+            reasons[reason] = reasons.get(reason, 0) + n
+        context.log.info(f"{spec.relation_id}: kept {len(kept)} of {len(candidates)} paraphrases")
+    context.add_output_metadata({"kept": len(kept_all), "rejected": MetadataValue.json(reasons),
+                                 "generator": entry.id})
+    return paraphrase_rows(kept_all)

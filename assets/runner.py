@@ -25,7 +25,7 @@ from resources import default_resources
 # on which relations a run happened to select); the rest only for the selected relations.
 STAGES: list[tuple[str, tuple[str, ...]]] = [
     ("none", ("relations", "templates")),
-    ("all_relations", ("wikidata_facts",)),
+    ("all_relations", ("wikidata_facts", "dropped_facts")),
     ("none", ("object_pools",)),
     ("relation", ("probe_instances", "statements")),
     ("none", ("data_quality",)),
@@ -82,6 +82,13 @@ def _is_done(instance: DagsterInstance, home: Path, asset: str, pkey, dims: dict
     if pkey is None:
         return instance.get_latest_materialization_event(AssetKey(asset)) is not None
     return str(pkey) in instance.get_materialized_partitions(AssetKey(asset))
+
+
+def materialize_unpartitioned(home: Path, asset: str, settings: dict | None = None) -> None:
+    """One unpartitioned asset (e.g. generated_templates, data_quality), whatever its state."""
+    instance = get_instance(home)
+    materialize(all_assets, selection=[AssetKey(asset)], instance=instance,
+                resources=default_resources(home=str(home), **(settings or {})), run_config=QUIET_LOGS)
 
 
 def _upstream_changed(summary: RunSummary, position: int, kind: str, dims: dict) -> bool:

@@ -34,9 +34,12 @@ def cmd_demo(args) -> int:
 
     home = kcal_home(args.home)
     settings = {k: v for k, v in {"max_instances": args.max_instances, "max_templates": args.max_templates,
-                                  "n_negatives": args.n_negatives}.items() if v is not None}
+                                  "n_negatives": args.n_negatives, "answer_space_k": args.answer_space_k,
+                                  "template_kinds": args.template_kinds.split(",") if args.template_kinds else None,
+                                  }.items() if v is not None}
+    relations = None if args.all_relations else (args.relation or DEMO_RELATIONS)
     started = time.perf_counter()
-    summary = run_missing(home, models=args.model, relations=args.relation, settings=settings,
+    summary = run_missing(home, models=args.model, relations=relations, settings=settings,
                           refresh=args.refresh)
     elapsed = time.perf_counter() - started
     if not summary.materialized:
@@ -56,6 +59,41 @@ def cmd_demo(args) -> int:
         print(format_summary(summary_table(metrics)))
         print(f"report: {reports_dir(home) / f'model={entry.key}' / 'report.html'}")
     print(f"duckdb: {duckdb_path(home)}   e.g. kcal sql \"select * from metrics limit 5\"")
+    return 0
+
+
+DEMO_RELATIONS = ["P36", "P30", "P37", "mace-award"]
+
+
+def cmd_dataset_import_bear(args) -> int:
+    from kcal_pipeline.bear import import_bear
+    home = kcal_home(args.home)
+    catalog, paths = import_bear(Path(args.directory), home, prefix=args.prefix)
+    print(f"imported {len(paths)} relation(s) into {catalog}: {', '.join(paths)}")
+    print("they are part of the catalog from now on; run them with e.g. "
+          f"kcal demo --relation {next(iter(paths))} (in the UI: reload definitions)")
+    return 0
+
+
+def cmd_dataset_paraphrase(args) -> int:
+    from assets.runner import materialize_unpartitioned  # Dagster layer
+    from kcal_pipeline.storage import read_partition
+    home = kcal_home(args.home)
+    settings = {"paraphrase_model": args.model} if args.model else {}
+    materialize_unpartitioned(home, "generated_templates", settings)
+    frame = read_partition(home, "generated_templates")
+    print(f"{frame.height} generated templates kept; use them with --template-kinds curated,generated")
+    for rid, n in frame.group_by("relation_id").len().sort("relation_id").iter_rows():
+        print(f"  {rid}: {n}")
+    return 0
+
+
+def cmd_dataset_quality(args) -> int:
+    from kcal_pipeline.warehouse import named_query, query, refresh_views
+    home = kcal_home(args.home)
+    refresh_views(home)
+    cols, rows = query(home, named_query("quality"))
+    _print_table(cols, rows)
     return 0
 
 
@@ -125,7 +163,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser("demo", help="materialize everything missing on the registered models and print the summary")
     d.add_argument("--model", action="append", help="model key (repeatable; default: every registered model)")
-    d.add_argument("--relation", action="append", help="relation id (repeatable; default: all)")
+    d.add_argument("--relation", action="append",
+                   help=f"relation id (repeatable; default: {', '.join(DEMO_RELATIONS)})")
+    d.add_argument("--all-relations", action="store_true", help="every relation of the catalog")
+    d.add_argument("--template-kinds", help="comma-separated: curated,generated,marker_verbal,"
+                                            "marker_numeric,perturbation (default curated)")
+    d.add_argument("--answer-space-k", type=int, help="also probe each instance with k options (gold kept)")
     d.add_argument("--max-instances", type=int, help="instances per relation (default 100; 0 = all)")
     d.add_argument("--max-templates", type=int, help="curated templates per relation (default 3; 0 = all)")
     d.add_argument("--n-negatives", type=int, help="distractors per instance (default 5)")
@@ -153,6 +196,17 @@ def build_parser() -> argparse.ArgumentParser:
     r = msub.add_parser("remove", help="unregister a model")
     r.add_argument("id", help="model id or key")
     r.set_defaults(func=cmd_models_remove)
+
+    ds = sub.add_parser("dataset", help="dataset construction helpers")
+    dsub = ds.add_subparsers(dest="dataset_command", required=True)
+    b = dsub.add_parser("import-bear", help="import a directory in BEAR's format (P*.jsonl + metadata_relations.json)")
+    b.add_argument("directory")
+    b.add_argument("--prefix", default="bear-", help="prefix for the imported relation ids (default bear-)")
+    b.set_defaults(func=cmd_dataset_import_bear)
+    pp = dsub.add_parser("paraphrase", help="generate template paraphrases with an instruct model")
+    pp.add_argument("--model", help="model key (default: the first registered model)")
+    pp.set_defaults(func=cmd_dataset_paraphrase)
+    dsub.add_parser("quality", help="print the data-quality table").set_defaults(func=cmd_dataset_quality)
 
     q = sub.add_parser("sql", help="run a read-only SQL query over the DuckDB views")
     q.add_argument("query")

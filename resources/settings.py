@@ -18,6 +18,7 @@ class ProbeSettings(ConfigurableResource):
     answer_space_k: int = 0   # > 0: also probe every instance with its answer space cut to k options
     page_size: int = 0        # > 0: page SPARQL results (live Wikidata); 0 = one query per relation
     min_sitelinks: int = 0    # > 0: popularity filter where the endpoint has wikibase:sitelinks
+    paraphrase_model: str = ""  # model key that writes generated templates; "" = first registered
     home: str = ""
 
     def probe_config(self) -> ProbeConfig:

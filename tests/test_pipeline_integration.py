@@ -12,7 +12,8 @@ from kcal_pipeline.warehouse import named_query, query
 pytestmark = pytest.mark.integration
 SETTINGS = {"max_instances": 16, "max_templates": 3, "n_negatives": 4}
 KEY = "HuggingFaceTB--SmolLM2-135M-Instruct"
-TABLES = ["relations", "templates", "wikidata_facts", "probe_instances", "statements",
+TABLES = ["relations", "templates", "wikidata_facts", "dropped_facts", "object_pools", "probe_instances",
+          "statements", "data_quality",
           "statement_scores", "estimates", "metrics", "curves", "report"]
 
 
@@ -46,7 +47,8 @@ def test_row_counts_are_consistent(run):
     st = pl.read_parquet(partition_path(home, "statements", rel))
     sc = pl.read_parquet(partition_path(home, "statement_scores", mr))
     est = pl.read_parquet(partition_path(home, "estimates", mr))
-    assert facts.height >= 100 and facts["source"][0].startswith("embedded-snapshot:")
+    assert facts.height >= 100 and facts["endpoint"][0].startswith("embedded-snapshot:")
+    assert facts["query_hash"].n_unique() == 1 and facts["retrieved_at"].null_count() == 0
     assert inst.height == 16 and inst["n_options"].min() >= 5
     assert st.height == int(inst["n_options"].sum()) * 3
     assert sc.height == st.height and sc["statement_id"].to_list() == st["statement_id"].to_list()

@@ -1,0 +1,85 @@
+"""From facts to what gets scored: instances per relation kind, the template set of a run, statements.
+
+One place decides, per catalog entry, how instances are formed (sampled distractors, a fixed
+BEAR-style answer space, or MACE questions with 1/2/4/6 answers) and which templates a run uses
+(curated, generated, marker and perturbation variants), so the Dagster assets stay thin.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import polars as pl
+
+from kcal_pipeline import mace
+from kcal_pipeline.bear import instances_from_fixed_space
+from kcal_pipeline.probe import ProbeConfig, build_instances, build_statements, topup_pool_for
+from kcal_pipeline.relations import RelationSpec
+from kcal_pipeline.variants import (
+    DEMO_SLOT, demonstration_for, expand_demo, marker_variants, perturbation_variants,
+    subsample_answer_space,
+)
+
+VARIANT_KINDS = ("marker_verbal", "marker_numeric", "perturbation")
+BASE_KINDS = ("curated", "generated")
+
+
+def relation_instances(spec: RelationSpec, facts: pl.DataFrame, pools: pl.DataFrame,
+                       config: ProbeConfig, answer_space_k: int = 0,
+                       log: Callable[[str], None] = print) -> pl.DataFrame:
+    """Probe instances of one relation; with answer_space_k > 0 also each instance cut to k options."""
+    if spec.domain == "mace":
+        per_count = max(1, (config.max_instances or 200) // len(mace.GOLD_COUNTS))
+        instances = mace.build_questions(facts, spec.relation_id, seed=config.seed, per_count=per_count,
+                                         n_negatives=config.n_negatives)
+    elif spec.answer_space == "fixed":
+        instances = instances_from_fixed_space(facts, spec, config.seed, config.dev_fraction, log=log)
+    else:
+        topup = topup_pool_for(pools, spec.relation_id, spec.object_type) if pools.height else None
+        instances = build_instances(facts, spec.relation_id, config, topup_pool=topup)
+    if answer_space_k > 0:
+        cut = subsample_answer_space(instances, answer_space_k, config.seed)
+        instances = pl.concat([instances, cut], how="diagonal_relaxed")
+    return instances
+
+
+def curated_and_variants(curated: pl.DataFrame, seed: int) -> pl.DataFrame:
+    """The templates table: curated templates plus their marker and perturbation variants."""
+    return pl.concat([curated, marker_variants(curated), perturbation_variants(curated, seed)],
+                     how="diagonal_relaxed")
+
+
+def run_templates(templates: pl.DataFrame, generated: pl.DataFrame | None, kinds: list[str],
+                  max_templates: int | None, seed: int) -> pl.DataFrame:
+    """The templates a run scores: the first max_templates curated (and generated, if chosen)
+    templates per relation, plus the chosen variant kinds of exactly those templates."""
+    base = templates.filter(pl.col("kind") == "curated")
+    if "generated" in kinds:
+        if generated is None or generated.is_empty():
+            raise ValueError("template_kinds includes 'generated' but generated_templates is empty or "
+                             "not materialized: materialize it first (kcal dataset paraphrase)")
+        base = pl.concat([base, generated.select(base.columns)], how="diagonal_relaxed")
+    if "curated" not in kinds:
+        base = base.filter(pl.col("kind") != "curated")
+    if max_templates:
+        base = base.filter(pl.col("rank") < max_templates)
+    variants = pl.concat([marker_variants(base), perturbation_variants(base, seed)], how="diagonal_relaxed")
+    chosen = variants.filter(pl.col("kind").is_in([k for k in kinds if k in VARIANT_KINDS]))
+    return pl.concat([base, chosen], how="diagonal_relaxed").sort("relation_id", "template_id")
+
+
+def relation_statements(instances: pl.DataFrame, templates: pl.DataFrame, seed: int) -> pl.DataFrame:
+    """Statements of one relation; a one-shot template gets its demonstration per instance
+    (another subject of the same relation) before filling, so spans stay exact."""
+    plain = templates.filter(~pl.col("text").str.contains(DEMO_SLOT, literal=True))
+    demo = templates.filter(pl.col("text").str.contains(DEMO_SLOT, literal=True))
+    parts = [build_statements(instances, plain)] if plain.height else []
+    base_instances = instances.filter(~pl.col("instance_id").str.contains("#", literal=True))
+    for row in demo.iter_rows(named=True):
+        for inst in instances.iter_rows(named=True):
+            text = expand_demo(row["text"], demonstration_for(inst["subject_id"], base_instances,
+                                                              row["text"], seed))
+            one = pl.DataFrame([inst], schema=instances.schema)
+            parts.append(build_statements(one, pl.DataFrame([{**row, "text": text}])))
+    if not parts:
+        raise ValueError("no statements: no templates selected")
+    return pl.concat(parts, how="diagonal_relaxed").sort("statement_id")

@@ -1,0 +1,204 @@
+"""Template variants (epistemic markers, perturbations) and answer-space subsampling.
+
+Markers (METHODS §2) test whether a model's likelihood responds to stated confidence; perturbations
+(METHODS §4) test whether knowledge-gap decisions survive changes that leave the fact unchanged.
+Both must leave subject and object alone, so every edit works on the template text *outside*
+the `[X]`/`[Y]` slots, before filling: fill() then reports correct spans for the variant too.
+Seeded choices use derived_rng(seed, template_id, variant), so a variant never depends on which
+other templates are in the table.
+"""
+from __future__ import annotations
+
+import re
+
+import polars as pl
+
+from kcal_pipeline.sampling import derived_rng
+from kcal_pipeline.templates import OBJECT_SLOT, SUBJECT_SLOT, check_template, fill
+
+TEMPLATE_COLUMNS = ["relation_id", "template_id", "text", "kind", "source", "rank"]
+VARIANT_COLUMNS = TEMPLATE_COLUMNS + ["parent_id", "variant"]
+VERBAL_MARKERS = ("certainly", "possibly")
+NUMERIC_LEVELS = (0, 25, 50, 75, 100)
+DEMO_SLOT = "[D]"
+# Only base templates get variants: a variant of a variant would compound two edits.
+BASE_KINDS = ("curated", "generated")
+
+_SLOTS = (SUBJECT_SLOT, OBJECT_SLOT)
+_COPULA = re.compile(r"(?<= )(is|are|was|were)(?= )")
+_WORD = re.compile(r"[^\W\d_]+")
+# Typos replace a letter by a neighbouring key, the commonest kind of real typing error.
+_QWERTY_ROWS = ("qwertyuiop", "asdfghjkl", "zxcvbnm")
+_NEIGHBOURS = {c: row[i - 1:i] + row[i + 1:i + 2] for row in _QWERTY_ROWS for i, c in enumerate(row)}
+
+
+# --- text edits ---------------------------------------------------------------------------------
+
+def _lower_first(text: str) -> str:
+    """Lower a sentence-initial word so it can follow a prefix; slots and acronyms keep their case."""
+    if text.startswith(_SLOTS) or len(text) < 2 or not text[1].islower():
+        return text
+    return text[0].lower() + text[1:]
+
+
+def verbal_marker(text: str, marker: str) -> str:
+    """'… is certainly [Y]' after the first copula (the claim itself); else a sentence prefix."""
+    match = _COPULA.search(text)
+    if match:
+        return f"{text[:match.end()]} {marker}{text[match.end():]}"
+    return f"{marker.capitalize()}, {_lower_first(text)}"
+
+
+def numeric_marker(text: str, percent: int) -> str:
+    return f"I'm {percent}% confident that {_lower_first(text)}"
+
+
+def _template_spans(text: str) -> list[tuple[int, int]]:
+    """Character ranges of the text outside the slots: the only places an edit may touch."""
+    cuts = sorted((text.index(s), text.index(s) + len(s)) for s in _SLOTS)
+    return [(a, b) for a, b in ((0, cuts[0][0]), (cuts[0][1], cuts[1][0]), (cuts[1][1], len(text))) if a < b]
+
+
+def extra_space(text: str, seed: int, template_id: str) -> str | None:
+    """Double one space, preferring one between two template words; None if there is no space."""
+    spaces = [i for a, b in _template_spans(text) for i in range(a, b) if text[i] == " " and i > 0]
+    between_words = [i for i in spaces if text[i - 1].isalpha() and text[i + 1:i + 2].isalpha()]
+    choices = between_words or spaces
+    if not choices:
+        return None
+    i = derived_rng(seed, template_id, "extra-space").choice(choices)
+    return text[:i] + " " + text[i:]
+
+
+def typo(text: str, seed: int, template_id: str) -> str | None:
+    """Replace one non-initial letter of a ≥4-letter template word by a keyboard neighbour.
+
+    None when the template has no such word (then it gets no typo variant).
+    """
+    positions = [i for a, b in _template_spans(text) for m in _WORD.finditer(text, a, b)
+                 if len(m.group()) >= 4 for i in range(m.start() + 1, m.end())
+                 if text[i].lower() in _NEIGHBOURS]
+    if not positions:
+        return None
+    rng = derived_rng(seed, template_id, "typo")
+    i = rng.choice(positions)
+    new = rng.choice(_NEIGHBOURS[text[i].lower()])
+    return text[:i] + (new.upper() if text[i].isupper() else new) + text[i + 1:]
+
+
+def one_shot(text: str) -> str:
+    """A [D] slot for the demonstration, which depends on the instance (see demonstration_for)."""
+    return f"{DEMO_SLOT} {text}"
+
+
+# --- variant tables -----------------------------------------------------------------------------
+
+def _base_rows(templates: pl.DataFrame) -> list[dict]:
+    return templates.filter(pl.col("kind").is_in(BASE_KINDS)).select(TEMPLATE_COLUMNS).to_dicts()
+
+
+def _variant_row(parent: dict, variant: str, kind: str, text: str) -> dict:
+    template_id = f"{parent['template_id']}:{variant}"
+    check_template(text, f"variant {template_id}")
+    return {**parent, "template_id": template_id, "text": text, "kind": kind, "source": "variant",
+            "parent_id": parent["template_id"], "variant": variant}
+
+
+def _frame(rows: list[dict]) -> pl.DataFrame:
+    schema = {c: pl.Utf8 for c in VARIANT_COLUMNS} | {"rank": pl.Int32}
+    return pl.DataFrame(rows, schema=schema)
+
+
+def marker_variants(templates: pl.DataFrame) -> pl.DataFrame:
+    """Verbal and numeric marker variants of every curated/generated template.
+
+    A variant keeps its parent's rank, so a marked table lines up with the unmarked one; callers
+    that pick the headline template (rank 0) must filter by kind first.
+    """
+    rows = []
+    for parent in _base_rows(templates):
+        text = parent["text"]
+        rows += [_variant_row(parent, m, "marker_verbal", verbal_marker(text, m)) for m in VERBAL_MARKERS]
+        rows += [_variant_row(parent, f"numeric-{p}", "marker_numeric", numeric_marker(text, p))
+                 for p in NUMERIC_LEVELS]
+    return _frame(rows)
+
+
+def perturbation_variants(templates: pl.DataFrame, seed: int) -> pl.DataFrame:
+    """Extra-space, typo and one-shot variants; a template without a space or a long enough word
+    simply has no extra-space or typo variant."""
+    rows = []
+    for parent in _base_rows(templates):
+        text, tid = parent["text"], parent["template_id"]
+        edits = {"extra-space": extra_space(text, seed, tid), "typo": typo(text, seed, tid),
+                 "one-shot": one_shot(text)}
+        rows += [_variant_row(parent, name, "perturbation", new) for name, new in edits.items() if new]
+    return _frame(rows)
+
+
+# --- one-shot demonstrations --------------------------------------------------------------------
+
+def _demo_pool(rows: pl.DataFrame) -> list[tuple[str, str, str]]:
+    """(subject_id, subject_label, gold object label), sorted, from instances or facts of one relation."""
+    if "relation_id" in rows.columns and rows["relation_id"].n_unique() > 1:
+        raise ValueError("demonstrations must come from one relation; got rows of "
+                         f"{sorted(rows['relation_id'].unique())}")
+    if "gold_labels" in rows.columns:
+        pairs = rows.select("subject_id", "subject_label", pl.col("gold_labels").list.first())
+    else:
+        pairs = rows.group_by("subject_id").agg(pl.col("subject_label").first(),
+                                                pl.col("object_label").sort_by("object_id").first())
+    return sorted(pairs.drop_nulls().iter_rows())
+
+
+def demonstration_for(subject_id: str, rows: pl.DataFrame, template: str, seed: int) -> str:
+    """The template filled with another subject of the relation and its gold object.
+
+    `rows` are the relation's instances (gold_labels) or facts (object_label). Subjects whose label
+    equals the instance's are excluded too: a namesake would leak the answer's form.
+    """
+    pool = _demo_pool(rows)
+    own = {label.casefold() for sid, label, _ in pool if sid == subject_id}
+    others = [p for p in pool if p[0] != subject_id and p[1].casefold() not in own]
+    if not others:
+        raise ValueError(f"no other subject than {subject_id!r} to demonstrate the relation with")
+    _, label, obj = derived_rng(seed, subject_id, "one-shot").choice(others)
+    return fill(template.removeprefix(f"{DEMO_SLOT} "), label, obj).text
+
+
+def expand_demo(template: str, demo: str) -> str:
+    """Put the demonstration into a one-shot template *before* filling, so spans stay right."""
+    if template.count(DEMO_SLOT) != 1:
+        raise ValueError(f"{template!r} must contain {DEMO_SLOT} exactly once")
+    return check_template(template.replace(DEMO_SLOT, demo), "one-shot template with its demonstration")
+
+
+# --- answer-space subsampling -------------------------------------------------------------------
+
+def _subsample(row: dict, k: int, seed: int) -> dict:
+    gold = set(row["gold_ids"])
+    distractors = sorted(o for o in row["option_ids"] if o not in gold)
+    # One seeded order per instance, independent of k: smaller answer spaces nest in larger ones.
+    derived_rng(seed, row["instance_id"], "subsample").shuffle(distractors)
+    keep = gold | set(distractors[:max(k - len(gold), 0)])
+    idx = [i for i, o in enumerate(row["option_ids"]) if o in keep]
+    status = ("golds_exceed_k" if len(gold) > k else "fewer_options_than_k" if len(idx) < k else "ok")
+    return {**row, "instance_id": f"{row['instance_id']}#k{k}", "parent_instance_id": row["instance_id"],
+            "option_ids": [row["option_ids"][i] for i in idx],
+            "option_labels": [row["option_labels"][i] for i in idx], "n_options": len(idx),
+            "subsample_k": k, "subsample_status": status}
+
+
+def subsample_answer_space(instances: pl.DataFrame, k: int, seed: int) -> pl.DataFrame:
+    """Each instance with its answer space cut to k options, every gold kept, order preserved.
+
+    An instance with more than k golds keeps all its golds (and no distractor) rather than lose a
+    correct answer; one with fewer than k options keeps them all. subsample_status says which
+    ("ok", "golds_exceed_k", "fewer_options_than_k") so analyses can drop or report them.
+    """
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    rows = [_subsample(row, k, seed) for row in instances.iter_rows(named=True)]
+    schema = dict(instances.schema) | {"parent_instance_id": pl.Utf8, "subsample_k": pl.Int32,
+                                 "subsample_status": pl.Utf8}
+    return pl.DataFrame(rows, schema=schema)

@@ -1,0 +1,210 @@
+import re
+
+import polars as pl
+import pytest
+
+from kcal_pipeline.probe import templates_frame
+from kcal_pipeline.relations import load_catalog
+from kcal_pipeline.templates import check_template, fill
+from kcal_pipeline.variants import (
+    DEMO_SLOT, NUMERIC_LEVELS, VARIANT_COLUMNS, VERBAL_MARKERS, demonstration_for, expand_demo,
+    marker_variants, perturbation_variants, subsample_answer_space,
+)
+
+EXTRA = [  # edge shapes: object first, slots at both ends, adjacent slots, no long word, unicode
+    "[Y] is where [X] keeps its government.", "[X] [Y].", "In [X] one says [Y]!",
+    "Die Hauptstadt von [X] ist [Y].", "[X]: [Y]", "Ça, c'est [X] et [Y].", "THE capital of [X] is [Y].",
+]
+SUBJECTS = ["France", "Côte d'Ivoire", "São Tomé and Príncipe", "[Y]", "Ελλάδα", " spaced  out ",
+            "日本"]
+OBJECTS = ["Paris", "Yamoussoukro", "[X]", "Αθήνα", "東京", "certainly", "I'm 50% confident that"]
+
+
+def _templates() -> pl.DataFrame:
+    curated = templates_frame(load_catalog())
+    extra = pl.DataFrame({"relation_id": "PX", "template_id": [f"PX:c{i}" for i in range(len(EXTRA))],
+                          "text": EXTRA, "kind": "curated", "source": "test", "rank": range(len(EXTRA))},
+                         schema_overrides={"rank": pl.Int32})
+    return pl.concat([curated, extra])
+
+
+TEMPLATES = _templates()
+PARENTS = dict(TEMPLATES.select("template_id", "text").iter_rows())
+
+
+def _all_variants(seed: int = 3) -> pl.DataFrame:
+    return pl.concat([marker_variants(TEMPLATES), perturbation_variants(TEMPLATES, seed)])
+
+
+def _skeleton(text: str) -> str:
+    """The template text with the slots marked, so edits can be compared outside them."""
+    return text.replace("[X]", "\x01").replace("[Y]", "\x02")
+
+
+def test_variant_table_shape_and_ids():
+    variants = _all_variants()
+    assert variants.columns == VARIANT_COLUMNS
+    assert variants["template_id"].n_unique() == variants.height
+    assert set(variants["kind"]) == {"marker_verbal", "marker_numeric", "perturbation"}
+    assert set(variants["source"]) == {"variant"}
+    for row in variants.iter_rows(named=True):
+        check_template(row["text"], row["template_id"])
+        assert row["template_id"] == f"{row['parent_id']}:{row['variant']}"
+    n_markers = len(VERBAL_MARKERS) + len(NUMERIC_LEVELS)
+    assert marker_variants(TEMPLATES).height == TEMPLATES.height * n_markers
+
+
+def test_variants_never_touch_subject_or_object():
+    for row in _all_variants().iter_rows(named=True):
+        template = expand_demo(row["text"], "Demo [sentence].") if DEMO_SLOT in row["text"] else row["text"]
+        for subject in SUBJECTS:
+            for obj in OBJECTS:
+                filled = fill(template, subject, obj)
+                assert filled.text[slice(*filled.subject_span)] == subject
+                assert filled.text[slice(*filled.object_span)] == obj
+
+
+def _diff(parent: str, child: str) -> tuple[str, str]:
+    """The differing middle of two strings (common prefix and suffix removed)."""
+    i = 0
+    while i < min(len(parent), len(child)) and parent[i] == child[i]:
+        i += 1
+    j = 0
+    while j < min(len(parent), len(child)) - i and parent[-1 - j] == child[-1 - j]:
+        j += 1
+    return parent[i:len(parent) - j], child[i:len(child) - j]
+
+
+def test_non_slot_text_changes_only_as_the_variant_says():
+    for row in _all_variants().iter_rows(named=True):
+        parent, child, variant = _skeleton(PARENTS[row["parent_id"]]), _skeleton(row["text"]), row["variant"]
+        if variant == "extra-space":
+            old, new = _diff(parent, child)
+            assert old == "" and new == " " and len(child) == len(parent) + 1
+            i = child.index("  ")
+            if re.search(r"[^\W\d_] [^\W\d_]", parent):  # prefer a space between two template words
+                assert child[i - 1].isalpha() and child[i + 2].isalpha()
+        elif variant == "typo":
+            assert len(child) == len(parent)
+            (i,) = [k for k, (a, b) in enumerate(zip(parent, child)) if a != b]
+            word = next(m for m in re.finditer(r"[^\W\d_]+", parent) if m.start() < i < m.end())
+            assert len(word.group()) >= 4 and child[i].isalpha()  # inside, not first, letter of a word
+        elif variant == "one-shot":
+            assert child == f"{DEMO_SLOT} {parent}"
+        elif variant.startswith("numeric-"):
+            pct = variant.removeprefix("numeric-")
+            assert child.startswith(f"I'm {pct}% confident that ")
+            rest = child.removeprefix(f"I'm {pct}% confident that ")
+            assert rest == parent or rest == parent[0].lower() + parent[1:]
+        elif child.startswith(f"{variant.capitalize()}, "):
+            rest = child.removeprefix(f"{variant.capitalize()}, ")
+            assert rest == parent or rest == parent[0].lower() + parent[1:]
+        else:  # after the first copula
+            assert re.search(rf" (is|are|was|were) {variant} ", child)
+            assert child.replace(f" {variant} ", " ", 1) == parent
+
+
+def test_markers_read_fluently():
+    rows = dict(marker_variants(TEMPLATES).select("template_id", "text").iter_rows())
+    assert rows["P36:c0:certainly"] == "The capital of [X] is certainly [Y]."
+    assert rows["P36:c4:possibly"] == "Possibly, [X] has its capital in [Y]."
+    assert rows["P36:c0:numeric-75"] == "I'm 75% confident that the capital of [X] is [Y]."
+    assert rows["P36:c1:numeric-0"] == "I'm 0% confident that [Y] is the capital of [X]."
+    assert rows["PX:c6:numeric-50"] == "I'm 50% confident that THE capital of [X] is [Y]."
+
+
+def test_perturbations_are_deterministic_and_seeded():
+    a, b = perturbation_variants(TEMPLATES, 5), perturbation_variants(TEMPLATES, 5)
+    assert a.equals(b)
+    assert not a.equals(perturbation_variants(TEMPLATES, 6))
+    alone = perturbation_variants(TEMPLATES.filter(pl.col("template_id") == "P36:c0"), 5)
+    assert alone.equals(a.filter(pl.col("parent_id") == "P36:c0"))  # independent of other templates
+
+
+def test_templates_without_room_get_no_typo_or_extra_space():
+    rows = perturbation_variants(TEMPLATES.filter(pl.col("template_id") == "PX:c1"), 0)  # "[X] [Y]."
+    assert rows["variant"].to_list() == ["extra-space", "one-shot"]
+    assert rows["text"][0] == "[X]  [Y]."
+
+
+def test_variants_of_variants_are_not_made():
+    assert marker_variants(marker_variants(TEMPLATES)).height == 0
+
+
+INSTANCES = pl.DataFrame({
+    "instance_id": [f"P36:s{i}" for i in range(6)], "relation_id": "P36",
+    "subject_id": [f"s{i}" for i in range(6)],
+    "subject_label": ["France", "Germany", "Italy", "Georgia", "Georgia", "Bolivia"],
+    "gold_ids": [["o0"], ["o1"], ["o2"], ["o3"], ["o4"], ["o5", "o6"]],
+    "gold_labels": [["Paris"], ["Berlin"], ["Rome"], ["Tbilisi"], ["Atlanta"], ["La Paz", "Sucre"]],
+})
+
+
+def test_demonstration_uses_another_subject_of_the_relation():
+    template = "[D] The capital of [X] is [Y]."
+    for seed in range(30):
+        for sid, label in INSTANCES.select("subject_id", "subject_label").iter_rows():
+            demo = demonstration_for(sid, INSTANCES, template, seed)
+            assert label not in demo  # neither itself nor a namesake
+            assert demo == demonstration_for(sid, INSTANCES, template, seed)
+            assert demo in {f"The capital of {s} is {g[0]}." for s, g in
+                            INSTANCES.select("subject_label", "gold_labels").iter_rows()}
+    demos = {demonstration_for("s0", INSTANCES, template, seed) for seed in range(30)}
+    assert len(demos) > 1
+
+
+def test_demonstration_from_facts_and_expansion():
+    facts = pl.DataFrame({"relation_id": "P36", "subject_id": ["s1", "s2", "s2"],
+                          "subject_label": ["France", "Bolivia", "Bolivia"],
+                          "object_id": ["o1", "o3", "o2"], "object_label": ["Paris", "Sucre", "La Paz"]})
+    demo = demonstration_for("s1", facts, "[Y] is the capital of [X].", 0)
+    assert demo == "La Paz is the capital of Bolivia."
+    template = expand_demo("[D] [Y] is the capital of [X].", demo)
+    filled = fill(template, "France", "Paris")
+    assert filled.text == "La Paz is the capital of Bolivia. Paris is the capital of France."
+    assert filled.text[slice(*filled.object_span)] == "Paris"
+    with pytest.raises(ValueError, match="no other subject"):
+        demonstration_for("s1", facts.head(1), "[X] [Y]", 0)
+    with pytest.raises(ValueError, match="one relation"):
+        demonstration_for("s1", facts.with_columns(relation_id=pl.Series(["P36", "P30", "P30"])), "[X] [Y]", 0)
+    with pytest.raises(ValueError, match=r"\[D\]"):
+        expand_demo("[X] [Y]", demo)
+
+
+def _instances() -> pl.DataFrame:
+    rows = []
+    for i in range(20):
+        options = [f"o{j}" for j in range(i % 7 + 1)]
+        golds = options[i % len(options):][:1 + i % 3]
+        rows.append({"instance_id": f"P36:s{i}", "gold_ids": golds, "option_ids": options,
+                     "option_labels": [o.upper() for o in options], "n_options": len(options)})
+    return pl.DataFrame(rows, schema_overrides={"n_options": pl.Int32})
+
+
+def test_subsampling_keeps_golds_order_and_size():
+    instances = _instances()
+    for k in (1, 2, 3, 5):
+        sub = subsample_answer_space(instances, k, seed=1)
+        assert sub.equals(subsample_answer_space(instances, k, seed=1))
+        for parent, row in zip(instances.iter_rows(named=True), sub.iter_rows(named=True)):
+            assert row["instance_id"] == f"{parent['instance_id']}#k{k}"
+            assert set(row["gold_ids"]) <= set(row["option_ids"])
+            assert row["option_ids"] == [o for o in parent["option_ids"] if o in row["option_ids"]]
+            assert row["option_labels"] == [o.upper() for o in row["option_ids"]]
+            assert row["n_options"] == len(row["option_ids"])
+            expected = max(min(k, parent["n_options"]), len(parent["gold_ids"]))
+            assert row["n_options"] == expected
+            status = ("golds_exceed_k" if len(parent["gold_ids"]) > k else
+                      "fewer_options_than_k" if parent["n_options"] < k else "ok")
+            assert row["subsample_status"] == status
+
+
+def test_subsamples_nest_and_depend_on_seed():
+    instances = _instances()
+    small, large = subsample_answer_space(instances, 2, 4), subsample_answer_space(instances, 4, 4)
+    for a, b in zip(small["option_ids"], large["option_ids"]):
+        assert set(a) <= set(b)
+    seeds = {tuple(subsample_answer_space(instances, 3, s)["option_ids"][6]) for s in range(20)}
+    assert len(seeds) > 1
+    with pytest.raises(ValueError, match="k must be"):
+        subsample_answer_space(instances, 0, 1)
