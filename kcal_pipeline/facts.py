@@ -37,6 +37,11 @@ def _shape(frame: pl.DataFrame, columns: list[str]) -> pl.DataFrame:
     return frame.select([pl.col(c).cast(pl.Utf8) for c in columns])
 
 
+def _no_drops() -> pl.DataFrame:
+    """Sources that return no dropped rows (rules, imported files, MACE: counts only)."""
+    return _shape(pl.DataFrame(schema=DROPPED_SCHEMA), DROPPED_COLUMNS)
+
+
 def _provenance(frame: pl.DataFrame, endpoint: str | None, query_hash: str | None,
                 retrieved_at: str | None) -> pl.DataFrame:
     return frame.with_columns(endpoint=pl.lit(endpoint, pl.Utf8), query_hash=pl.lit(query_hash, pl.Utf8),
@@ -47,17 +52,17 @@ def relation_facts(spec: RelationSpec, cached: CachedSparql | None, *, page_size
                    min_sitelinks: int | None = None, log: Callable[[str], None] = print) -> RelationFacts:
     if spec.source == "bear":
         facts = pl.read_parquet(Path(spec.data))
-        return RelationFacts(_shape(facts, COLUMNS), _shape(pl.DataFrame(schema=DROPPED_SCHEMA), DROPPED_COLUMNS), {})
+        return RelationFacts(_shape(facts, COLUMNS), _no_drops(), {})
     if spec.source == "rule":
         facts = _provenance(mace.math_facts(spec.relation_id), "rule:kcal", None, None)
-        return RelationFacts(_shape(facts, COLUMNS), _shape(pl.DataFrame(schema=DROPPED_SCHEMA), DROPPED_COLUMNS), {})
+        return RelationFacts(_shape(facts, COLUMNS), _no_drops(), {})
     if cached is None:
         raise ValueError(f"relation {spec.relation_id!r} needs a SPARQL endpoint for its facts")
     if spec.domain == "mace":
         page = cached.select(mace.domain_query(spec))
         parsed = mace.parse_mace_facts(page.result, spec.relation_id, spec.query)
         facts = _provenance(parsed.frame, page.endpoint, page.query_hash, page.retrieved_at)
-        return RelationFacts(_shape(facts, COLUMNS), _shape(pl.DataFrame(schema=DROPPED_SCHEMA), DROPPED_COLUMNS),
+        return RelationFacts(_shape(facts, COLUMNS), _no_drops(),
                              parsed.dropped)
     parsed = fetch_facts(cached, spec, page_size=page_size, min_sitelinks=min_sitelinks, log=log)
     return RelationFacts(_shape(parsed.frame, COLUMNS), _shape(parsed.dropped_rows, DROPPED_COLUMNS),

@@ -25,12 +25,12 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from kcal_pipeline.keys import (
-    InvalidIdError, check_entity_id, check_relation_id, entity_id_from_iri, entity_iri,
+    check_entity_id, check_relation_id, entity_iri,
 )
 from kcal_pipeline.probe import INSTANCE_COLUMNS
 from kcal_pipeline.relations import RelationSpec, get_relation
 from kcal_pipeline.sampling import derived_rng, sample_negatives, stable_rank
-from kcal_pipeline.wikidata import FactsResult, looks_like_id
+from kcal_pipeline.wikidata import FactsResult, entity_of, looks_like_id
 
 log = logging.getLogger(__name__)
 
@@ -181,20 +181,10 @@ def label_problem(label: str | None, entity_id: str) -> str | None:
     return None
 
 
-def _entity(binding: dict, var: str) -> tuple[str | None, str | None]:
-    term = binding.get(var)
-    if not isinstance(term, dict) or term.get("type") != "uri":
-        return None, "not_an_entity"
-    try:
-        return entity_id_from_iri(term.get("value")), None
-    except InvalidIdError:
-        return None, "unknown_namespace"
-
-
 def _row(binding: dict, domain: str) -> tuple[tuple | None, str | None]:
     out = []
     for var in ("subject", "object"):
-        entity, why = _entity(binding, var)
+        entity, why = entity_of(binding, var)
         if why:
             return None, why
         label = " ".join(str((binding.get(f"{var}Label") or {}).get("value", "")).split())

@@ -149,7 +149,7 @@ def _bindings(result: dict) -> list:
     return results["bindings"]
 
 
-def _entity(binding: dict, var: str) -> tuple[str | None, str | None]:
+def entity_of(binding: dict, var: str) -> tuple[str | None, str | None]:
     """(entity id, None) or (None, drop reason)."""
     term = binding.get(var)
     if not isinstance(term, dict) or term.get("type") != "uri":
@@ -171,10 +171,10 @@ def _label(binding: dict, var: str, entity_id: str) -> tuple[str | None, str | N
 
 
 def _fact_row(binding: dict) -> tuple[tuple[str, str, str, str] | None, str | None]:
-    subject, why = _entity(binding, "subject")
+    subject, why = entity_of(binding, "subject")
     if why:
         return None, why
-    obj, why = _entity(binding, "object")
+    obj, why = entity_of(binding, "object")
     if why:
         return None, why
     subject_label, why = _label(binding, "subjectLabel", subject)

@@ -50,32 +50,6 @@ def literal(label: str) -> str:
     return f'"{out}"@en'
 
 
-class _Graph:
-    """Facts between entity ids plus one label per entity; entities without a label are refused."""
-
-    def __init__(self) -> None:
-        self.labels: dict[str, str] = {}
-        self.facts: set[tuple[str, str, str]] = set()
-
-    def entity(self, entity_id: str, label: str | None) -> str | None:
-        label = clean_label(label)
-        if label is None:
-            return None
-        self.labels.setdefault(entity_id, label)
-        return entity_id
-
-    def add(self, subject: str | None, prop: str, obj: str | None) -> None:
-        if subject and obj:
-            self.facts.add((subject, prop, obj))
-
-    def ntriples(self) -> str:
-        lines = {f"<{entity_iri(s)}> <{WDT}{p}> <{entity_iri(o)}> ." for s, p, o in self.facts}
-        lines |= {f"<{entity_iri(e)}> <{RDFS_LABEL}> {literal(lab)} ." for e, lab in self.labels.items()}
-        return "".join(f"{line}\n" for line in sorted(lines))
-
-
-
-
 def typed_literal(value: int | float | str) -> str:
     """A typed literal as Wikidata stores it: a year as xsd:dateTime ('1995-01-01T00:00:00Z'),
     a number as xsd:decimal; str values must already be ISO dates ('1995-06-30')."""
