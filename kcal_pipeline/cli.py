@@ -6,6 +6,7 @@ of this library stays free of Dagster.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -217,6 +218,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.home:
+        # The catalog (imported datasets) and the Dagster layer read KCAL_HOME from the environment.
+        os.environ["KCAL_HOME"] = str(kcal_home(args.home))
     try:
         return args.func(args)
     except (KeyError, ValueError, FileNotFoundError, RuntimeError, duckdb.Error) as exc:

@@ -19,8 +19,6 @@ from kcal_pipeline.variants import (
     subsample_answer_space,
 )
 
-VARIANT_KINDS = ("marker_verbal", "marker_numeric", "perturbation")
-BASE_KINDS = ("curated", "generated")
 
 
 def relation_instances(spec: RelationSpec, facts: pl.DataFrame, pools: pl.DataFrame,
@@ -50,21 +48,20 @@ def curated_and_variants(curated: pl.DataFrame, seed: int) -> pl.DataFrame:
 
 def run_templates(templates: pl.DataFrame, generated: pl.DataFrame | None, kinds: list[str],
                   max_templates: int | None, seed: int) -> pl.DataFrame:
-    """The templates a run scores: the first max_templates curated (and generated, if chosen)
-    templates per relation, plus the chosen variant kinds of exactly those templates."""
-    base = templates.filter(pl.col("kind") == "curated")
+    """The templates a run scores: of the first max_templates curated (and, if chosen, generated)
+    templates per relation, those whose kind is chosen, plus the chosen variant kinds of them.
+    Variants alone (e.g. only "perturbation") still derive from those same parents."""
+    parents = templates.filter(pl.col("kind") == "curated")
     if "generated" in kinds:
         if generated is None or generated.is_empty():
             raise ValueError("template_kinds includes 'generated' but generated_templates is empty or "
                              "not materialized: materialize it first (kcal dataset paraphrase)")
-        base = pl.concat([base, generated.select(base.columns)], how="diagonal_relaxed")
-    if "curated" not in kinds:
-        base = base.filter(pl.col("kind") != "curated")
+        parents = pl.concat([parents, generated.select(parents.columns)], how="diagonal_relaxed")
     if max_templates:
-        base = base.filter(pl.col("rank") < max_templates)
-    variants = pl.concat([marker_variants(base), perturbation_variants(base, seed)], how="diagonal_relaxed")
-    chosen = variants.filter(pl.col("kind").is_in([k for k in kinds if k in VARIANT_KINDS]))
-    return pl.concat([base, chosen], how="diagonal_relaxed").sort("relation_id", "template_id")
+        parents = parents.filter(pl.col("rank") < max_templates)
+    variants = pl.concat([marker_variants(parents), perturbation_variants(parents, seed)], how="diagonal_relaxed")
+    chosen = pl.concat([parents, variants], how="diagonal_relaxed").filter(pl.col("kind").is_in(kinds))
+    return chosen.sort("relation_id", "template_id")
 
 
 def relation_statements(instances: pl.DataFrame, templates: pl.DataFrame, seed: int) -> pl.DataFrame:

@@ -1,0 +1,65 @@
+"""The dataset layer: which templates a run scores, one-shot statements, instances per kind."""
+import polars as pl
+import pytest
+
+from kcal_pipeline.dataset import curated_and_variants, relation_instances, relation_statements, run_templates
+from kcal_pipeline.probe import ProbeConfig, object_pools, templates_frame
+from kcal_pipeline.relations import get_relation, load_catalog
+
+CATALOG = load_catalog()
+TEMPLATES = curated_and_variants(templates_frame({"P36": CATALOG["P36"]}), seed=13)
+FACTS = pl.DataFrame({
+    "relation_id": ["P36"] * 5,
+    "subject_id": ["s1", "s2", "s3", "s4", "s5"],
+    "subject_label": ["France", "Germany", "Italy", "Spain", "Côte d'Ivoire"],
+    "object_id": ["o1", "o2", "o3", "o4", "o5"],
+    "object_label": ["Paris", "Berlin", "Rome", "Madrid", "Yamoussoukro"],
+})
+
+
+def test_default_run_scores_the_first_curated_templates_only():
+    chosen = run_templates(TEMPLATES, None, ["curated"], 3, seed=13)
+    assert chosen["template_id"].to_list() == ["P36:c0", "P36:c1", "P36:c2"]
+
+
+def test_variant_kinds_follow_exactly_the_chosen_parents():
+    chosen = run_templates(TEMPLATES, None, ["curated", "marker_numeric", "perturbation"], 2, seed=13)
+    variants = chosen.filter(pl.col("kind") != "curated")
+    assert set(variants["parent_id"]) == {"P36:c0", "P36:c1"}
+    assert set(variants["kind"]) == {"marker_numeric", "perturbation"}
+    assert variants.filter(pl.col("kind") == "marker_numeric").height == 2 * 5  # 5 confidence levels
+
+
+def test_generated_kind_needs_generated_templates():
+    with pytest.raises(ValueError, match="generated_templates is empty or not materialized"):
+        run_templates(TEMPLATES, None, ["generated"], 3, seed=13)
+
+
+def test_one_shot_statements_demonstrate_with_another_subject_and_keep_spans():
+    inst = relation_instances(CATALOG["P36"], FACTS, pl.DataFrame(), ProbeConfig(n_negatives=2, max_instances=None))
+    chosen = run_templates(TEMPLATES, None, ["perturbation"], 1, seed=13).filter(pl.col("variant") == "one-shot")
+    st = relation_statements(inst, chosen, seed=13)
+    assert st.height == int(inst["n_options"].sum())
+    for row in st.iter_rows(named=True):
+        subject = row["text"][row["subject_start"]:row["subject_end"]]
+        own = inst.filter(pl.col("instance_id") == row["instance_id"])["subject_label"][0]
+        assert subject == own and row["text"][row["object_start"]:row["object_end"]] == row["object_label"]
+        demo = row["text"][:row["text"].index("The capital of " + own)]
+        assert demo.strip() and own not in demo and "[D]" not in row["text"]
+
+
+def test_answer_space_subsampling_adds_cut_instances():
+    inst = relation_instances(CATALOG["P36"], FACTS, pl.DataFrame(),
+                              ProbeConfig(n_negatives=4, max_instances=None), answer_space_k=2)
+    cut = inst.filter(pl.col("instance_id").str.ends_with("#k2"))
+    assert cut.height == 5 and cut["n_options"].to_list() == [2] * 5
+    assert all(set(g) <= set(o) for g, o in zip(cut["gold_ids"], cut["option_ids"]))
+
+
+def test_mace_instances_have_exact_gold_counts():
+    facts = __import__("kcal_pipeline.mace", fromlist=["math_facts"]).math_facts("mace-math")
+    inst = relation_instances(get_relation("mace-math"), facts, object_pools(facts, CATALOG),
+                              ProbeConfig(max_instances=40))
+    counts = inst.group_by("n_gold").len().sort("n_gold")
+    assert counts.rows() == [(1, 10), (2, 10), (4, 10), (6, 10)]
+    assert all(len(g) == n for g, n in zip(inst["gold_ids"], inst["n_gold"]))
