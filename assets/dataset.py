@@ -111,15 +111,19 @@ def generated_templates(context: AssetExecutionContext, models: ModelProvider,
     demand (`kcal dataset paraphrase`), used when template_kinds includes "generated"."""
     key = probe_settings.paraphrase_model or models.registry().entries()[0].key
     entry, loaded = models.entry(key), models.load(key)
-    kept_all, reasons = [], {}
+    kept_all, reasons, per_relation = [], {}, {}
+    wanted = set(probe_settings.paraphrase_relations)
     for spec in load_catalog().values():
+        if wanted and spec.relation_id not in wanted:
+            continue
         candidates = generate_paraphrases(loaded, spec.relation_id, spec.label, list(spec.templates),
                                           model_id=entry.id, seed=probe_settings.seed)
         kept, rejected = filter_candidates(candidates, list(spec.templates))
         kept_all += kept
         for reason, n in reason_counts(rejected).items():
             reasons[reason] = reasons.get(reason, 0) + n
+        per_relation[spec.relation_id] = {"candidates": len(candidates), "kept": len(kept)}
         context.log.info(f"{spec.relation_id}: kept {len(kept)} of {len(candidates)} paraphrases")
     context.add_output_metadata({"kept": len(kept_all), "rejected": MetadataValue.json(reasons),
-                                 "generator": entry.id})
+                                 "per_relation": MetadataValue.json(per_relation), "generator": entry.id})
     return paraphrase_rows(kept_all)

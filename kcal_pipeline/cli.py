@@ -80,7 +80,8 @@ def cmd_dataset_paraphrase(args) -> int:
     from assets.runner import materialize_unpartitioned  # Dagster layer
     from kcal_pipeline.storage import read_partition
     home = kcal_home(args.home)
-    settings = {"paraphrase_model": args.model} if args.model else {}
+    settings = {k: v for k, v in {"paraphrase_model": args.model,
+                                  "paraphrase_relations": args.relation}.items() if v}
     materialize_unpartitioned(home, "generated_templates", settings)
     frame = read_partition(home, "generated_templates")
     print(f"{frame.height} generated templates kept; use them with --template-kinds curated,generated")
@@ -206,6 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.set_defaults(func=cmd_dataset_import_bear)
     pp = dsub.add_parser("paraphrase", help="generate template paraphrases with an instruct model")
     pp.add_argument("--model", help="model key (default: the first registered model)")
+    pp.add_argument("--relation", action="append", help="relation id (repeatable; default: all)")
     pp.set_defaults(func=cmd_dataset_paraphrase)
     dsub.add_parser("quality", help="print the data-quality table").set_defaults(func=cmd_dataset_quality)
 

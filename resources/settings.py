@@ -19,6 +19,7 @@ class ProbeSettings(ConfigurableResource):
     page_size: int = 0        # > 0: page SPARQL results (live Wikidata); 0 = one query per relation
     min_sitelinks: int = 0    # > 0: popularity filter where the endpoint has wikibase:sitelinks
     paraphrase_model: str = ""  # model key that writes generated templates; "" = first registered
+    paraphrase_relations: list[str] = []  # relations to paraphrase; empty = every relation
     home: str = ""
 
     def probe_config(self) -> ProbeConfig:
