@@ -7,6 +7,7 @@ BEAR-style answer space, or MACE questions with 1/2/4/6 answers) and which templ
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 import polars as pl
 
@@ -14,6 +15,7 @@ from kcal_pipeline import mace
 from kcal_pipeline.bear import instances_from_fixed_space
 from kcal_pipeline.probe import ProbeConfig, build_instances, build_statements, topup_pool_for
 from kcal_pipeline.relations import RelationSpec
+from kcal_pipeline.sampling import stable_rank
 from kcal_pipeline.variants import (
     DEMO_SLOT, demonstration_for, expand_demo, marker_variants, perturbation_variants,
     subsample_answer_space,
@@ -30,6 +32,8 @@ def relation_instances(spec: RelationSpec, facts: pl.DataFrame, pools: pl.DataFr
         instances = mace.build_questions(facts, spec.relation_id, seed=config.seed, per_count=per_count,
                                          n_negatives=config.n_negatives)
     elif spec.answer_space == "fixed":
+        if not spec.answer_space_ids:
+            facts, spec = _bear_style_space(facts, spec, config)
         instances = instances_from_fixed_space(facts, spec, config.seed, config.dev_fraction, log=log)
     else:
         topup = topup_pool_for(pools, spec.relation_id, spec.object_type) if pools.height else None
@@ -38,6 +42,16 @@ def relation_instances(spec: RelationSpec, facts: pl.DataFrame, pools: pl.DataFr
         cut = subsample_answer_space(instances, answer_space_k, config.seed)
         instances = pl.concat([instances, cut], how="diagonal_relaxed")
     return instances
+
+
+def _bear_style_space(facts: pl.DataFrame, spec: RelationSpec, config: ProbeConfig):
+    """BEAR's 1:1 answer space: the gold objects of the probed subjects (a stable seeded subset
+    of max_instances), shared by all of them."""
+    subjects = sorted(facts["subject_id"].unique(), key=lambda s: stable_rank(config.seed, spec.relation_id, "subset", s))
+    chosen = facts.filter(pl.col("subject_id").is_in(subjects[:config.max_instances]))
+    space = chosen.select("object_id", "object_label").unique("object_id").sort("object_id")
+    return chosen, replace(spec, answer_space_ids=tuple(space["object_id"]),
+                           answer_space_labels=tuple(space["object_label"]))
 
 
 def curated_and_variants(curated: pl.DataFrame, seed: int) -> pl.DataFrame:

@@ -63,3 +63,17 @@ def test_mace_instances_have_exact_gold_counts():
     counts = inst.group_by("n_gold").len().sort("n_gold")
     assert counts.rows() == [(1, 10), (2, 10), (4, 10), (6, 10)]
     assert all(len(g) == n for g, n in zip(inst["gold_ids"], inst["n_gold"]))
+
+
+def test_one_to_one_relations_share_one_bear_style_answer_space():
+    spec = get_relation("P1376")
+    assert spec.answer_space == "fixed"
+    facts = pl.DataFrame({"relation_id": ["P1376"] * 4, "subject_id": ["c1", "c2", "c3", "c4"],
+                          "subject_label": ["Paris", "Berlin", "Rome", "Madrid"],
+                          "object_id": ["k1", "k2", "k3", "k4"],
+                          "object_label": ["France", "Germany", "Italy", "Spain"]})
+    inst = relation_instances(spec, facts, pl.DataFrame(), ProbeConfig(max_instances=3))
+    assert inst.height == 3
+    space = inst["option_ids"][0].to_list()
+    assert all(o.to_list() == space for o in inst["option_ids"]) and len(space) == 3
+    assert sorted(g[0] for g in inst["gold_ids"].to_list()) == sorted(space)  # the probed subjects' golds
