@@ -103,19 +103,26 @@ def load_catalog(path: str | None = None) -> dict[str, RelationSpec]:
     Within the packaged files a relation id may appear once only: a duplicate is an error, not
     a silent override.
     """
-    catalog: dict[str, RelationSpec] = {}
-    for name in PACKAGED:
-        if not resources.files("kcal_pipeline").joinpath(name).is_file():
-            continue
-        data, origin = _read(name, packaged=True)
-        dup = sorted(set(data) & set(catalog))
-        if dup:
-            raise ValueError(f"{origin}: relation id(s) {', '.join(dup)} already defined in another catalog file")
-        catalog.update(parse_catalog(data, origin))
+    catalog = merge_catalogs([_read(name, packaged=True) for name in PACKAGED
+                              if resources.files("kcal_pipeline").joinpath(name).is_file()])
     for extra in [*_imported_catalogs(), path or os.environ.get("KCAL_CATALOG")]:
         if extra:
             data, origin = _read(str(extra), packaged=False)
             catalog.update(parse_catalog(data, origin))
+    return catalog
+
+
+def merge_catalogs(parts: list[tuple[dict, str]]) -> dict[str, RelationSpec]:
+    """Catalog files that must not overlap: a relation id defined twice is an error naming both files."""
+    catalog: dict[str, RelationSpec] = {}
+    origins: dict[str, str] = {}
+    for data, origin in parts:
+        dup = sorted(set(data) & set(catalog))
+        if dup:
+            raise ValueError(f"{origin}: relation id(s) {', '.join(dup)} already defined in "
+                             f"{', '.join(sorted({origins[d] for d in dup}))}")
+        catalog.update(parse_catalog(data, origin))
+        origins.update({rid: origin for rid in data})
     return catalog
 
 

@@ -137,3 +137,12 @@ def test_short_pool_is_topped_up_from_same_type_and_stays_stable():
     a = inst.filter(pl.col("subject_id") == "a").row(0, named=True)
     assert a["n_options"] == 4 and set(a["option_ids"]) == {"x1", "x2", "x3", "x4"}
     assert a["option_labels"] == [{"x1": "X1", "x2": "X2", "x3": "X3", "x4": "X4"}[o] for o in a["option_ids"]]
+
+
+def test_a_relation_id_defined_in_two_catalog_files_is_an_error():
+    from kcal_pipeline.relations import merge_catalogs
+    entry = {"label": "c", "kind": "n_to_1", "property": "P36", "object_type": "city", "templates": ["[X] [Y]"]}
+    assert set(merge_catalogs([({"P36": entry}, "a.toml"), ({"P30": {**entry, "property": "P30"}}, "b.toml")])) \
+        == {"P36", "P30"}
+    with pytest.raises(ValueError, match=r"b\.toml: relation id\(s\) P36 already defined in a\.toml"):
+        merge_catalogs([({"P36": entry}, "a.toml"), ({"P36": entry}, "b.toml")])
