@@ -70,7 +70,7 @@ def run_templates(templates: pl.DataFrame, generated: pl.DataFrame | None, kinds
         if generated is None or generated.is_empty():
             raise ValueError("template_kinds includes 'generated' but generated_templates is empty or "
                              "not materialized: materialize it first (kcal dataset paraphrase)")
-        parents = pl.concat([parents, generated.select(parents.columns)], how="diagonal_relaxed")
+        parents = pl.concat([parents, generated], how="diagonal_relaxed")
     if max_templates:
         parents = parents.filter(pl.col("rank") < max_templates)
     variants = pl.concat([marker_variants(parents), perturbation_variants(parents, seed)], how="diagonal_relaxed")

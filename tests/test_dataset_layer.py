@@ -77,3 +77,12 @@ def test_one_to_one_relations_share_one_bear_style_answer_space():
     space = inst["option_ids"][0].to_list()
     assert all(o.to_list() == space for o in inst["option_ids"]) and len(space) == 3
     assert sorted(g[0] for g in inst["gold_ids"].to_list()) == sorted(space)  # the probed subjects' golds
+
+
+def test_generated_templates_join_the_run_with_their_variants():
+    from kcal_pipeline.paraphrase import Candidate, paraphrase_rows
+    generated = paraphrase_rows([Candidate("P36", "[Y] serves as the capital of [X].", "m", "m@r", "prompt")])
+    chosen = run_templates(TEMPLATES, generated, ["curated", "generated", "marker_verbal"], 1, seed=13)
+    assert set(chosen.filter(pl.col("kind") != "marker_verbal")["template_id"]) == {"P36:c0", "P36:g0"}
+    assert set(chosen.filter(pl.col("kind") == "marker_verbal")["parent_id"]) == {"P36:c0", "P36:g0"}
+    assert chosen.filter(pl.col("template_id") == "P36:g0")["generator"].to_list() == ["m@r"]
