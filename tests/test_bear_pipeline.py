@@ -1,23 +1,18 @@
 """A BEAR-format directory runs through the whole pipeline from the command line:
 import, facts, fixed answer spaces, statements, real scoring, estimates, metrics, DuckDB."""
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import run_kcal
+
 from tests.test_bear import write_bear
 
 pytestmark = pytest.mark.integration
-KCAL = str(Path(sys.executable).with_name("kcal"))
 
 
-def kcal(home: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "DAGSTER_HOME": str(home / "dagster")}
-    env.pop("KCAL_HOME", None)
-    return subprocess.run([KCAL, "--home", str(home), *args], capture_output=True, text=True, env=env,
-                          timeout=900)
+def kcal(home: Path, *args: str):
+    return run_kcal(home, *args, timeout=900)
 
 
 def test_bear_directory_runs_end_to_end(tmp_path):

@@ -1,19 +1,13 @@
 """The `kcal` command line on a temporary KCAL_HOME and DAGSTER_HOME (a real Dagster instance)."""
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-KCAL = str(Path(sys.executable).with_name("kcal"))
+from tests.conftest import run_kcal
 
 
-def kcal(home: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "DAGSTER_HOME": str(home / "dagster")}
-    env.pop("KCAL_HOME", None)
-    return subprocess.run([KCAL, "--home", str(home), *args], capture_output=True, text=True, env=env,
-                          timeout=120)
+def kcal(home: Path, *args: str):
+    return run_kcal(home, *args, timeout=120)
 
 
 def partitions(home: Path) -> list[str]:
