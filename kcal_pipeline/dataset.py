@@ -29,8 +29,11 @@ def relation_instances(spec: RelationSpec, facts: pl.DataFrame, pools: pl.DataFr
     """Probe instances of one relation; with answer_space_k > 0 also each instance cut to k options."""
     if spec.domain == "mace":
         per_count = max(1, (config.max_instances or 200) // len(mace.GOLD_COUNTS))
-        instances = mace.build_questions(facts, spec.relation_id, seed=config.seed, per_count=per_count,
-                                         n_negatives=config.n_negatives)
+        built = mace.build_question_set(facts, spec.relation_id, seed=config.seed, per_count=per_count,
+                                        n_negatives=config.n_negatives, dev_fraction=config.dev_fraction)
+        log(f"{spec.relation_id}: {built.frame.height} questions; dropped {built.dropped}; "
+            f"shortfall per gold count {built.shortfall or 'none'}")
+        instances = built.frame
     elif spec.answer_space == "fixed":
         if not spec.answer_space_ids:
             facts, spec = _bear_style_space(facts, spec, config)
