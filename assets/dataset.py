@@ -80,6 +80,8 @@ def probe_instances(context: AssetExecutionContext, wikidata_facts: pl.DataFrame
 def statements(context: AssetExecutionContext, probe_instances: pl.DataFrame, templates: pl.DataFrame,
                probe_settings: ProbeSettings) -> pl.DataFrame:
     """Every instance × chosen template × option as a sentence, with subject and object spans."""
+    # generated_templates is optional (materialized on demand), so it is read from its table when
+    # present rather than declared as an input that every run would have to materialize first.
     home = kcal_home(probe_settings.home or None)
     generated_path = partition_path(home, "generated_templates")
     generated = pl.read_parquet(generated_path) if generated_path.exists() else None
