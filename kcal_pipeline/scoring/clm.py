@@ -61,22 +61,33 @@ def score_clm(loaded: LoadedModel, texts: Sequence[str], subject_spans: Sequence
 
     Means over zero tokens (an empty object span) are null rather than NaN.
     """
+    enc = encode_inputs(loaded, texts, subject_spans, object_spans, batch_size)
+    if enc is None:
+        return pl.DataFrame(schema=SCHEMA)
+    _, subject_spans, object_spans, batch_size, ids, offsets = enc
+    logprobs = _token_logprobs(loaded, ids, batch_size, progress)
+    roles = [np.array(token_roles(off, s, o), dtype=np.int8)
+             for off, s, o in zip(offsets, subject_spans, object_spans)]
+    return _frame(logprobs, roles)
+
+
+def encode_inputs(loaded: LoadedModel, texts: Sequence[str], subject_spans: Sequence[Span],
+                  object_spans: Sequence[Span], batch_size: int | None):
+    """Validated inputs and their tokenization (ids, character offsets), shared by every CLM
+    scorer; None for empty input."""
     texts, subject_spans, object_spans = list(texts), list(subject_spans), list(object_spans)
     _check_inputs(texts, subject_spans, object_spans)
     batch_size = loaded.batch_size if batch_size is None else batch_size
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
     if not texts:
-        return pl.DataFrame(schema=SCHEMA)
+        return None
     encoded = loaded.tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True)
     ids, offsets = encoded["input_ids"], encoded["offset_mapping"]
     for i, seq in enumerate(ids):
         if not seq:
             raise ValueError(f"text #{i} has no tokens: {texts[i]!r}")
-    logprobs = _token_logprobs(loaded, ids, batch_size, progress)
-    roles = [np.array(token_roles(off, s, o), dtype=np.int8)
-             for off, s, o in zip(offsets, subject_spans, object_spans)]
-    return _frame(logprobs, roles)
+    return texts, subject_spans, object_spans, batch_size, ids, offsets
 
 
 def _check_inputs(texts: list, subject_spans: list, object_spans: list) -> None:

@@ -1,0 +1,164 @@
+"""Shared-prefix CLM scoring against the plain path (score_clm) on many random candidate sets."""
+import random
+
+import numpy as np
+import polars as pl
+import pytest
+
+from kcal_pipeline.models import DEFAULT_MODEL, load_model
+from kcal_pipeline.scoring import score_clm
+from kcal_pipeline.scoring import prefix as prefix_mod
+from kcal_pipeline.scoring.clm import SCHEMA
+from kcal_pipeline.scoring.prefix import prefix_length, score_clm_shared_prefix
+from kcal_pipeline.templates import fill
+from tests.test_clm_scoring import model_cache
+
+TEMPLATES = [
+    "The capital of [X] is [Y].",                                  # object at the end
+    "[Y] is the capital of [X].",                                  # object first (plain fallback)
+    "People in [X] often say that [Y] is where the government sits, at least officially.",  # middle
+    "[X]: [Y]",                                                    # short, no punctuation
+    "[X][Y] is cold.",                                             # adjacent slots: BPE merges across
+]
+SUBJECTS = ["France", "Côte d'Ivoire", "São Tomé and Príncipe", "Bosnia and Herzegovina", "Iceland",
+            "Zürich"]
+OPTIONS = ["Paris", "New York", "New Delhi", "Zürich", "São Tomé", "Côte d'Ivoire", "Reykjavík",
+           "land", "Abu Dhabi", "Asunción"]
+ATOL = 1e-4
+
+
+@pytest.fixture(scope="module")
+def loaded():
+    return load_model(DEFAULT_MODEL, model_cache())
+
+
+def random_cases(seed: int, n_sets: int) -> list:
+    """Candidate sets: one (template, subject) with 2-5 random options, sometimes a duplicate."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n_sets):
+        t, s = rng.choice(TEMPLATES), rng.choice(SUBJECTS)
+        options = rng.sample(OPTIONS, rng.randint(2, 5))
+        if rng.random() < 0.3:
+            options.append(rng.choice(options))  # duplicate statement
+        out += [fill(t, s, o) for o in options]
+    rng.shuffle(out)  # members of one group are not adjacent
+    return out
+
+
+CASES = random_cases(seed=11, n_sets=17)  # 71 statements
+
+
+def args(filled):
+    return [f.text for f in filled], [f.subject_span for f in filled], [f.object_span for f in filled]
+
+
+@pytest.fixture(scope="module")
+def counted():
+    """Rows that went through the shared-prefix pass, to prove the fast path was exercised."""
+    return []
+
+
+@pytest.fixture(scope="module")
+def both(loaded, counted):
+    original = prefix_mod._score_call
+
+    def spy(loaded_, call, seqs):
+        counted.extend(u for _, members in call for u in members)
+        return original(loaded_, call, seqs)
+
+    prefix_mod._score_call = spy
+    try:
+        fast = score_clm_shared_prefix(loaded, *args(CASES))
+    finally:
+        prefix_mod._score_call = original
+    return score_clm(loaded, *args(CASES)), fast
+
+
+def assert_same(plain: pl.DataFrame, fast: pl.DataFrame, labels) -> None:
+    assert dict(fast.schema) == SCHEMA
+    assert fast.height == plain.height
+    for label, p, f in zip(labels, plain.iter_rows(named=True), fast.iter_rows(named=True)):
+        assert f["n_tokens"] == p["n_tokens"], label
+        assert f["token_roles"] == p["token_roles"], label
+        np.testing.assert_allclose(f["token_logprobs"], p["token_logprobs"], atol=ATOL, rtol=0, err_msg=label)
+        for col in ("ll_sum", "ll_mean", "ll_answer_sum"):
+            assert abs(f[col] - p[col]) < ATOL, (label, col)
+        assert (f["ll_answer_mean"] is None) == (p["ll_answer_mean"] is None), label
+        if p["ll_answer_mean"] is not None:
+            assert abs(f["ll_answer_mean"] - p["ll_answer_mean"]) < ATOL, label
+
+
+def test_matches_the_plain_path_on_random_candidate_sets(both, counted):
+    plain, fast = both
+    assert len(CASES) >= 60
+    texts = [f.text for f in CASES]
+    assert len(set(texts)) < len(texts)  # duplicates are in the set
+    assert any(f.object_span[0] == 0 for f in CASES)  # object first
+    assert any(0 < f.object_span[0] and f.object_span[1] < len(f.text) - 1 for f in CASES)  # middle
+    assert any(f.object_span[1] == len(f.text) for f in CASES)  # object last
+    assert_same(plain, fast, texts)
+    # most statements took the shared-prefix path (object-first ones fall back to the plain one)
+    assert len(counted) >= len(set(texts)) // 2
+
+
+def test_shared_prefix_ends_before_the_object_token(loaded):
+    """The prefix comes from the full text's tokens: with "[X][Y]" BPE merges across the slots."""
+    f = fill("[X][Y] is cold.", "Ice", "land")
+    enc = loaded.tokenizer(f.text, add_special_tokens=False, return_offsets_mapping=True)
+    assert [f.text[a:b] for a, b in enc["offset_mapping"]][:2] == ["I", "celand"]
+    assert prefix_length(enc["offset_mapping"], f.object_span) == 2  # [start] + "I"
+    g = fill("The capital of [X] is [Y].", "France", "New York")
+    enc = loaded.tokenizer(g.text, add_special_tokens=False, return_offsets_mapping=True)
+    assert prefix_length(enc["offset_mapping"], g.object_span) == 6  # [start] The capital of France is
+    assert prefix_length([(0, 3), (3, 5)], (5, 5)) == 0  # empty object: no prefix, plain path
+
+
+def test_input_order_is_preserved(loaded, both):
+    plain, _ = both
+    order = list(range(24))
+    random.Random(3).shuffle(order)
+    shuffled = [CASES[i] for i in order]
+    fast = score_clm_shared_prefix(loaded, *args(shuffled), batch_size=4)  # groups split over calls
+    assert_same(plain[order], fast, [f.text for f in shuffled])
+
+
+def test_options_order_does_not_change_scores(loaded):
+    t = "People in [X] often say that [Y] is where the government sits, at least officially."
+    options = ["New York", "New Delhi", "São Tomé", "Paris", "Zürich"]
+    forward = score_clm_shared_prefix(loaded, *args([fill(t, "Côte d'Ivoire", o) for o in options]))
+    backward = score_clm_shared_prefix(loaded, *args([fill(t, "Côte d'Ivoire", o) for o in options[::-1]]))
+    np.testing.assert_allclose(forward["ll_sum"].to_numpy(), backward["ll_sum"].to_numpy()[::-1],
+                               atol=1e-5, rtol=0)
+
+
+def test_a_group_of_one_and_duplicates(loaded):
+    one = [fill("The capital of [X] is [Y].", "Iceland", "Reykjavík")]
+    alone = score_clm_shared_prefix(loaded, *args(one))
+    assert_same(score_clm(loaded, *args(one)), alone, ["alone"])
+    twice = score_clm_shared_prefix(loaded, *args(one * 3))  # duplicates only: still one sequence
+    assert twice["ll_sum"].to_list() == alone["ll_sum"].to_list() * 3
+
+
+def test_empty_object_span_and_progress(loaded):
+    filled = [fill("The capital of [X] is [Y].", "France", o) for o in ("Paris", "Lyon", "Paris")]
+    texts, subj, obj = args(filled)
+    texts.append("The capital of France.")
+    subj.append((15, 21))
+    obj.append((22, 22))  # empty object span: plain path, null answer mean
+    calls = []
+    fast = score_clm_shared_prefix(loaded, texts, subj, obj, progress=lambda d, t: calls.append((d, t)))
+    assert_same(score_clm(loaded, texts, subj, obj), fast, texts)
+    assert fast["ll_answer_mean"][3] is None
+    assert calls[-1] == (3, 3)  # distinct sequences
+
+
+def test_bad_inputs_are_rejected(loaded):
+    f = CASES[0]
+    with pytest.raises(ValueError, match="equal lengths"):
+        score_clm_shared_prefix(loaded, [f.text], [], [f.object_span])
+    with pytest.raises(ValueError, match="text #1 has no tokens"):
+        score_clm_shared_prefix(loaded, [f.text, ""], [f.subject_span, (0, 0)], [f.object_span, (0, 0)])
+    with pytest.raises(ValueError, match="batch_size must be a positive integer, got 0"):
+        score_clm_shared_prefix(loaded, *args([f]), batch_size=0)
+    assert score_clm_shared_prefix(loaded, [], [], []).schema == pl.Schema(SCHEMA)
