@@ -22,10 +22,9 @@ from pathlib import Path
 import polars as pl
 
 from kcal_pipeline.keys import check_entity_id, check_relation_id
-from kcal_pipeline.probe import INSTANCE_COLUMNS, EmptyRelationError
+from kcal_pipeline.probe import EmptyRelationError, instance_row, instances_frame
 from kcal_pipeline.quality import dedupe_answer_space
 from kcal_pipeline.relations import RelationSpec, parse_catalog
-from kcal_pipeline.sampling import stable_rank
 from kcal_pipeline.storage import write_parquet_atomic, write_text_atomic
 from kcal_pipeline.templates import check_template
 from kcal_pipeline.wikidata import looks_like_id
@@ -344,15 +343,10 @@ def instances_from_fixed_space(facts: pl.DataFrame, spec: RelationSpec, seed: in
     rows, removed = [], 0
     for subject_id, subject_label, objects in per_subject.iter_rows():
         gold = sorted(set(objects), key=order.__getitem__)
-        dev = stable_rank(seed, rid, "split", subject_id) / 2**64 < dev_fraction
-        row, n = dedupe_answer_space({
-            "instance_id": f"{rid}:{subject_id}", "relation_id": rid, "subject_id": subject_id,
-            "subject_label": subject_label, "gold_ids": gold, "gold_labels": [space[g] for g in gold],
-            "n_gold": len(gold), "option_ids": list(space), "option_labels": list(space.values()),
-            "n_options": len(space), "split": "dev" if dev else "test"})
+        row, n = dedupe_answer_space(instance_row(rid, subject_id, subject_label, gold, list(space), space,
+                                                  split_seed=seed, dev_fraction=dev_fraction))
         rows.append(row)
         removed += n
     if removed:
         log(f"relation {rid}: removed {removed} duplicate-label option(s) across {len(rows)} instances")
-    return pl.DataFrame(rows, schema_overrides={"n_gold": pl.Int32, "n_options": pl.Int32}).select(
-        INSTANCE_COLUMNS)
+    return instances_frame(rows)

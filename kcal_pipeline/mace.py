@@ -27,7 +27,7 @@ import polars as pl
 from kcal_pipeline.keys import (
     check_entity_id, check_relation_id, entity_iri,
 )
-from kcal_pipeline.probe import INSTANCE_COLUMNS
+from kcal_pipeline.probe import instance_row, instances_frame
 from kcal_pipeline.relations import RelationSpec, get_relation
 from kcal_pipeline.sampling import derived_rng, sample_negatives, stable_rank
 from kcal_pipeline.wikidata import FactsResult, entity_of, looks_like_id
@@ -506,16 +506,8 @@ def build_question_set(facts: pl.DataFrame, relation_id: str, *, seed: int, per_
     if shortfall:
         log.warning("%s: fewer questions than asked per gold count (missing): %s", relation_id, shortfall)
     log.info("%s: %d questions; dropped %s", relation_id, len(rows), dict(drops))
-    frame = pl.DataFrame(rows, schema=_INSTANCE_SCHEMA).select(INSTANCE_COLUMNS).sort("instance_id")
+    frame = instances_frame(rows)
     return QuestionSet(frame=frame, dropped=dict(drops), shortfall=shortfall)
-
-
-_INSTANCE_SCHEMA = {
-    "instance_id": pl.Utf8, "relation_id": pl.Utf8, "subject_id": pl.Utf8, "subject_label": pl.Utf8,
-    "gold_ids": pl.List(pl.Utf8), "gold_labels": pl.List(pl.Utf8), "n_gold": pl.Int32,
-    "option_ids": pl.List(pl.Utf8), "option_labels": pl.List(pl.Utf8), "n_options": pl.Int32,
-    "split": pl.Utf8,
-}
 
 
 def _instance(q: Question, relation_id: str, labels: dict[str, str], pools: dict[str, dict[str, str]],
@@ -529,14 +521,9 @@ def _instance(q: Question, relation_id: str, labels: dict[str, str], pools: dict
                                  topup_pool=labels, labels=labels)
     options = gold + negatives
     derived_rng(seed, relation_id, subject_id, "order").shuffle(options)
-    dev = stable_rank(0, relation_id, "split", subject_id) / 2**64 < dev_fraction
-    return {
-        "instance_id": f"{relation_id}:{subject_id}", "relation_id": relation_id,
-        "subject_id": subject_id, "subject_label": q.label,
-        "gold_ids": gold, "gold_labels": [labels[g] for g in gold], "n_gold": len(gold),
-        "option_ids": options, "option_labels": [labels[o] for o in options], "n_options": len(options),
-        "split": "dev" if dev else "test",
-    }
+    # Split seed 0: a question's split does not depend on the distractor seed.
+    return instance_row(relation_id, subject_id, q.label, gold, options, labels, split_seed=0,
+                        dev_fraction=dev_fraction)
 
 
 def build_questions(facts: pl.DataFrame, relation_id: str, *, seed: int, per_count: int = 50,

@@ -17,6 +17,12 @@ INSTANCE_COLUMNS = [
     "instance_id", "relation_id", "subject_id", "subject_label", "gold_ids", "gold_labels",
     "n_gold", "option_ids", "option_labels", "n_options", "split",
 ]
+INSTANCE_SCHEMA = {
+    "instance_id": pl.Utf8, "relation_id": pl.Utf8, "subject_id": pl.Utf8, "subject_label": pl.Utf8,
+    "gold_ids": pl.List(pl.Utf8), "gold_labels": pl.List(pl.Utf8), "n_gold": pl.Int32,
+    "option_ids": pl.List(pl.Utf8), "option_labels": pl.List(pl.Utf8), "n_options": pl.Int32,
+    "split": pl.Utf8,
+}
 
 
 @dataclass(frozen=True)
@@ -67,14 +73,16 @@ def build_instances(facts: pl.DataFrame, relation_id: str, config: ProbeConfig, 
                                      topup_pool=topup_pool, labels=labels)
         options = list(gold_ids) + negatives
         derived_rng(config.seed, relation_id, subject_id, "order").shuffle(options)
-        rows.append(_instance_row(relation_id, subject_id, subject_label, list(gold_ids), options,
-                                  labels, config))
+        rows.append(instance_row(relation_id, subject_id, subject_label, list(gold_ids), options, labels,
+                                 split_seed=config.seed, dev_fraction=config.dev_fraction))
     return instances_frame(rows)
 
 
-def _instance_row(relation_id: str, subject_id: str, subject_label: str, gold_ids: list[str],
-                  options: list[str], labels: dict[str, str], config: ProbeConfig) -> dict:
-    dev = stable_rank(config.seed, relation_id, "split", subject_id) / 2**64 < config.dev_fraction
+def instance_row(relation_id: str, subject_id: str, subject_label: str, gold_ids: list[str],
+                 options: list[str], labels: dict[str, str], *, split_seed: int, dev_fraction: float) -> dict:
+    """One probe instance; the dev/test split is a seeded hash of the subject, so it does not move
+    when other subjects come or go. Shared by sampled, fixed (BEAR) and MACE instances."""
+    dev = stable_rank(split_seed, relation_id, "split", subject_id) / 2**64 < dev_fraction
     return {
         "instance_id": f"{relation_id}:{subject_id}", "relation_id": relation_id,
         "subject_id": subject_id, "subject_label": subject_label,
@@ -85,9 +93,8 @@ def _instance_row(relation_id: str, subject_id: str, subject_label: str, gold_id
 
 
 def instances_frame(rows: list[dict]) -> pl.DataFrame:
-    """Probe instances in the table's column order, sorted by id (stable Parquet bytes)."""
-    return pl.DataFrame(rows, schema_overrides={"n_gold": pl.Int32, "n_options": pl.Int32}).select(
-        INSTANCE_COLUMNS).sort("instance_id")
+    """Probe instances in the table's column order and types, sorted by id (stable Parquet bytes)."""
+    return pl.DataFrame(rows, schema=INSTANCE_SCHEMA).sort("instance_id")
 
 
 def object_pools(facts: pl.DataFrame, catalog: dict) -> pl.DataFrame:

@@ -10,6 +10,7 @@ import polars as pl
 import pycountry
 import pytest
 
+from kcal_pipeline.probe import INSTANCE_COLUMNS
 from kcal_pipeline import mace
 from kcal_pipeline.keys import InvalidIdError, check_entity_id
 from kcal_pipeline.relations import load_catalog
@@ -89,7 +90,7 @@ def test_gold_counts_are_exact_with_50_each(questions, rid):
     assert frame["instance_id"].n_unique() == frame.height
     assert frame["subject_label"].n_unique() == frame.height
     assert all(check_entity_id(s) for s in frame["subject_id"])
-    assert frame.columns == mace.INSTANCE_COLUMNS
+    assert frame.columns == INSTANCE_COLUMNS
 
 
 @pytest.mark.parametrize("rid", sorted(DOMAINS))
