@@ -24,3 +24,9 @@ def one_dimension_of(asset: str, dimension: str) -> dict[str, AssetIn]:
         # The mapping is marked beta, yet it is the documented way to join these partition sets.
         warnings.simplefilter("ignore", BetaWarning)
         return {asset: AssetIn(partition_mapping=MultiToSingleDimensionPartitionMapping(dimension))}
+
+
+def partition_changes(current, keys: list[str]) -> tuple[list[str], list[str]]:
+    """(to add, to delete) that make the `model` partitions equal the registry's keys."""
+    current = set(current)
+    return [k for k in keys if k not in current], sorted(current - set(keys))

@@ -13,6 +13,7 @@ from pathlib import Path
 from dagster import AssetKey, DagsterInstance, MultiPartitionKey, materialize
 
 from assets.definitions import all_assets
+from assets.partitions import model_partitions, partition_changes
 from kcal_pipeline.config import dagster_home, registry_path
 from kcal_pipeline.models import Registry
 from kcal_pipeline.relations import relation_ids
@@ -54,12 +55,11 @@ def sync_model_partitions(home: Path, instance: DagsterInstance | None = None) -
     """Make the 'model' dynamic partitions equal the registry's keys; returns them."""
     instance = instance or get_instance(home)
     keys = [e.key for e in Registry(registry_path(home)).entries()]
-    current = set(instance.get_dynamic_partitions("model"))
-    new = [k for k in keys if k not in current]
-    if new:
-        instance.add_dynamic_partitions("model", new)
-    for stale in current - set(keys):
-        instance.delete_dynamic_partition("model", stale)
+    added, removed = partition_changes(instance.get_dynamic_partitions(model_partitions.name), keys)
+    if added:
+        instance.add_dynamic_partitions(model_partitions.name, added)
+    for stale in removed:
+        instance.delete_dynamic_partition(model_partitions.name, stale)
     return keys
 
 

@@ -18,7 +18,7 @@ from dagster import (
     sensor,
 )
 
-from assets.partitions import model_partitions
+from assets.partitions import model_partitions, partition_changes
 from kcal_pipeline.relations import relation_ids
 from resources import ModelProvider
 
@@ -36,8 +36,7 @@ def missing_partitions(instance, model_keys: list[str]) -> list[MultiPartitionKe
 @sensor(asset_selection=SCORING, minimum_interval_seconds=30, default_status=DefaultSensorStatus.RUNNING)
 def model_registry_sensor(context: SensorEvaluationContext, models: ModelProvider):
     keys = [e.key for e in models.registry().entries()]
-    current = set(context.instance.get_dynamic_partitions(model_partitions.name))
-    added, removed = [k for k in keys if k not in current], sorted(current - set(keys))
+    added, removed = partition_changes(context.instance.get_dynamic_partitions(model_partitions.name), keys)
     requests = [AddDynamicPartitionsRequest(model_partitions.name, added)] if added else []
     if removed:
         requests.append(DeleteDynamicPartitionsRequest(model_partitions.name, removed))
