@@ -4,7 +4,7 @@ import polars as pl
 from dagster import AssetExecutionContext, MetadataValue, asset
 
 from assets.partitions import model_partitions, one_dimension_of
-from kcal_pipeline.config import kcal_home, reports_dir
+from kcal_pipeline.config import kcal_home, report_path
 from kcal_pipeline.metrics import compute_curves, compute_metrics
 from kcal_pipeline.probe import headline_estimates
 from kcal_pipeline.report import format_summary, render_html, summary_table, write_report
@@ -35,7 +35,7 @@ def report(context: AssetExecutionContext, metrics: pl.DataFrame, curves: pl.Dat
     entry = models.entry(key)
     home = kcal_home(warehouse.home or None)
     summary = summary_table(metrics)
-    html_path = reports_dir(home) / f"model={key}" / "report.html"
+    html_path = report_path(home, key)
     meta = {"model_id": entry.id, "model_key": key, "KCAL_HOME": str(home),
             "duckdb": warehouse.path, "metrics": str(partition_path(home, "metrics", {"model": key}))}
     write_report(html_path, render_html(summary, metrics, curves, meta))

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import duckdb
 
-from kcal_pipeline.config import duckdb_path, kcal_home, registry_path, reports_dir
+from kcal_pipeline.config import duckdb_path, kcal_home, registry_path, report_path
 from kcal_pipeline.models import ModelEntry, Registry
 
 
@@ -58,7 +58,7 @@ def cmd_demo(args) -> int:
             continue
         print(f"\nModel {entry.id} — headline template, Base and Margin (ACE: 20 quantile bins)")
         print(format_summary(summary_table(metrics)))
-        print(f"report: {reports_dir(home) / f'model={entry.key}' / 'report.html'}")
+        print(f"report: {report_path(home, entry.key)}")
     print(f"duckdb: {duckdb_path(home)}   e.g. kcal sql \"select * from metrics limit 5\"")
     return 0
 

@@ -33,8 +33,9 @@ def duckdb_path(home: Path) -> Path:
     return home / "kcal.duckdb"
 
 
-def reports_dir(home: Path) -> Path:
-    return home / "reports"
+def report_path(home: Path, model_key: str) -> Path:
+    """The HTML report of one model (written by the report asset, printed by the CLI)."""
+    return home / "reports" / f"model={model_key}" / "report.html"
 
 
 def repo_sql_dir() -> Path:
