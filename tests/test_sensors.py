@@ -1,6 +1,7 @@
-"""The registry sensor on a real (ephemeral) Dagster instance."""
-from dagster import AssetMaterialization, DagsterInstance, MultiPartitionKey, SkipReason, build_sensor_context
+"""The registry sensor on a real (ephemeral) Dagster instance: partitions follow models.toml."""
+from dagster import AddDynamicPartitionsRequest, DagsterInstance, DefaultSensorStatus, SkipReason, build_sensor_context
 
+from assets.definitions import defs
 from assets.sensors import model_registry_sensor
 from kcal_pipeline.models import ModelEntry, Registry
 from resources import ModelProvider
@@ -13,35 +14,43 @@ def evaluate(instance, home):
     return model_registry_sensor(ctx)
 
 
-def test_new_models_get_partitions_and_runs_for_exactly_the_missing_scores(tmp_path):
+def apply(instance, result) -> None:
+    """What the sensor daemon does with the result's partition requests."""
+    for req in result.dynamic_partitions_requests:
+        if isinstance(req, AddDynamicPartitionsRequest):
+            instance.add_dynamic_partitions(req.partitions_def_name, list(req.partition_keys))
+        else:
+            for key in req.partition_keys:
+                instance.delete_dynamic_partition(req.partitions_def_name, key)
+
+
+def test_partitions_follow_registry_additions_and_removals(tmp_path):
     instance = DagsterInstance.ephemeral()
-    first = evaluate(instance, tmp_path)
+    first = evaluate(instance, tmp_path)  # a fresh home: the registry holds the embedded model
     (req,) = first.dynamic_partitions_requests
-    assert req.partition_keys == [KEY] and first.run_requests == []  # nothing has statements yet
-    instance.add_dynamic_partitions("model", [KEY])
-
-    for rel in ("P36", "P30"):
-        instance.report_runless_asset_event(AssetMaterialization("statements", partition=rel))
-    second = evaluate(instance, tmp_path)
-    assert sorted(r.partition_key for r in second.run_requests) == sorted(
-        str(MultiPartitionKey({"model": KEY, "relation": r})) for r in ("P36", "P30"))
-    assert {tuple(k.path) for r in second.run_requests for k in r.asset_selection} == {
-        ("statement_scores",), ("estimates",)}
-
-    done = MultiPartitionKey({"model": KEY, "relation": "P36"})
-    instance.report_runless_asset_event(AssetMaterialization("statement_scores", partition=done))
-    third = evaluate(instance, tmp_path)
-    assert [r.partition_key for r in third.run_requests] == [str(MultiPartitionKey({"model": KEY, "relation": "P30"}))]
+    assert isinstance(req, AddDynamicPartitionsRequest) and req.partition_keys == [KEY]
+    assert first.run_requests in (None, [])  # runs are the automation sensor's job
+    apply(instance, first)
+    assert isinstance(evaluate(instance, tmp_path), SkipReason)
 
     registry = Registry(tmp_path / "models.toml")
     registry.add(ModelEntry(id="lab/other", source="local", path=str(tmp_path)))
     registry.remove("HuggingFaceTB/SmolLM2-135M-Instruct")
-    fourth = evaluate(instance, tmp_path)
-    added, deleted = fourth.dynamic_partitions_requests
+    second = evaluate(instance, tmp_path)
+    added, deleted = second.dynamic_partitions_requests
     assert added.partition_keys == ["lab--other"] and deleted.partition_keys == [KEY]
+    apply(instance, second)
+    assert instance.get_dynamic_partitions("model") == ["lab--other"]
+    assert isinstance(evaluate(instance, tmp_path), SkipReason)
 
 
 def test_nothing_to_do_is_a_skip(tmp_path):
     instance = DagsterInstance.ephemeral()
     instance.add_dynamic_partitions("model", [KEY])
     assert isinstance(evaluate(instance, tmp_path), SkipReason)
+
+
+def test_both_sensors_are_on_by_default():
+    sensors = {s.name: s for s in defs.get_repository_def().sensor_defs}
+    assert set(sensors) == {"model_registry_sensor", "kcal_automation_sensor"}
+    assert {s.default_status for s in sensors.values()} == {DefaultSensorStatus.RUNNING}

@@ -14,6 +14,8 @@ import numpy as np
 import polars as pl
 import torch
 
+from kcal_pipeline.scoring.batching import map_batches
+
 if TYPE_CHECKING:
     from kcal_pipeline.models import LoadedModel
 
@@ -106,15 +108,14 @@ def _check_inputs(texts: list, subject_spans: list, object_spans: list) -> None:
 
 def _token_logprobs(loaded: LoadedModel, ids: list[list[int]], batch_size: int,
                     progress: Callable[[int, int], None] | None) -> list[np.ndarray]:
-    """Score in batches of similar length (longest first, stable), then restore input order."""
+    """Score in batches of similar length (longest first, stable), then restore input order.
+    A batch that runs out of GPU memory is halved and retried (batching.map_batches)."""
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]), reverse=True)
+    scored = map_batches(order, batch_size, lambda batch: _score_batch(loaded, [ids[i] for i in batch]),
+                         progress)
     out: list[np.ndarray] = [None] * len(ids)  # type: ignore[list-item]
-    for start in range(0, len(order), batch_size):
-        batch = order[start:start + batch_size]
-        for i, lp in zip(batch, _score_batch(loaded, [ids[i] for i in batch])):
-            out[i] = lp
-        if progress is not None:
-            progress(min(start + batch_size, len(order)), len(order))
+    for i, lp in zip(order, scored):
+        out[i] = lp
     return out
 
 

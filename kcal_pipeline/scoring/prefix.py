@@ -1,190 +1,247 @@
-"""Fast CLM scoring for candidate sets: every option of one (subject, template) shares a prefix.
+"""Fast CLM scoring for candidate sets: shared prefixes are computed once (prefix-tree packing).
 
-The statements "The capital of France is Paris." / "... is Lyon." / "... is Nice." all begin with
-the same tokens up to the object slot. `score_clm_shared_prefix` runs each such prefix once (several
-prefixes per forward call, right padded, `use_cache=True`), then runs only the suffix tokens of every
-member against the prefix's KV cache, selected per member along the batch dimension. The scores are
-those of `score_clm` (the plain path) up to float rounding (≤ 1e-4 on fp32, enforced by
-tests/test_prefix_scoring.py).
+The statements "The capital of France is Paris." / "... is Lyon." / "... is Nice." share every
+token before the object slot, and statements of one template share the words before the subject.
+`score_clm_shared_prefix` puts all distinct token sequences into a prefix tree (trie) and packs the
+trees into rows of about `ROW_TOKENS` tokens. One forward pass per batch of rows computes every trie
+node once, with
+
+* an attention mask that lets each node see exactly its ancestors (its own statement's earlier
+  tokens, which the options of a candidate set share) — the KV-cache trick of "encode the prefix
+  once, score the suffixes against it", for many prefixes and all their suffixes in one call;
+* position ids equal to the node's depth, so each token sits where it sits in its own statement.
+
+A node's logits predict each of its children, so log P(x_t | start, x_<t) is read at the parent of
+x_t's node. The scores are those of `score_clm` (the plain path) up to float rounding (≤ 1e-4 on
+fp32, enforced by tests/test_prefix_scoring.py).
+
+Why packing rather than one prefix pass plus one suffix pass per group: on CPU, small matrices
+waste most of the FLOPs; packed rows keep every matrix multiply large, need no cache copies, and
+share more than the text before the object (the template's opening words too). Identical statements
+are one trie path, so deduplication is free.
 
 Rules that keep it exact:
 
-* The full text is tokenized once and only that tokenization is used: the prefix is a slice of the
-  full token sequence, never the tokenization of the text before the object, because byte-level BPE
-  can merge across the slot boundary ("[X][Y]" → "I" + "celand").
-* A statement's prefix is [start] + its tokens before the first token overlapping the object span;
-  statements with the same prefix form a group. Identical token sequences are scored once.
-* The logit at the last prefix position (from the prefix pass) predicts each member's first suffix
-  token; suffix positions get explicit position ids (prefix length + offset) and an attention mask
-  that hides the prefix's right padding.
-* Both passes are padded to at least `MIN_ROWS` positions, like the plain path, so the CPU kernels
-  take the same path as there (see clm.py).
-
-Statements that gain nothing fall back to the plain path: a group of one (after deduplication), an
-object at the very start (the prefix would be the start token alone), an empty or token-less object
-span, or no token after the prefix.
+* The full text is tokenized once and only that tokenization is used (byte-level BPE can merge
+  across the slot boundary, so the tokens of "the text before the object" are not a prefix of the
+  statement's tokens in general).
+* The model must honour a custom 4D attention mask and explicit position ids. That is checked once
+  per loaded model on a probe set against the plain path; a model that fails (e.g. one whose
+  attention kernel ignores custom masks, or whose positions come from the padding mask) is scored
+  with the plain path instead, with a warning.
 """
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
 import torch
 
-from kcal_pipeline.scoring.clm import (
-    MIN_ROWS, SCHEMA, Span, _frame, _overlaps, _target_logprobs, _token_logprobs,
-    encode_inputs, token_roles,
-)
+from kcal_pipeline.scoring.batching import map_batches
+from kcal_pipeline.scoring.clm import SCHEMA, Span, _frame, _token_logprobs, encode_inputs, token_roles
 
 if TYPE_CHECKING:
     from kcal_pipeline.models import LoadedModel
 
-MIN_PREFIX = 2  # [start] + at least one token; a start-token-only prefix saves nothing
+log = logging.getLogger(__name__)
+
+ROW_TOKENS = 256       # trie nodes per packed row: long enough to hold many candidate sets
+TOKENS_PER_ROW_OF_BATCH = 16  # a call's token budget is batch_size × this (32 → 512 nodes ≈ 2 rows)
+PROBE_ATOL = 1e-4
+
+
+@dataclass
+class _Row:
+    """One packed row: trie nodes in depth-first order, node 0 the start token."""
+
+    tokens: list[int]
+    parents: list[int] = field(default_factory=lambda: [-1])
+    depths: list[int] = field(default_factory=lambda: [0])
+    members: list[tuple[int, list[int]]] = field(default_factory=list)  # (sequence, its node path)
+
+    def add(self, seq: Sequence[int], lcp: int, path: list[int]) -> list[int]:
+        """Append the nodes of seq beyond its first lcp tokens (shared with path); its node path."""
+        path = path[:lcp]
+        for tok in seq[lcp:]:
+            parent = path[-1] if path else 0
+            self.tokens.append(tok)
+            self.parents.append(parent)
+            self.depths.append(self.depths[parent] + 1)
+            path.append(len(self.tokens) - 1)
+        return path
 
 
 def score_clm_shared_prefix(loaded: LoadedModel, texts: Sequence[str], subject_spans: Sequence[Span],
                             object_spans: Sequence[Span], batch_size: int | None = None,
-                            progress: Callable[[int, int], None] | None = None) -> pl.DataFrame:
-    """Same contract, schema and row order as `score_clm`; shares prefix computation between options.
+                            progress: Callable[[int, int], None] | None = None,
+                            row_tokens: int = ROW_TOKENS) -> pl.DataFrame:
+    """Same contract, schema and row order as `score_clm`; computes each shared prefix once.
 
-    batch_size bounds the member rows of one suffix pass (a call also runs its groups' prefixes).
-    progress(done, total) counts distinct token sequences scored.
+    batch_size scales the nodes computed per forward call (batch_size × 16, at least one row), so
+    the entry's batch size bounds memory like on the plain path. progress(done, total) counts
+    distinct token sequences scored.
     """
     enc = encode_inputs(loaded, texts, subject_spans, object_spans, batch_size)
     if enc is None:
         return pl.DataFrame(schema=SCHEMA)
     _, subject_spans, object_spans, batch_size, ids, offsets = enc
-
-    # Deduplicate identical token sequences. Duplicates may carry different object spans; any split
-    # point gives the same log-probs of the same tokens, so the longest prefix among them is taken.
+    if not isinstance(row_tokens, int) or row_tokens < 2:
+        raise ValueError(f"row_tokens must be an integer >= 2, got {row_tokens!r}")
     unique: dict[tuple[int, ...], int] = {}
     which = [unique.setdefault(tuple(seq), len(unique)) for seq in ids]
-    useqs: list[list[int]] = [list(s) for s in unique]
-    ulimit = [0] * len(useqs)
-    for i, u in enumerate(which):
-        ulimit[u] = max(ulimit[u], prefix_length(offsets[i], object_spans[i]))
-
-    groups: dict[tuple[int, ...], list[int]] = {}
-    plain: list[int] = []
-    for u, (seq, p) in enumerate(zip(useqs, ulimit)):
-        # p counts the start token; a usable prefix leaves at least one suffix token
-        if p >= MIN_PREFIX and p <= len(seq):
-            groups.setdefault(tuple(seq[:p - 1]), []).append(u)
-        else:
-            plain.append(u)
-    shared = []
-    for members in groups.values():
-        (shared if len(members) > 1 else plain).append(members if len(members) > 1 else members[0])
-
-    total, done = len(useqs), 0
-    out: list[np.ndarray] = [None] * len(useqs)  # type: ignore[list-item]
-
-    def report(n: int) -> None:
-        nonlocal done
-        done += n
-        if progress is not None:
-            progress(done, total)
-
-    for call in _plan_calls(shared, useqs, ulimit, batch_size):
-        members = [u for _, group in call for u in group]
-        lps = _score_call(loaded, call, useqs)
-        if lps is None:  # the model's cache cannot be selected per member: plain path
-            plain.extend(members)
-            continue
-        for u, lp in zip(members, lps):
-            out[u] = lp
-        report(len(members))
-    if plain:
-        lps = _token_logprobs(loaded, [useqs[u] for u in plain], batch_size, None)
-        for u, lp in zip(plain, lps):
-            out[u] = lp
-        report(len(plain))
-
-    logprobs = [out[u] for u in which]
+    useqs = list(unique)
+    if packing_supported(loaded):
+        out = _score_packed(loaded, useqs, batch_size, row_tokens, progress)
+    else:
+        out = _token_logprobs(loaded, [list(s) for s in useqs], batch_size, progress)
     roles = [np.array(token_roles(off, s, o), dtype=np.int8)
              for off, s, o in zip(offsets, subject_spans, object_spans)]
-    return _frame(logprobs, roles)
+    return _frame([out[u] for u in which], roles)
 
 
-def prefix_length(offsets: Sequence[Span], object_span: Span) -> int:
-    """Tokens of [start] + text before the first token that overlaps the object; 0 if none does."""
-    for t, off in enumerate(offsets):
-        if _overlaps(tuple(off), tuple(object_span)):
-            return t + 1
-    return 0
+def pack_rows(seqs: Sequence[Sequence[int]], start_token: int, row_tokens: int) -> list[_Row]:
+    """Sequences in lexicographic order, so each one's longest shared prefix within a row is the one
+    it shares with its predecessor; a row is closed when the next sequence would overflow it."""
+    rows: list[_Row] = []
+    row, prev, path = None, (), []
+    for u in sorted(range(len(seqs)), key=lambda i: tuple(seqs[i])):
+        seq = seqs[u]
+        lcp = _common_prefix(prev, seq) if row is not None else 0
+        if row is None or (len(row.tokens) + len(seq) - lcp > row_tokens and row.members):
+            row = _Row(tokens=[start_token])
+            rows.append(row)
+            lcp = 0
+        path = row.add(seq, lcp, path)
+        row.members.append((u, list(path)))
+        prev = seq
+    return rows
 
 
-def _plan_calls(groups: list[list[int]], seqs: list[list[int]], limits: list[int],
-                batch_size: int) -> list[list[tuple[int, list[int]]]]:
-    """Calls of (prefix length, members): groups split into ≤ batch_size members, bucketed by
-    prefix then suffix length, filled up to batch_size member rows per call."""
-    pieces = []
-    for members in groups:
-        members = sorted(members, key=lambda u: len(seqs[u]), reverse=True)
-        p = limits[members[0]]
-        for k in range(0, len(members), batch_size):
-            chunk = members[k:k + batch_size]
-            pieces.append((p, max(len(seqs[u]) for u in chunk) + 1 - p, chunk))
-    pieces.sort(key=lambda x: (x[0], x[1]), reverse=True)
-    calls, current, rows = [], [], 0
-    for p, _, chunk in pieces:
-        if current and rows + len(chunk) > batch_size:
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def _score_packed(loaded: LoadedModel, seqs: list[tuple[int, ...]], batch_size: int, row_tokens: int,
+                  progress: Callable[[int, int], None] | None) -> list[np.ndarray]:
+    rows = pack_rows(seqs, loaded.start_token_id, row_tokens)
+    rows.sort(key=lambda r: len(r.tokens), reverse=True)  # similar widths share a call
+    budget = max(batch_size * TOKENS_PER_ROW_OF_BATCH, len(rows[0].tokens))
+    out: list[np.ndarray] = [None] * len(seqs)  # type: ignore[list-item]
+    done = [0]
+    for call in _plan_calls(rows, budget):
+        for row, lps in zip(call, map_batches(call, len(call), lambda b: _forward_rows(loaded, b))):
+            for (u, _), lp in zip(row.members, lps):
+                out[u] = lp
+            done[0] += len(row.members)
+        if progress is not None:
+            progress(done[0], len(seqs))
+    return out
+
+
+def _plan_calls(rows: list[_Row], budget: int) -> list[list[_Row]]:
+    """Consecutive rows (longest first) while rows × width stays within the node budget."""
+    calls, current = [], []
+    for row in rows:
+        width = len(current[0].tokens) if current else len(row.tokens)
+        if current and (len(current) + 1) * width > budget:
             calls.append(current)
-            current, rows = [], 0
-        current.append((p, chunk))
-        rows += len(chunk)
+            current = []
+        current.append(row)
     if current:
         calls.append(current)
     return calls
 
 
-def _score_call(loaded: LoadedModel, call: list[tuple[int, list[int]]],
-                seqs: list[list[int]]) -> list[np.ndarray] | None:
-    """One prefix pass for the call's groups, one suffix pass for all their members.
-
-    Returns log P(x_t | start, x_<t) for every token of every member, in call order, or None when
-    the model returns no cache that can be selected along the batch dimension.
-    """
-    device, start = loaded.device, loaded.start_token_id
-    full = {u: [start] + seqs[u] for _, members in call for u in members}
-    # --- prefix pass: row g = [start] + shared tokens of group g, right padded
-    plen = [p for p, _ in call]
-    width_p = max(max(plen), -(-MIN_ROWS // len(call)))
-    pre_ids = torch.full((len(call), width_p), start, dtype=torch.long)
-    pre_mask = torch.zeros((len(call), width_p), dtype=torch.long)
-    for g, (p, members) in enumerate(call):
-        pre_ids[g, :p] = torch.tensor(full[members[0]][:p], dtype=torch.long)
-        pre_mask[g, :p] = 1
-    # --- suffix rows: member m of group g continues its group's prefix
-    rows = [(g, u) for g, (_, members) in enumerate(call) for u in members]
-    slen = [len(full[u]) - plen[g] for g, u in rows]
-    width_s = max(max(slen), -(-MIN_ROWS // len(rows)))
-    suf_ids = torch.full((len(rows), width_s), start, dtype=torch.long)
-    suf_mask = torch.zeros((len(rows), width_s), dtype=torch.long)
-    for r, ((g, u), n) in enumerate(zip(rows, slen)):
-        suf_ids[r, :n] = torch.tensor(full[u][plen[g]:], dtype=torch.long)
-        suf_mask[r, :n] = 1
-    group_of = torch.tensor([g for g, _ in rows], dtype=torch.long)
-    positions = torch.tensor(plen, dtype=torch.long)[group_of, None] + torch.arange(width_s)[None, :]
-    mask = torch.cat([pre_mask[group_of], suf_mask], dim=1)
+def _forward_rows(loaded: LoadedModel, rows: list[_Row]) -> list[list[np.ndarray]]:
+    """One forward pass over packed rows; per row, per member, log P(x_t | start, x_<t)."""
+    dtype = next(loaded.model.parameters()).dtype
+    width = max(len(r.tokens) for r in rows)
+    input_ids = torch.full((len(rows), width), loaded.start_token_id, dtype=torch.long)
+    positions = torch.zeros((len(rows), width), dtype=torch.long)
+    allowed = torch.zeros((len(rows), 1, width, width), dtype=torch.bool)
+    idx = torch.arange(width)
+    allowed[:, 0, idx, idx] = True  # padding attends to itself only (no empty softmax rows)
+    for b, row in enumerate(rows):
+        n = len(row.tokens)
+        input_ids[b, :n] = torch.tensor(row.tokens, dtype=torch.long)
+        positions[b, :n] = torch.tensor(row.depths, dtype=torch.long)
+        allowed[b, 0, :n, :n] = torch.from_numpy(_ancestor_matrix(row.parents))
+    mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill_(~allowed, torch.finfo(dtype).min)
+    # gather targets: each member token is read at its parent's logits
+    rr, pp, tt, spans = [], [], [], []
+    for b, row in enumerate(rows):
+        for _, path in row.members:
+            parents = [0] + path[:-1]
+            spans.append(len(rr))
+            rr += [b] * len(path)
+            pp += parents
+            tt += [row.tokens[n] for n in path]
+    device = loaded.device
     with torch.inference_mode():
-        pre = loaded.model(input_ids=pre_ids.to(device), attention_mask=pre_mask.to(device), use_cache=True)
-        cache = pre.past_key_values
-        if not hasattr(cache, "batch_select_indices"):
-            return None
-        cache.batch_select_indices(group_of.to(device))
-        suf_logits = loaded.model(input_ids=suf_ids.to(device), attention_mask=mask.to(device),
-                                  position_ids=positions.to(device), past_key_values=cache,
-                                  use_cache=True).logits
-        pre_logits = pre.logits
-        # tokens 1..p-1 of each prefix, shared by its members
-        pre_lp = _target_logprobs(pre_logits[:, :-1], pre_ids[:, 1:].to(device)).cpu().numpy()
-        # the last prefix position predicts each member's first suffix token
-        last = torch.tensor([plen[g] - 1 for g, _ in rows], dtype=torch.long, device=device)
-        first = _target_logprobs(pre_logits[group_of.to(device), last][:, None],
-                                 suf_ids[:, :1].to(device)).cpu().numpy()
-        suf_lp = _target_logprobs(suf_logits[:, :-1], suf_ids[:, 1:].to(device)).cpu().numpy()
-    return [np.concatenate([pre_lp[g, :plen[g] - 1], first[r], suf_lp[r, :slen[r] - 1]])
-            for r, (g, _) in enumerate(rows)]
+        logits = loaded.model(input_ids=input_ids.to(device), attention_mask=mask.to(device),
+                              position_ids=positions.to(device), use_cache=False).logits
+        keys = torch.tensor(rr, device=device) * width + torch.tensor(pp, device=device)
+        parent_keys, inverse = torch.unique(keys, return_inverse=True)
+        flat = logits.reshape(-1, logits.shape[-1])
+        norm = torch.cat([flat[k].double().logsumexp(-1) for k in parent_keys.split(256)])
+        picked = flat[keys, torch.tensor(tt, device=device)].double() - norm[inverse]
+    picked = picked.cpu().numpy()
+    spans.append(len(rr))
+    it = iter(range(len(spans) - 1))
+    result = []
+    for row in rows:
+        per_row = []
+        for _ in row.members:
+            k = next(it)
+            per_row.append(picked[spans[k]:spans[k + 1]])
+        result.append(per_row)
+    return result
+
+
+def _ancestor_matrix(parents: Sequence[int]) -> np.ndarray:
+    """m[i, j] = node j is node i or one of its ancestors (parents precede children)."""
+    n = len(parents)
+    m = np.zeros((n, n), dtype=bool)
+    for i, p in enumerate(parents):
+        if p >= 0:
+            m[i] = m[p]
+        m[i, i] = True
+    return m
+
+
+_PROBE = [
+    "The capital of France is Paris.", "The capital of France is Lyon.", "The capital of Côte d'Ivoire "
+    "is Yamoussoukro.", "Paris is the capital of France.", "The capital", "Zürich is in Switzerland.",
+]
+_support: dict[int, bool] = {}
+
+
+def packing_supported(loaded: LoadedModel) -> bool:
+    """Does this model give plain-path scores on packed rows? Checked once per loaded model."""
+    key = id(loaded.model)
+    if key not in _support and any(m.training for m in loaded.model.modules()):
+        return False  # dropout on: the probe would not be comparable; decide (and cache) in eval mode
+    if key not in _support:
+        ids = [loaded.tokenizer(t, add_special_tokens=False)["input_ids"] for t in _PROBE]
+        plain = _token_logprobs(loaded, ids, len(ids), None)
+        try:
+            packed = _score_packed(loaded, [tuple(s) for s in ids], len(ids), ROW_TOKENS, None)
+            diff = max(float(np.abs(a - b).max()) for a, b in zip(plain, packed))
+        except Exception as exc:  # noqa: BLE001 - any failure means: use the plain path
+            log.warning("prefix packing unavailable for %s (%s); using the plain path", loaded.key, exc)
+            diff = float("inf")
+        else:
+            if diff > PROBE_ATOL:
+                log.warning("prefix packing differs from the plain path for %s (max |Δ| %.2g); using "
+                            "the plain path", loaded.key, diff)
+        _support[key] = diff <= PROBE_ATOL
+    return _support[key]

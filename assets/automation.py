@@ -1,0 +1,106 @@
+"""Declarative automation: the model-dependent assets keep themselves complete and up to date.
+
+The division of labour:
+  * `model_registry_sensor` (assets/sensors.py) makes the `model` dynamic partitions equal the
+    registry (models.toml) - a new model gets its partitions, a removed one loses them.
+  * `kcal_automation_sensor` (below, an AutomationConditionSensorDefinition, RUNNING by default so
+    `dagster dev` evaluates it every 30 s with no click) evaluates the conditions this module
+    attaches to statement_scores, estimates, metrics, curves and report, and requests runs - a
+    backfill when a tick asks for several partitions of one asset - for exactly the partitions
+    that need one. It plays the part of the "schedule that re-materializes stale partitions":
+    staleness is acted on at the next tick rather than at a cron time.
+
+An automated partition is requested when one of three *triggers* has fired since it was last
+requested or materialized (by this sensor, the UI or `kcal demo` alike):
+  * missing: it does not exist - a newly registered model, a relation whose statements just
+    appeared, or a backlog found on the sensor's first tick;
+  * upstream updated: a partition it reads was materialized (statements of P36 rebuilt with new
+    templates → statement_scores of every model for P36 → their estimates → those models'
+    metrics, curves and report);
+  * code changed: the asset's `code_version` differs from the previous tick's (every partition).
+and nothing blocks it:
+  * every input partition exists or is requested in the same tick (model × relation assets and
+    report; scores are never requested for a relation without statements), and for the per-model
+    aggregates metrics/curves, which read all relations of a model, at least one relation's
+    estimates exist (the rest are left out, as the IO manager does);
+  * neither the partition nor an input is being computed; metrics and curves also wait while an
+    input is requested in the same tick (their runs are separate from the scoring runs, so they
+    follow on the next tick instead of reading half-written estimates).
+Requested-then-failed partitions are not retried in a loop: a request counts as handling a
+trigger, so a failed partition waits for its next trigger (or a manual run).
+
+Dataset assets (facts, instances, statements, templates, ...) are not automated: their content
+depends on run settings (relations, template kinds, probe size from `kcal demo` or the
+probe_settings resource) that live in the run, not in the code location, so rebuilding them with
+the defaults would silently change a user's probe. Rebuild them yourself; everything downstream
+follows. Their code-version staleness shows in the UI.
+"""
+from dagster import AssetKey, AssetSelection, AssetSpec, AutomationCondition, AutomationConditionSensorDefinition
+from dagster import DefaultSensorStatus
+
+AC = AutomationCondition
+
+# A request or a materialization (from any source) handles every trigger of a partition.
+HANDLED = (AC.newly_requested() | AC.newly_updated()).with_label("handled")
+
+# missing().newly_true() fires when a partition appears (new model) and, unlike eager(), also on
+# the condition's first evaluation, so a backlog is picked up when the sensor is switched on.
+MISSING = AC.missing().newly_true().with_label("newly_missing_or_backlog")
+
+
+def _triggered(upstream_updated: AutomationCondition) -> AutomationCondition:
+    return (MISSING | upstream_updated | AC.code_version_changed()).since(HANDLED).with_label(
+        "missing, upstream updated or code changed since last handled")
+
+
+def missing_or_stale() -> AutomationCondition:
+    """For assets whose inputs map partition to partition (statement_scores reads one relation's
+    statements; estimates one partition's scores; report one model's metrics and curves)."""
+    return (
+        _triggered(AC.any_deps_updated())
+        & ~AC.any_deps_missing()
+        & ~AC.any_deps_in_progress()
+        & ~AC.in_progress()
+    ).with_label("kcal: missing or stale")
+
+
+def missing_or_stale_across(partial_input: str) -> AutomationCondition:
+    """For per-model aggregates that read every relation of `partial_input` (estimates): some of
+    those partitions may be missing for good (relations never probed), so "any input missing"
+    cannot block; at least one must exist, and none may be requested or running."""
+    partial = AssetSelection.assets(partial_input)
+    updated = AC.any_deps_match(
+        (AC.newly_updated() & ~AC.executed_with_root_target()).with_label("newly_updated_without_root")
+    ).with_label("any_deps_updated")
+    return (
+        _triggered(updated)
+        & AC.any_deps_match(~AC.missing()).allow(partial).with_label(f"some {partial_input} exist")
+        & ~AC.any_deps_missing().ignore(partial)
+        & ~AC.any_deps_match(AC.will_be_requested() | AC.in_progress()).with_label("any_deps_requested_or_in_progress")
+        & ~AC.in_progress()
+    ).with_label("kcal: missing or stale (across relations)")
+
+
+CONDITIONS: dict[str, AutomationCondition] = {
+    "statement_scores": missing_or_stale(),
+    "estimates": missing_or_stale(),
+    "metrics": missing_or_stale_across("estimates"),
+    "curves": missing_or_stale_across("estimates"),
+    "report": missing_or_stale(),
+}
+AUTOMATED = [AssetKey(name) for name in CONDITIONS]
+
+
+def with_automation(spec: AssetSpec) -> AssetSpec:
+    """The spec with its kcal automation condition (unchanged for assets that have none)."""
+    condition = CONDITIONS.get(spec.key.to_user_string())
+    return spec if condition is None else spec.replace_attributes(automation_condition=condition)
+
+
+automation_sensor = AutomationConditionSensorDefinition(
+    "kcal_automation_sensor",
+    target=AssetSelection.assets(*AUTOMATED),
+    default_status=DefaultSensorStatus.RUNNING,
+    minimum_interval_seconds=30,
+    description="Requests runs for missing or stale model partitions (assets/automation.py).",
+)

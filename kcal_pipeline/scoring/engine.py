@@ -1,0 +1,118 @@
+"""One entry point from a statements frame to its scores: picks the scorer and adds optional columns.
+
+The scorer follows the model's kind: causal LMs take the prefix-packing fast path (prefix.py) unless
+it is switched off or the model fails its check; masked LMs take pseudo-log-likelihood (mlm.py) in
+the configured variant. Optional score columns — M dropout passes (DropoutMean/DropoutVar) and the
+subject-masked statement (TemplateDiff) — are always present in the output, null when not computed,
+so every partition of statement_scores has the same schema for SQL.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
+
+import polars as pl
+
+from kcal_pipeline.frames import require_columns
+from kcal_pipeline.scoring.clm import score_clm
+from kcal_pipeline.scoring.mlm import VARIANTS, score_mlm
+from kcal_pipeline.scoring.prefix import packing_supported, score_clm_shared_prefix
+from kcal_pipeline.scoring.stochastic import SCHEMA as DROPOUT_SCHEMA
+from kcal_pipeline.scoring.stochastic import check_rate, dropout_scores
+from kcal_pipeline.scoring.subject_mask import MASKED_COLUMNS, check_placeholder, subject_masked_scores
+
+if TYPE_CHECKING:
+    from kcal_pipeline.models import LoadedModel
+
+# Bump when a change to any scorer changes scores: it is part of every scoring fingerprint.
+SCORER_VERSION = "2"
+INPUT_COLUMNS = ["statement_id", "text", "subject_start", "subject_end", "object_start", "object_end"]
+OPTIONAL_SCHEMA = {**DROPOUT_SCHEMA, **{c: pl.Float64 for c in MASKED_COLUMNS.values()}}
+
+Scorer = Callable[..., pl.DataFrame]
+
+
+@dataclass(frozen=True)
+class ScoringOptions:
+    """How statements are scored. Every field is part of the scoring fingerprint."""
+
+    fast_path: bool = True            # CLM prefix packing; False forces the plain batched path
+    mlm_variant: str = "within_word_l2r"
+    dropout_passes: int = 0           # M > 0: add M stochastic passes (ll_sum_dropout, ...)
+    dropout_rate: float | None = 0.1  # None keeps the model's own dropout (SmolLM2 has none)
+    dropout_seed: int = 0
+    subject_mask: bool = False        # add scores of the subject-masked statement (ll_sum_masked)
+    placeholder: str = "something"
+
+    def __post_init__(self) -> None:
+        if self.mlm_variant not in VARIANTS:
+            raise ValueError(f"mlm_variant must be one of {', '.join(VARIANTS)}, got {self.mlm_variant!r}")
+        p = self.dropout_passes
+        if isinstance(p, bool) or not isinstance(p, int) or p < 0:
+            raise ValueError(f"dropout_passes must be an integer >= 0, got {p!r}")
+        if p:
+            check_rate(self.dropout_rate)
+        if self.subject_mask:
+            check_placeholder(self.placeholder)
+
+
+def scorer_for(loaded: LoadedModel, options: ScoringOptions) -> tuple[str, Scorer]:
+    """The scorer for this model and its name for provenance ('clm-packed', 'mlm-original', ...)."""
+    if getattr(loaded, "kind", "clm") == "mlm":
+        variant = options.mlm_variant
+        return f"mlm-{variant}", lambda *a, **k: score_mlm(*a, variant=variant, **k)
+    if options.fast_path and packing_supported(loaded):
+        return "clm-packed", score_clm_shared_prefix
+    return "clm-plain", score_clm
+
+
+def fingerprint(loaded: LoadedModel, statements: pl.DataFrame, options: ScoringOptions) -> str:
+    """What the scores depend on: the statements' scored fields, the exact weights, the options and
+    the scorer version. Equal fingerprints mean equal scores, so nothing needs rescoring."""
+    require_columns(statements, INPUT_COLUMNS, "statements")
+    h = hashlib.sha256()
+    meta = {"version": SCORER_VERSION, "model": loaded.revision, "dtype": loaded.dtype,
+            "start": loaded.start_token_id, "options": asdict(options)}
+    h.update(json.dumps(meta, sort_keys=True).encode())
+    h.update(statements.select(INPUT_COLUMNS).write_ipc(None, compression="uncompressed").getvalue())
+    return h.hexdigest()[:16]
+
+
+def score_statements(loaded: LoadedModel, statements: pl.DataFrame, options: ScoringOptions,
+                     progress: Callable[[int, int], None] | None = None) -> pl.DataFrame:
+    """Scores of every statement in input order: the scorer's columns plus the optional ones.
+
+    progress(done, total) counts statement passes: 1 + dropout_passes (+1 with subject_mask) per
+    statement.
+    """
+    require_columns(statements, INPUT_COLUMNS, "statements")
+    _, scorer = scorer_for(loaded, options)  # decided in eval mode, before any dropout pass
+    texts = statements["text"].to_list()
+    subj = list(zip(statements["subject_start"], statements["subject_end"]))
+    obj = list(zip(statements["object_start"], statements["object_end"]))
+    n = len(texts)
+    stages = 1 + options.dropout_passes + int(options.subject_mask)
+
+    def stage(offset: int, width: int = 1):
+        if progress is None:
+            return None
+        return lambda done, total: progress(offset * n + done * width * n // max(total, 1), stages * n)
+
+    frame = scorer(loaded, texts, subj, obj, progress=stage(0))
+    if options.dropout_passes:
+        extra = dropout_scores(loaded, texts, subj, obj, passes=options.dropout_passes,
+                               seed=options.dropout_seed, rate=options.dropout_rate, scorer=scorer,
+                               progress=stage(1, options.dropout_passes))
+    else:
+        extra = pl.DataFrame({c: [None] * n for c in DROPOUT_SCHEMA}, schema=DROPOUT_SCHEMA)
+    frame = pl.concat([frame, extra], how="horizontal")
+    if options.subject_mask:
+        masked = subject_masked_scores(loaded, statements, options.placeholder, scorer=scorer,
+                                       progress=stage(1 + options.dropout_passes))
+    else:
+        masked = pl.DataFrame({c: [None] * n for c in MASKED_COLUMNS.values()},
+                              schema={c: pl.Float64 for c in MASKED_COLUMNS.values()})
+    return pl.concat([frame, masked], how="horizontal")

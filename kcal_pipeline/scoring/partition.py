@@ -1,0 +1,95 @@
+"""Scoring one model × relation partition: skip if unchanged, resume if interrupted, report progress.
+
+This is what the statement_scores asset does, without Dagster: the asset passes its logger and
+gets the frame to store plus the metadata to show in the UI.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
+
+import polars as pl
+
+from kcal_pipeline.progress import ProgressMeter
+from kcal_pipeline.scoring.checkpoints import discard, score_in_chunks
+from kcal_pipeline.scoring.engine import ScoringOptions, fingerprint, score_statements, scorer_for
+from kcal_pipeline.storage import partition_path
+
+if TYPE_CHECKING:
+    from kcal_pipeline.models import LoadedModel
+
+TABLE = "statement_scores"
+# Statement columns repeated in the scores so estimators and SQL need no join.
+CARRIED = ["statement_id", "instance_id", "relation_id", "template_id", "option_index", "object_id", "is_gold"]
+FINGERPRINT_COLUMN = "scoring_fingerprint"
+
+
+@dataclass
+class PartitionScores:
+    frame: pl.DataFrame
+    metadata: dict
+
+
+def checkpoint_dir(home: Path, model_key: str, relation: str) -> Path:
+    """KCAL_HOME/.checkpoints/statement_scores/model=…/relation=… (hidden: not a table, no view)."""
+    part = partition_path(Path(home) / ".checkpoints", TABLE, {"model": model_key, "relation": relation})
+    return part.parent
+
+
+def score_partition(loaded: LoadedModel, model_id: str, statements: pl.DataFrame, options: ScoringOptions,
+                    home: Path, relation: str, chunk_size: int, log: Callable[[str], None] | None = None,
+                    stream: TextIO | None = None) -> PartitionScores:
+    """Scores of one partition's statements, in their order, with carried statement columns.
+
+    If the stored partition was scored from the same statements, weights, options and scorer
+    version (its fingerprint), it is returned as it is and nothing is rescored.
+    """
+    print_ = log or (lambda _: None)
+    fp = fingerprint(loaded, statements, options)
+    stored = partition_path(Path(home), TABLE, {"model": loaded.key, "relation": relation})
+    previous = _stored_with(stored, fp)
+    scorer_name, _ = scorer_for(loaded, options)
+    meta = {"statements": statements.height, "device": str(loaded.device), "dtype": loaded.dtype,
+            "model_revision": loaded.revision, "scorer": scorer_name, "fingerprint": fp}
+    if previous is not None:
+        discard(checkpoint_dir(home, loaded.key, relation))
+        print_(f"{relation}: scores are up to date (fingerprint {fp}); nothing rescored")
+        return PartitionScores(previous, {**meta, "rescored": False,
+                                          "tokens": int(previous["n_tokens"].sum())})
+    meter = ProgressMeter(f"scoring {loaded.key} × {relation} ({scorer_name}):", log=print_, stream=stream)
+    directory = checkpoint_dir(home, loaded.key, relation)
+    started = time.perf_counter()
+    scores, report = score_in_chunks(
+        statements, lambda chunk: score_statements(loaded, chunk, options), directory, fp,
+        chunk_size=chunk_size, on_chunk=meter)
+    elapsed = time.perf_counter() - started
+    # Dropped now rather than after the IO manager's write: a crash in that instant costs a rescore,
+    # never a wrong or duplicated row, and no Dagster hook is needed.
+    discard(directory)
+    if report.resumed:
+        print_(f"{relation}: resumed {report.resumed} of {report.chunks} chunks from an interrupted run")
+    frame = pl.concat([statements.select(CARRIED), scores.drop("statement_id", strict=False)],
+                      how="horizontal").with_columns(model_id=pl.lit(model_id),
+                                                     **{FINGERPRINT_COLUMN: pl.lit(fp)})
+    scored = statements.height * (report.scored / max(report.chunks, 1))
+    tokens = int(frame["n_tokens"].sum())
+    return PartitionScores(frame, {
+        **meta, "rescored": True, "tokens": tokens, "chunks": report.chunks, "chunks_resumed": report.resumed,
+        "seconds": round(elapsed, 1), "statements_per_s": round(scored / max(elapsed, 1e-9), 1),
+        "tokens_per_s": round(tokens * (report.scored / max(report.chunks, 1)) / max(elapsed, 1e-9), 1),
+        "checkpoints": str(directory)})
+
+
+def _stored_with(path: Path, fp: str) -> pl.DataFrame | None:
+    if not path.exists():
+        return None
+    try:
+        frame = pl.read_parquet(path)
+    except (OSError, pl.exceptions.PolarsError):
+        return None
+    if FINGERPRINT_COLUMN not in frame.columns or frame.height == 0:
+        return None
+    return frame if (frame[FINGERPRINT_COLUMN] == fp).all() else None

@@ -1,0 +1,155 @@
+"""Declarative automation on the real Definitions and a real (ephemeral) Dagster instance.
+
+Runs are simulated: an upstream change is a runless materialization event, and a requested
+partition "runs" by recording its materialization, so the conditions are exercised without
+scoring anything.
+"""
+import warnings
+
+import pytest
+from dagster import (
+    AssetMaterialization,
+    DagsterInstance,
+    Definitions,
+    MultiPartitionKey,
+    evaluate_automation_conditions,
+    map_asset_specs,
+)
+
+from assets.automation import AUTOMATED
+from assets.definitions import all_assets, defs
+
+SCORING = ("statement_scores", "estimates")
+PER_MODEL = ("metrics", "curves", "report")
+
+
+def mr(model: str, relation: str) -> str:
+    return str(MultiPartitionKey({"model": model, "relation": relation}))
+
+
+class Automation:
+    """An instance plus the automation cursor, evaluated tick by tick like the sensor does."""
+
+    def __init__(self, definitions=defs):
+        self.instance = DagsterInstance.ephemeral()
+        self.defs = definitions
+        self.cursor = None
+
+    def add_models(self, *keys: str) -> None:
+        self.instance.add_dynamic_partitions("model", list(keys))
+
+    def materialize(self, asset: str, *partitions) -> None:
+        for partition in partitions or [None]:
+            self.instance.report_runless_asset_event(AssetMaterialization(asset, partition=partition))
+
+    def tick(self, run: bool = True) -> dict[str, set]:
+        """One evaluation: the requested partitions by asset; with run, they then materialize."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            result = evaluate_automation_conditions(self.defs, self.instance, cursor=self.cursor)
+        self.cursor = result.cursor
+        requested = {key.to_user_string(): set(result.get_requested_partitions(key)) for key in AUTOMATED}
+        requested = {asset: parts for asset, parts in requested.items() if parts}
+        if run:
+            for asset in [k.to_user_string() for k in AUTOMATED]:  # dependency order
+                self.materialize(asset, *sorted(requested.get(asset, ())))
+        return requested
+
+
+def scoring(*partitions: str) -> dict[str, set]:
+    return {asset: set(partitions) for asset in SCORING}
+
+
+def per_model(*models: str) -> dict[str, set]:
+    return {asset: set(models) for asset in PER_MODEL}
+
+
+@pytest.fixture
+def up_to_date():
+    """Model A scored on P36 and P30 (statements exist for those two relations only)."""
+    auto = Automation()
+    auto.add_models("A")
+    auto.materialize("templates")
+    auto.materialize("statements", "P36", "P30")
+    assert auto.tick() == scoring(mr("A", "P36"), mr("A", "P30"))  # the backlog, on the first tick
+    assert auto.tick() == per_model("A")  # after the scores exist, in a run of their own
+    assert auto.tick() == {}
+    return auto
+
+
+def test_only_assets_downstream_of_the_model_are_automated():
+    graph = defs.resolve_asset_graph()
+    automated = {k.to_user_string() for k in graph.get_all_asset_keys() if graph.get(k).automation_condition}
+    assert automated == set(SCORING + PER_MODEL)
+
+
+def test_nothing_is_requested_when_everything_is_up_to_date(up_to_date):
+    assert up_to_date.tick() == {}
+    assert up_to_date.tick() == {}
+
+
+def test_a_first_tick_on_an_up_to_date_instance_requests_nothing():
+    auto = Automation()
+    auto.add_models("A")
+    auto.materialize("templates")
+    auto.materialize("statements", "P36")
+    for asset in SCORING:
+        auto.materialize(asset, mr("A", "P36"))
+    for asset in PER_MODEL:
+        auto.materialize(asset, "A")
+    assert auto.tick() == {}
+
+
+def test_a_new_model_gets_exactly_its_missing_partitions_removed_ones_nothing(up_to_date):
+    up_to_date.add_models("B", "C")
+    up_to_date.instance.delete_dynamic_partition("model", "C")  # registered, then removed again
+    assert up_to_date.tick() == scoring(mr("B", "P36"), mr("B", "P30"))
+    assert up_to_date.tick() == per_model("B")
+    assert up_to_date.tick() == {}
+
+
+def test_rebuilt_statements_rescore_that_relation_for_every_model(up_to_date):
+    up_to_date.add_models("B")
+    up_to_date.tick(), up_to_date.tick()
+    up_to_date.materialize("statements", "P36")  # e.g. new templates
+    assert up_to_date.tick() == scoring(mr("A", "P36"), mr("B", "P36"))
+    assert up_to_date.tick() == per_model("A", "B")
+    assert up_to_date.tick() == {}
+
+
+def test_new_statements_get_scored_relations_without_statements_never(up_to_date):
+    up_to_date.materialize("statements", "P37")
+    assert up_to_date.tick() == scoring(mr("A", "P37"))
+    assert up_to_date.tick() == per_model("A")
+    assert up_to_date.tick() == {}
+
+
+def test_requests_wait_for_inputs_and_are_not_repeated_while_unhandled():
+    auto = Automation()
+    auto.add_models("A")
+    auto.materialize("statements", "P36")  # templates are missing: metrics cannot run yet
+    assert auto.tick(run=False) == scoring(mr("A", "P36"))
+    assert auto.tick(run=False) == {}  # requested once; a failed run is not retried in a loop
+    for asset in SCORING:
+        auto.materialize(asset, mr("A", "P36"))
+    assert auto.tick() == {}  # metrics and curves need templates; report needs them
+    auto.materialize("templates")
+    assert auto.tick() == per_model("A")
+    assert auto.tick() == {}
+
+
+def bumped(*assets: str) -> Definitions:
+    """The same code location with a new code_version of some assets."""
+    def bump(spec):
+        return spec.replace_attributes(code_version="bumped") if spec.key.to_user_string() in assets else spec
+    return Definitions(assets=map_asset_specs(bump, all_assets), sensors=defs.sensors, resources=defs.resources)
+
+
+def test_a_code_version_change_refreshes_the_materialized_partitions_and_what_follows(up_to_date):
+    up_to_date.defs = bumped("statement_scores")
+    assert up_to_date.tick() == scoring(mr("A", "P36"), mr("A", "P30"))
+    assert up_to_date.tick() == per_model("A")
+    assert up_to_date.tick() == {}
+    up_to_date.defs = bumped("statement_scores", "report")
+    assert up_to_date.tick() == {"report": {"A"}}
+    assert up_to_date.tick() == {}

@@ -1,0 +1,193 @@
+"""The scoring engine and one partition's scoring: scorer choice, optional columns, fingerprints,
+conditional answer scores, skip-if-unchanged and resume after a crash (real SmolLM2, real Parquet)."""
+import dataclasses
+
+import numpy as np
+import polars as pl
+import pytest
+import torch
+
+from kcal_pipeline.models import DEFAULT_MODEL, ModelEntry, load_model
+from kcal_pipeline.scoring import partition as partition_mod
+from kcal_pipeline.scoring.clm import SCHEMA, score_clm
+from kcal_pipeline.scoring.engine import OPTIONAL_SCHEMA, ScoringOptions, fingerprint, score_statements, scorer_for
+from kcal_pipeline.scoring.mlm import score_mlm
+from kcal_pipeline.scoring.partition import FINGERPRINT_COLUMN, score_partition
+from kcal_pipeline.scoring.subject_mask import mask_subjects
+from kcal_pipeline.storage import partition_path, write_parquet_atomic
+from kcal_pipeline.templates import fill
+from tests.test_clm_scoring import model_cache
+from tests.tiny_mlm import build_tiny_mlm
+
+TEMPLATES = ["The capital of [X] is [Y].", "[Y] is the capital of [X].", "In [X], the seat of government is [Y]."]
+PAIRS = [("France", o) for o in ("Paris", "Lyon", "Zürich")] + [("Iceland", o) for o in ("Reykjavík", "Oslo")]
+
+
+def statements_frame(filled) -> pl.DataFrame:
+    return pl.DataFrame({
+        "statement_id": [f"st{i:03d}" for i in range(len(filled))],
+        "instance_id": [f"i{i // 3}" for i in range(len(filled))],
+        "relation_id": ["P36"] * len(filled), "template_id": ["t0"] * len(filled),
+        "option_index": [i % 3 for i in range(len(filled))], "object_id": ["Q1"] * len(filled),
+        "is_gold": [i % 3 == 0 for i in range(len(filled))],
+        "text": [f.text for f in filled],
+        "subject_start": [f.subject_span[0] for f in filled], "subject_end": [f.subject_span[1] for f in filled],
+        "object_start": [f.object_span[0] for f in filled], "object_end": [f.object_span[1] for f in filled],
+    })
+
+
+STATEMENTS = statements_frame([fill(t, s, o) for t in TEMPLATES for s, o in PAIRS])  # 15
+
+
+@pytest.fixture(scope="module")
+def loaded():
+    return load_model(DEFAULT_MODEL, model_cache())
+
+
+def spans(frame, a, b):
+    return list(zip(frame[a], frame[b]))
+
+
+def plain_scores(loaded, frame):
+    return score_clm(loaded, frame["text"].to_list(), spans(frame, "subject_start", "subject_end"),
+                     spans(frame, "object_start", "object_end"))
+
+
+def test_default_scoring_is_the_packed_path_with_null_optional_columns(loaded):
+    assert scorer_for(loaded, ScoringOptions())[0] == "clm-packed"
+    assert scorer_for(loaded, ScoringOptions(fast_path=False))[0] == "clm-plain"
+    fast = score_statements(loaded, STATEMENTS, ScoringOptions())
+    assert dict(fast.schema) == {**SCHEMA, **OPTIONAL_SCHEMA}
+    assert all(fast[c].null_count() == fast.height for c in OPTIONAL_SCHEMA)
+    plain = plain_scores(loaded, STATEMENTS)
+    np.testing.assert_allclose(fast["ll_sum"].to_numpy(), plain["ll_sum"].to_numpy(), atol=1e-4, rtol=0)
+
+
+def test_answer_scores_are_conditional_on_the_prefix(loaded):
+    """ll_answer_sum = log P(answer tokens | start + text before them), from one direct forward pass
+    of the prefix followed by the answer (SCA and Token confidence use it)."""
+    f = fill("The capital of [X] is [Y].", "France", "Paris")
+    row = score_statements(loaded, statements_frame([f]), ScoringOptions()).row(0, named=True)
+    tok = loaded.tokenizer
+    prefix = tok(f.text[:f.object_span[0]].rstrip(), add_special_tokens=False)["input_ids"]
+    answer = tok(f.text, add_special_tokens=False)["input_ids"][len(prefix):][:1]  # " Paris"
+    assert tok.decode(answer) == " Paris"
+    ids = torch.tensor([[loaded.start_token_id] + prefix + answer])
+    with torch.inference_mode():
+        logits = loaded.model(input_ids=ids).logits[0].double()
+    expected = float(torch.log_softmax(logits[len(prefix)], -1)[answer[0]])
+    assert row["ll_answer_sum"] == pytest.approx(expected, abs=1e-4)
+
+
+def test_dropout_passes_and_subject_masked_columns(loaded):
+    opts = ScoringOptions(dropout_passes=2, dropout_rate=0.1, dropout_seed=5, subject_mask=True)
+    first = score_statements(loaded, STATEMENTS, opts)
+    again = score_statements(loaded, STATEMENTS, opts)
+    assert first.equals(again)  # seeded: the same numbers every time
+    assert all(len(v) == 2 and v[0] != v[1] for v in first["ll_sum_dropout"].to_list())
+    assert not any(m.training for m in loaded.model.modules())  # dropout switched off again
+    masked = mask_subjects(STATEMENTS)
+    assert masked["text"][0] == "The capital of something is Paris."
+    np.testing.assert_allclose(first["ll_sum_masked"].to_numpy(), plain_scores(loaded, masked)["ll_sum"].to_numpy(),
+                               atol=1e-4, rtol=0)
+
+
+def test_progress_counts_every_pass(loaded):
+    calls = []
+    score_statements(loaded, STATEMENTS.head(3), ScoringOptions(dropout_passes=2, subject_mask=True),
+                     progress=lambda d, t: calls.append((d, t)))
+    assert calls[-1] == (12, 12) and all(t == 12 for _, t in calls)  # 3 statements × (1 + 2 + 1)
+    assert [d for d, _ in calls] == sorted(d for d, _ in calls)
+
+
+def test_fingerprint_follows_statements_options_and_weights(loaded):
+    base = fingerprint(loaded, STATEMENTS, ScoringOptions())
+    assert base == fingerprint(loaded, STATEMENTS.with_columns(is_gold=pl.lit(True)), ScoringOptions())
+    assert base != fingerprint(loaded, STATEMENTS.with_columns(pl.col("text").str.replace("France", "Spain")),
+                               ScoringOptions())
+    assert base != fingerprint(loaded, STATEMENTS, ScoringOptions(subject_mask=True))
+    other = dataclasses.replace(loaded, revision=loaded.revision + "-other")
+    assert base != fingerprint(other, STATEMENTS, ScoringOptions())
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"mlm_variant": "l2r"}, "mlm_variant must be one of original, within_word_l2r, got 'l2r'"),
+    ({"dropout_passes": -1}, "dropout_passes must be an integer >= 0, got -1"),
+    ({"dropout_passes": 2, "dropout_rate": 1.5}, "rate"),
+    ({"subject_mask": True, "placeholder": ""}, "placeholder"),
+])
+def test_bad_options_are_rejected(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        ScoringOptions(**kwargs)
+
+
+def test_masked_lms_take_the_pseudo_log_likelihood(tmp_path):
+    torch_threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        mlm = load_model(ModelEntry(id="kcal-test/tiny-bert", source="local",
+                                    path=str(build_tiny_mlm(tmp_path / "bert"))), tmp_path / "cache")
+        for variant in ("original", "within_word_l2r"):
+            name, _ = scorer_for(mlm, ScoringOptions(mlm_variant=variant))
+            assert name == f"mlm-{variant}"
+            got = score_statements(mlm, STATEMENTS, ScoringOptions(mlm_variant=variant))
+            want = score_mlm(mlm, STATEMENTS["text"].to_list(), spans(STATEMENTS, "subject_start", "subject_end"),
+                             spans(STATEMENTS, "object_start", "object_end"), variant=variant)
+            assert got.select(list(SCHEMA)).equals(want)
+    finally:
+        torch.set_num_threads(torch_threads)
+
+
+# --- one partition -----------------------------------------------------------------------------
+
+def run_partition(loaded, home, **kw):
+    return score_partition(loaded, DEFAULT_MODEL.id, STATEMENTS, ScoringOptions(), home, "P36",
+                           chunk_size=kw.pop("chunk_size", 4), **kw)
+
+
+def store(home, frame, key):
+    write_parquet_atomic(frame, partition_path(home, "statement_scores", {"model": key, "relation": "P36"}))
+
+
+def test_a_crashed_partition_resumes_to_the_uninterrupted_result(loaded, tmp_path, monkeypatch):
+    clean = run_partition(loaded, tmp_path / "clean")
+    assert clean.metadata["chunks"] == 4 and clean.metadata["rescored"] is True
+    original, calls = partition_mod.score_statements, []
+
+    def crash_on_third(loaded_, chunk, options):
+        calls.append(chunk["statement_id"].to_list())
+        if len(calls) == 3:
+            raise KeyboardInterrupt("killed (injected)")
+        return original(loaded_, chunk, options)
+
+    monkeypatch.setattr(partition_mod, "score_statements", crash_on_third)
+    with pytest.raises(KeyboardInterrupt):
+        run_partition(loaded, tmp_path / "home")
+    monkeypatch.setattr(partition_mod, "score_statements", original)
+    resumed = run_partition(loaded, tmp_path / "home")
+    assert (resumed.metadata["chunks_resumed"], resumed.metadata["chunks"]) == (2, 4)
+    assert resumed.frame["statement_id"].to_list() == STATEMENTS["statement_id"].to_list()
+    assert resumed.frame.drop(FINGERPRINT_COLUMN).equals(clean.frame.drop(FINGERPRINT_COLUMN))
+    assert not partition_mod.checkpoint_dir(tmp_path / "home", loaded.key, "P36").exists()
+
+
+def test_an_unchanged_partition_is_not_rescored(loaded, tmp_path, monkeypatch):
+    first = run_partition(loaded, tmp_path)
+    assert first.frame.columns[:7] == ["statement_id", "instance_id", "relation_id", "template_id",
+                                       "option_index", "object_id", "is_gold"]
+    assert first.frame["model_id"].unique().to_list() == [DEFAULT_MODEL.id]
+    store(tmp_path, first.frame, loaded.key)
+    monkeypatch.setattr(partition_mod, "score_statements", lambda *a: pytest.fail("rescored"))
+    again = run_partition(loaded, tmp_path)
+    assert again.metadata["rescored"] is False and again.frame.equals(first.frame)
+    for key in ("statements", "tokens", "device", "model_revision", "scorer", "fingerprint"):
+        assert key in again.metadata
+
+
+def test_changed_statements_are_rescored(loaded, tmp_path):
+    first = run_partition(loaded, tmp_path)
+    store(tmp_path, first.frame, loaded.key)
+    changed = STATEMENTS.with_columns(pl.col("text").str.replace("Lyon", "Nice"))
+    second = score_partition(loaded, DEFAULT_MODEL.id, changed, ScoringOptions(), tmp_path, "P36", chunk_size=4)
+    assert second.metadata["rescored"] is True
+    assert second.frame[FINGERPRINT_COLUMN][0] != first.frame[FINGERPRINT_COLUMN][0]
