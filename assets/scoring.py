@@ -1,6 +1,4 @@
 """The scoring asset: log-likelihoods of every statement, per model × relation."""
-import os
-
 import polars as pl
 from dagster import AssetExecutionContext, asset
 
@@ -9,8 +7,6 @@ from kcal_pipeline.config import kcal_home
 from kcal_pipeline.progress import terminal_stream
 from kcal_pipeline.scoring.partition import score_partition
 from resources import ModelProvider, ScoringSettings
-
-PROGRESS_BAR_ENV = "KCAL_PROGRESS_BAR"  # set to 1 by the CLI: draw a bar on a terminal's stderr
 
 
 @asset(
@@ -26,6 +22,6 @@ def statement_scores(context: AssetExecutionContext, statements: pl.DataFrame, m
     result = score_partition(
         models.load(dims["model"]), models.entry(dims["model"]).id, statements, scoring_settings.options(),
         kcal_home(models.home or None), dims["relation"], scoring_settings.chunk_size, log=context.log.info,
-        stream=terminal_stream(os.environ.get(PROGRESS_BAR_ENV) == "1"))
+        stream=terminal_stream())  # the CLI's terminal, when `kcal demo` runs in one
     context.add_output_metadata(result.metadata)
     return result.frame

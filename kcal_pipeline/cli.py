@@ -30,6 +30,7 @@ def _print_table(cols: list[str], rows: list[tuple], out=sys.stdout) -> None:
 
 def cmd_demo(args) -> int:
     from assets.runner import run_missing  # Dagster layer, imported only when orchestrating
+    from kcal_pipeline.progress import share_terminal
     from kcal_pipeline.report import format_summary, summary_table
     from kcal_pipeline.storage import read_partition
 
@@ -43,7 +44,7 @@ def cmd_demo(args) -> int:
                                   "subject_mask": True if args.subject_mask else None,
                                   }.items() if v is not None}
     if not args.no_progress:
-        os.environ.setdefault("KCAL_PROGRESS_BAR", "1")  # statement_scores draws it on a terminal
+        share_terminal()  # statement_scores draws its progress bar there
     relations = None if args.all_relations else (args.relation or DEMO_RELATIONS)
     started = time.perf_counter()
     summary = run_missing(home, models=args.model, relations=relations, settings=settings,

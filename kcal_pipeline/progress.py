@@ -6,6 +6,7 @@ progress(done, total) so scorers need not know where it goes.
 """
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -45,8 +46,12 @@ class ProgressMeter:
         self.log_every, self.draw_every, self.clock = log_every, draw_every, clock
         self.started = clock()
         self._logged = self._drawn = float("-inf")
+        self._last: tuple[int, int] | None = None
 
     def __call__(self, done: int, total: int) -> None:
+        if (done, total) == self._last:  # e.g. a chunk's end reported by scorer and chunker
+            return
+        self._last = (done, total)
         now = self.clock()
         text = describe(self.label, done, total, now - self.started, self.unit)
         final = done >= total
@@ -63,6 +68,33 @@ class ProgressMeter:
         return self.clock() - self.started
 
 
-def terminal_stream(enabled: bool) -> TextIO | None:
-    """stderr when a bar is wanted and stderr is a terminal (no escape codes in logs or pipes)."""
-    return sys.stderr if enabled and sys.stderr.isatty() else None
+PROGRESS_FD_ENV = "KCAL_PROGRESS_FD"
+
+
+def share_terminal() -> None:
+    """Called by the CLI before Dagster runs: Dagster captures a step's stderr into its compute
+    logs, so the bar is drawn on a duplicate of the terminal's stderr, passed by descriptor."""
+    if sys.stderr.isatty() and PROGRESS_FD_ENV not in os.environ:
+        fd = os.dup(sys.stderr.fileno())
+        os.set_inheritable(fd, False)
+        os.environ[PROGRESS_FD_ENV] = str(fd)
+
+
+_streams: dict[int, TextIO] = {}
+
+
+def terminal_stream() -> TextIO | None:
+    """The terminal shared by share_terminal(), if any and still a terminal; else None (log lines
+    only: no escape codes in files or pipes)."""
+    try:
+        fd = int(os.environ.get(PROGRESS_FD_ENV, ""))
+    except ValueError:
+        return None
+    try:
+        if not os.isatty(fd):
+            return None
+    except OSError:
+        return None
+    if fd not in _streams:
+        _streams[fd] = os.fdopen(fd, "w", encoding="utf-8", closefd=False)
+    return _streams[fd]

@@ -27,3 +27,23 @@ def test_meter_throttles_log_lines_but_always_logs_the_end():
                      "s: 100/100 statements, 12.5/s, ETA 0s"]
     drawn = stream.getvalue().split("\r")[1:]
     assert len(drawn) == 5 and drawn[-1].endswith("\x1b[K\n") and drawn[-1].startswith("[" + "#" * 24 + "]")
+
+
+def test_a_repeated_report_is_shown_once():
+    lines = []
+    meter = ProgressMeter("s:", log=lines.append, clock=lambda: 1.0)
+    meter(10, 10)
+    meter(10, 10)
+    assert len(lines) == 1
+
+
+def test_the_terminal_is_shared_by_descriptor_only_when_it_is_one(monkeypatch, tmp_path):
+    from kcal_pipeline import progress
+
+    monkeypatch.delenv(progress.PROGRESS_FD_ENV, raising=False)
+    assert progress.terminal_stream() is None
+    with open(tmp_path / "log", "w") as fh:  # a file is not a terminal: no bar, no escape codes
+        monkeypatch.setenv(progress.PROGRESS_FD_ENV, str(fh.fileno()))
+        assert progress.terminal_stream() is None
+    monkeypatch.setenv(progress.PROGRESS_FD_ENV, "not-a-number")
+    assert progress.terminal_stream() is None

@@ -154,11 +154,11 @@ def test_a_crashed_partition_resumes_to_the_uninterrupted_result(loaded, tmp_pat
     assert clean.metadata["chunks"] == 4 and clean.metadata["rescored"] is True
     original, calls = partition_mod.score_statements, []
 
-    def crash_on_third(loaded_, chunk, options):
+    def crash_on_third(loaded_, chunk, options, progress=None):
         calls.append(chunk["statement_id"].to_list())
         if len(calls) == 3:
             raise KeyboardInterrupt("killed (injected)")
-        return original(loaded_, chunk, options)
+        return original(loaded_, chunk, options, progress=progress)
 
     monkeypatch.setattr(partition_mod, "score_statements", crash_on_third)
     with pytest.raises(KeyboardInterrupt):
@@ -171,13 +171,22 @@ def test_a_crashed_partition_resumes_to_the_uninterrupted_result(loaded, tmp_pat
     assert not partition_mod.checkpoint_dir(tmp_path / "home", loaded.key, "P36").exists()
 
 
+def test_partition_progress_goes_to_the_log_and_the_bar(loaded, tmp_path):
+    import io
+
+    lines, stream = [], io.StringIO()
+    run_partition(loaded, tmp_path, log=lines.append, stream=stream)
+    assert lines[-1].startswith(f"scoring {loaded.key} × P36 (clm-packed): 15/15 statements, ")
+    assert stream.getvalue().endswith("\x1b[K\n") and "[" + "#" * 24 + "]" in stream.getvalue()
+
+
 def test_an_unchanged_partition_is_not_rescored(loaded, tmp_path, monkeypatch):
     first = run_partition(loaded, tmp_path)
     assert first.frame.columns[:7] == ["statement_id", "instance_id", "relation_id", "template_id",
                                        "option_index", "object_id", "is_gold"]
     assert first.frame["model_id"].unique().to_list() == [DEFAULT_MODEL.id]
     store(tmp_path, first.frame, loaded.key)
-    monkeypatch.setattr(partition_mod, "score_statements", lambda *a: pytest.fail("rescored"))
+    monkeypatch.setattr(partition_mod, "score_statements", lambda *a, **k: pytest.fail("rescored"))
     again = run_partition(loaded, tmp_path)
     assert again.metadata["rescored"] is False and again.frame.equals(first.frame)
     for key in ("statements", "tokens", "device", "model_revision", "scorer", "fingerprint"):

@@ -62,9 +62,19 @@ def score_partition(loaded: LoadedModel, model_id: str, statements: pl.DataFrame
     meter = ProgressMeter(f"scoring {loaded.key} × {relation} ({scorer_name}):", log=print_, stream=stream)
     directory = checkpoint_dir(home, loaded.key, relation)
     started = time.perf_counter()
-    scores, report = score_in_chunks(
-        statements, lambda chunk: score_statements(loaded, chunk, options), directory, fp,
-        chunk_size=chunk_size, on_chunk=meter)
+    position = [0]  # statements before the chunk being scored
+
+    def score_chunk(chunk: pl.DataFrame) -> pl.DataFrame:
+        def within(done: int, total: int) -> None:
+            meter(position[0] + done * chunk.height // max(total, 1), statements.height)
+        return score_statements(loaded, chunk, options, progress=within)
+
+    def after_chunk(done: int, total: int) -> None:
+        position[0] = done
+        meter(done, total)
+
+    scores, report = score_in_chunks(statements, score_chunk, directory, fp, chunk_size=chunk_size,
+                                     on_chunk=after_chunk)
     elapsed = time.perf_counter() - started
     # Dropped now rather than after the IO manager's write: a crash in that instant costs a rescore,
     # never a wrong or duplicated row, and no Dagster hook is needed.
