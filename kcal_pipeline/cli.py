@@ -125,6 +125,8 @@ def cmd_models_add(args) -> int:
         source = dict(source="local", path=str(Path(args.path).resolve()))
     elif args.gguf_package:
         source = dict(source="gguf_package", package=args.gguf_package, file=args.file)
+    elif args.gguf:
+        source = dict(source="gguf_file", path=str(Path(args.gguf).resolve()))
     else:
         source = dict(source="hf", revision=args.revision)
     entry = ModelEntry(id=args.id, kind=args.kind, dtype=args.dtype, device=args.device,
@@ -201,6 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--path", help="local directory with config, tokenizer and safetensors weights")
     a.add_argument("--gguf-package", help="Python package that ships a GGUF file")
     a.add_argument("--file", help="GGUF file name inside --gguf-package")
+    a.add_argument("--gguf", help="a .gguf file (converted once to a safetensors cache)")
     a.add_argument("--revision", default="main", help="hub revision (commit, tag or branch)")
     a.add_argument("--kind", default="auto", choices=["auto", "clm", "mlm"],
                    help="causal (clm) or masked (mlm) LM; auto detects it from the model's config when loaded")

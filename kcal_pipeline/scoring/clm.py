@@ -135,14 +135,29 @@ def _score_batch(loaded: LoadedModel, seqs: list[list[int]]) -> list[np.ndarray]
 
 
 def _target_logprobs(logits, targets):
-    """log_softmax at the targets, as logit − logsumexp with the normaliser in float64.
+    """log_softmax at the targets, as logit − log-normaliser (see log_normaliser)."""
+    return logits.gather(-1, targets[..., None]).squeeze(-1).double() - log_normaliser(logits)
 
-    The normaliser sums ~50k exponentials; in float32 its rounding is biased in one direction, which
-    moved a 19-token ll_sum by 1.7e-4 from a float64 forward (2.7e-5 this way). One row at a time
-    keeps the float64 copy small.
+
+NORMALISER_ROWS = 256  # positions per step: bounds the float32 temporary to 256 × vocabulary
+
+
+def log_normaliser(logits):
+    """log Σ exp(logits) over the vocabulary, float64, for every position.
+
+    The normaliser sums ~50k exponentials; accumulated in float32 its rounding is biased in one
+    direction, which moved a 19-token ll_sum by 1.7e-4 from a float64 forward. Each exponential
+    (after subtracting the row maximum) is taken in float32 — its error is ≤ 1 ulp and unbiased —
+    and only the sum runs in float64: within 1e-7 of a full float64 logsumexp at a third of its
+    cost (no float64 copy of the logits).
     """
-    norm = [row.double().logsumexp(-1) for row in logits]
-    return logits.gather(-1, targets[..., None]).squeeze(-1).double() - torch.stack(norm)
+    flat = logits.reshape(-1, logits.shape[-1])
+    out = []
+    for rows in flat.split(NORMALISER_ROWS):
+        top = rows.amax(-1, keepdim=True)
+        total = torch.exp(rows - top).sum(-1, dtype=torch.float64)
+        out.append(top.squeeze(-1).double() + total.log())
+    return torch.cat(out).reshape(logits.shape[:-1]) if out else torch.zeros(logits.shape[:-1], dtype=torch.float64)
 
 
 def _frame(logprobs: list[np.ndarray], roles: list[np.ndarray]) -> pl.DataFrame:

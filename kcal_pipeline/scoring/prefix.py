@@ -42,7 +42,9 @@ import polars as pl
 import torch
 
 from kcal_pipeline.scoring.batching import map_batches
-from kcal_pipeline.scoring.clm import SCHEMA, Span, _frame, _token_logprobs, encode_inputs, token_roles
+from kcal_pipeline.scoring.clm import (
+    SCHEMA, Span, _frame, _token_logprobs, encode_inputs, log_normaliser, token_roles,
+)
 
 if TYPE_CHECKING:
     from kcal_pipeline.models import LoadedModel
@@ -50,7 +52,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 ROW_TOKENS = 256       # trie nodes per packed row: long enough to hold many candidate sets
-TOKENS_PER_ROW_OF_BATCH = 16  # a call's token budget is batch_size × this (32 → 512 nodes ≈ 2 rows)
+TOKENS_PER_ROW_OF_BATCH = 32  # a call's node budget is batch_size × this (32 → 1024 ≈ 4 rows)
 PROBE_ATOL = 1e-4
 
 
@@ -81,7 +83,7 @@ def score_clm_shared_prefix(loaded: LoadedModel, texts: Sequence[str], subject_s
                             row_tokens: int = ROW_TOKENS) -> pl.DataFrame:
     """Same contract, schema and row order as `score_clm`; computes each shared prefix once.
 
-    batch_size scales the nodes computed per forward call (batch_size × 16, at least one row), so
+    batch_size scales the nodes computed per forward call (batch_size × 32, at least one row), so
     the entry's batch size bounds memory like on the plain path. progress(done, total) counts
     distinct token sequences scored.
     """
@@ -192,7 +194,7 @@ def _forward_rows(loaded: LoadedModel, rows: list[_Row]) -> list[list[np.ndarray
         keys = torch.tensor(rr, device=device) * width + torch.tensor(pp, device=device)
         parent_keys, inverse = torch.unique(keys, return_inverse=True)
         flat = logits.reshape(-1, logits.shape[-1])
-        norm = torch.cat([flat[k].double().logsumexp(-1) for k in parent_keys.split(256)])
+        norm = log_normaliser(flat[parent_keys])
         picked = flat[keys, torch.tensor(tt, device=device)].double() - norm[inverse]
     picked = picked.cpu().numpy()
     spans.append(len(rr))
