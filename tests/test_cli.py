@@ -31,11 +31,17 @@ def test_models_add_list_remove_keeps_partitions_in_sync(tmp_path):
     assert again.returncode == 2 and "lab/my-clm" in again.stderr and "Traceback" not in again.stderr
     assert kcal(tmp_path, "models", "remove", "lab/my-clm").returncode == 0
     assert partitions(tmp_path) == ["HuggingFaceTB--SmolLM2-135M-Instruct"]
+    out = kcal(tmp_path, "models", "add", "lab/my-gguf", "--gguf", str(tmp_path / "m.gguf"))
+    assert out.returncode == 0, out.stderr
+    listed = kcal(tmp_path, "models", "list").stdout
+    assert "lab--my-gguf" in listed and "gguf_file" in listed
 
 
 @pytest.mark.parametrize("args, needle", [
     (["models", "add", "x/y", "--batch-size", "0"], "batch_size"),
     (["models", "remove", "not/registered"], "not/registered"),
+    (["models", "add", "x/y", "--gguf", "weights.bin"], "'.gguf' file"),
+    (["models", "add", "x/y", "--kind", "seq2seq"], "invalid choice: 'seq2seq'"),
 ])
 def test_models_bad_input_is_named(tmp_path, args, needle):
     out = kcal(tmp_path, *args)

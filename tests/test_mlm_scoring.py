@@ -1,6 +1,7 @@
 """MLM pseudo-log-likelihood scoring against a slow plain reference, on a tiny real BERT (tests/tiny_mlm.py)."""
 import random
 import shutil
+import threading
 
 import numpy as np
 import polars as pl
@@ -201,6 +202,43 @@ def test_out_of_memory_halves_the_chunk_and_keeps_the_scores(loaded, batched, mo
     expected = batched["within_word_l2r"].head(6)
     for got, want in zip(frame.iter_rows(named=True), expected.iter_rows(named=True)):
         np.testing.assert_allclose(got["token_logprobs"], want["token_logprobs"], atol=1e-5, rtol=0)
+
+
+def test_vocabulary_projection_runs_on_the_scored_positions_only(loaded, batched, monkeypatch):
+    """Only one position per row is scored, so only it goes through the vocabulary projection; a
+    model whose projection cannot be found is run whole, with the same scores. Meanwhile a forward
+    of the same model in another thread is left alone."""
+    projection = loaded.model.get_output_embeddings()
+    seen, other_thread = [], []
+
+    def in_another_thread(_module, args, kw):
+        if not other_thread:
+            other_thread.append(None)
+            ids = torch.tensor([[loaded.tokenizer.cls_token_id] + [7] * 5 + [loaded.tokenizer.sep_token_id]])
+
+            def forward():
+                with torch.inference_mode():
+                    other_thread.append(loaded.model(input_ids=ids).logits.shape)
+
+            worker = threading.Thread(target=forward)
+            worker.start()
+            worker.join()
+
+    handles = [projection.register_forward_hook(lambda _m, _args, out: seen.append(tuple(out.shape))),
+               loaded.model.register_forward_pre_hook(in_another_thread, with_kwargs=True)]
+    try:
+        restricted = score(loaded, FILLED[:8], variant="within_word_l2r", batch_size=16)
+    finally:
+        for handle in handles:
+            handle.remove()
+    assert other_thread[1] == (1, 7, projection.out_features)
+    assert seen and all(shape[1] == 1 for shape in seen[1:])  # seen[0] is the other thread's
+    monkeypatch.setattr(loaded.model, "get_output_embeddings", lambda: None)
+    whole = score(loaded, FILLED[:8], variant="within_word_l2r", batch_size=16)
+    for a, b, c in zip(restricted.iter_rows(named=True), whole.iter_rows(named=True),
+                       batched["within_word_l2r"].iter_rows(named=True)):
+        np.testing.assert_allclose(a["token_logprobs"], b["token_logprobs"], atol=1e-5, rtol=0)
+        np.testing.assert_allclose(a["token_logprobs"], c["token_logprobs"], atol=1e-5, rtol=0)
 
 
 @pytest.mark.parametrize("text,subject,obj,roles", [

@@ -20,13 +20,18 @@ Cost is one forward row per token. Rows are built lazily per chunk of at most ba
 all copies at once), in statements of decreasing length so a chunk pads little, and a statement
 that occurs several times (same token ids) is scored once. Right padding with an attention mask
 leaves every real position unchanged, so chunking does not change scores beyond float rounding.
+Only one position per row is scored, so the vocabulary projection runs on that position alone
+(_logits_at): the encoder's work is unchanged, the projection's and the logits' shrink by the
+statement length.
+
+The per-token bookkeeping is flat numpy arrays over every scored token of every unique statement
+("slots", statement after statement), so building a chunk is a few array operations, not a loop.
 """
 from __future__ import annotations
 
-from bisect import bisect_right
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from itertools import accumulate
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -34,23 +39,28 @@ import polars as pl
 import torch
 
 from kcal_pipeline.scoring.batching import map_batches
-from kcal_pipeline.scoring.clm import SCHEMA, Span, _frame, _target_logprobs, encode_inputs, token_roles
+from kcal_pipeline.scoring.clm import MIN_ROWS, SCHEMA, Span, _check_inputs, _frame, _target_logprobs, token_roles
 
 if TYPE_CHECKING:
     from kcal_pipeline.models import LoadedModel
 
 VARIANTS = ("original", "within_word_l2r")
 
-Job = tuple[int, int]  # (unique statement, index of the scored token in it)
-
 
 @dataclass(frozen=True)
-class _Statement:
-    """A tokenized statement: ids with special tokens, the positions scored, word id per position."""
+class _Statements:
+    """The unique statements, flat. Statement u's token ids are ids[id_start[u]:id_start[u] + length[u]];
+    its scored tokens are the slots slot_start[u] … slot_start[u + 1] - 1, and slot j scores position
+    position[j] (token id target[j]) of statement stmt[j], masking positions position[j:j + masked[j]]."""
 
-    ids: tuple[int, ...]
-    positions: tuple[int, ...]
-    words: tuple[int | None, ...]
+    ids: np.ndarray         # int64, every unique statement's ids (special tokens included), concatenated
+    id_start: np.ndarray    # int64 [n]
+    length: np.ndarray      # int64 [n]
+    slot_start: np.ndarray  # int64 [n + 1]
+    stmt: np.ndarray        # int64 [slots]
+    position: np.ndarray    # int64 [slots]
+    target: np.ndarray      # int64 [slots]
+    masked: np.ndarray      # int64 [slots]: 1, or (within_word_l2r) the slot's run to the end of its word
 
 
 def score_mlm(loaded: LoadedModel, texts: Sequence[str], subject_spans: Sequence[Span],
@@ -67,18 +77,22 @@ def score_mlm(loaded: LoadedModel, texts: Sequence[str], subject_spans: Sequence
     if getattr(loaded, "kind", None) != "mlm":
         raise ValueError(f"score_mlm needs a masked LM, got model {loaded.key!r} of kind "
                          f"{getattr(loaded, 'kind', None)!r} (use score_clm)")
-    enc = encode_inputs(loaded, texts, subject_spans, object_spans, batch_size)
-    if enc is None:
+    # clm.encode_inputs' checks, without its tokenization (_encode tokenizes once, with special tokens)
+    texts, subject_spans, object_spans = list(texts), list(subject_spans), list(object_spans)
+    _check_inputs(texts, subject_spans, object_spans)
+    batch_size = loaded.batch_size if batch_size is None else batch_size
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    if not texts:
         return pl.DataFrame(schema=SCHEMA)
-    texts, subject_spans, object_spans, batch_size, _, _ = enc
-    statements, offsets, unique_of = _encode(loaded.tokenizer, texts)
-    logprobs = _pll(loaded, statements, unique_of, variant, batch_size, progress)
+    statements, offsets, unique_of = _encode(loaded.tokenizer, texts, variant)
+    logprobs = _pll(loaded, statements, unique_of, batch_size, progress)
     roles = [np.array(token_roles(off, s, o), dtype=np.int8)
              for off, s, o in zip(offsets, subject_spans, object_spans)]
     return _frame([logprobs[u] for u in unique_of], roles)
 
 
-def _encode(tokenizer, texts: list[str]) -> tuple[list[_Statement], list[list[Span]], list[int]]:
+def _encode(tokenizer, texts: list[str], variant: str) -> tuple[_Statements, list[list[Span]], list[int]]:
     """Unique statements, each text's scored-token offsets, and each text's unique statement.
 
     Offsets stay per text: two texts can share token ids (e.g. differing only in spacing) but
@@ -86,76 +100,151 @@ def _encode(tokenizer, texts: list[str]) -> tuple[list[_Statement], list[list[Sp
     """
     encoded = tokenizer(texts, add_special_tokens=True, return_offsets_mapping=True,
                         return_special_tokens_mask=True)
-    statements: list[_Statement] = []
-    seen: dict[_Statement, int] = {}
-    offsets, unique_of = [], []
-    for i, text in enumerate(texts):
-        special = encoded["special_tokens_mask"][i]
-        positions = tuple(p for p, s in enumerate(special) if not s)
+    all_ids, all_special, all_offsets = encoded["input_ids"], encoded["special_tokens_mask"], encoded["offset_mapping"]
+    seen: dict[tuple, int] = {}
+    unique: list[tuple[list[int], list[int], list[int | None]]] = []
+    offsets, unique_of, bare = [], [], []
+    for i in range(len(texts)):
+        ids, special = all_ids[i], all_special[i]
+        positions = [p for p, s in enumerate(special) if not s]
         if not positions:
-            raise ValueError(f"text #{i} has no tokens to score (all are special tokens): {text!r}")
-        stmt = _Statement(tuple(encoded["input_ids"][i]), positions, tuple(encoded.word_ids(i)))
-        unique_of.append(seen.setdefault(stmt, len(statements)))
-        if unique_of[-1] == len(statements):
-            statements.append(stmt)
-        offsets.append([tuple(encoded["offset_mapping"][i][p]) for p in positions])
-    return statements, offsets, unique_of
+            bare.append(i)
+            continue
+        words = encoded.word_ids(i)
+        u = seen.setdefault((tuple(ids), tuple(positions), tuple(words)), len(unique))
+        if u == len(unique):
+            unique.append((ids, positions, words))
+        unique_of.append(u)
+        text_offsets = all_offsets[i]
+        offsets.append([tuple(text_offsets[p]) for p in positions])
+    if bare:
+        for i in bare:  # the first text without any token is reported as clm.encode_inputs would
+            if not tokenizer(texts[i], add_special_tokens=False)["input_ids"]:
+                raise ValueError(f"text #{i} has no tokens: {texts[i]!r}")
+        i = bare[0]
+        raise ValueError(f"text #{i} has no tokens to score (all are special tokens): {texts[i]!r}")
+    return _flatten(unique, variant), offsets, unique_of
 
 
-def _pll(loaded: LoadedModel, statements: list[_Statement], unique_of: list[int], variant: str,
-         batch_size: int, progress: Callable[[int, int], None] | None) -> list[np.ndarray]:
-    """PLL terms per unique statement; jobs run longest statement first, in bounded chunks."""
-    order = sorted(range(len(statements)), key=lambda u: len(statements[u].ids), reverse=True)
-    jobs: list[Job] = [(u, k) for u in order for k in range(len(statements[u].positions))]
-    report = None if progress is None else _statement_progress(progress, statements, order, unique_of)
-    scores = map_batches(jobs, batch_size, lambda chunk: _score_chunk(loaded, statements, chunk, variant),
-                         progress=report)
-    out = [np.empty(len(s.positions), dtype=np.float64) for s in statements]
-    for (u, k), lp in zip(jobs, scores):
-        out[u][k] = lp
-    return out
+def _flatten(unique: list[tuple[list[int], list[int], list[int | None]]], variant: str) -> _Statements:
+    length = np.fromiter((len(ids) for ids, _, _ in unique), dtype=np.int64, count=len(unique))
+    n_slots = np.fromiter((len(pos) for _, pos, _ in unique), dtype=np.int64, count=len(unique))
+    id_start = np.concatenate(([0], np.cumsum(length)[:-1])).astype(np.int64)
+    slot_start = np.concatenate(([0], np.cumsum(n_slots))).astype(np.int64)
+    ids = np.fromiter((t for s, _, _ in unique for t in s), dtype=np.int64, count=int(length.sum()))
+    stmt = np.repeat(np.arange(len(unique), dtype=np.int64), n_slots)
+    position = np.fromiter((p for _, pos, _ in unique for p in pos), dtype=np.int64, count=int(slot_start[-1]))
+    target = ids[id_start[stmt] + position]
+    masked = np.ones(len(position), dtype=np.int64)
+    if variant == "within_word_l2r":
+        # Runs of consecutive scored tokens of one word (word ids ≥ 0; a token without a word, -1,
+        # is a run of its own); a slot masks itself and the rest of its run. A word's tokens are
+        # contiguous, so the first token of another word ends the run.
+        word = np.fromiter((-1 if words[p] is None else words[p] for _, pos, words in unique for p in pos),
+                           dtype=np.int64, count=len(position))
+        starts = np.ones(len(word), dtype=bool)
+        starts[1:] = (word[1:] != word[:-1]) | (word[1:] < 0) | (stmt[1:] != stmt[:-1])
+        first = np.flatnonzero(starts)
+        end = np.append(first[1:], len(word))[np.cumsum(starts) - 1]
+        masked = end - np.arange(len(word))
+    return _Statements(ids, id_start, length, slot_start, stmt, position, target, masked)
 
 
-def _statement_progress(progress: Callable[[int, int], None], statements: list[_Statement],
-                        order: list[int], unique_of: list[int]) -> Callable[[int, int], None]:
-    """Turn map_batches' (rows done, rows) into (input statements done, input statements)."""
-    copies = np.bincount(unique_of, minlength=len(statements))
-    row_ends = list(accumulate(len(statements[u].positions) for u in order))
-    texts_done = [0, *accumulate(int(copies[u]) for u in order)]
-    return lambda rows, _: progress(texts_done[bisect_right(row_ends, rows)], len(unique_of))
-
-
-def _masked_positions(stmt: _Statement, k: int, variant: str) -> list[int]:
-    """The target position, plus (within_word_l2r) the following scored tokens of its word."""
-    p = stmt.positions[k]
-    masked = [p]
-    if variant == "within_word_l2r" and stmt.words[p] is not None:
-        for q in stmt.positions[k + 1:]:
-            if stmt.words[q] != stmt.words[p]:
-                break  # a word's tokens are contiguous: the first other word ends it
-            masked.append(q)
-    return masked
-
-
-def _score_chunk(loaded: LoadedModel, statements: list[_Statement], chunk: list[Job],
-                 variant: str) -> list[float]:
-    """One forward pass over the chunk's masked copies (right-padded); log P(target) per row."""
+def _pll(loaded: LoadedModel, st: _Statements, unique_of: list[int], batch_size: int,
+         progress: Callable[[int, int], None] | None) -> list[np.ndarray]:
+    """PLL terms per unique statement; jobs (slots) run longest statement first, in bounded chunks."""
+    order = np.argsort(-st.length, kind="stable")
+    n_slots = np.diff(st.slot_start)
+    jobs = np.concatenate([np.arange(st.slot_start[u], st.slot_start[u + 1]) for u in order])  # slots, in that order
+    report = None if progress is None else _statement_progress(progress, n_slots, order, unique_of)
     tokenizer = loaded.tokenizer
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.mask_token_id
-    width = max(len(statements[u].ids) for u, _ in chunk)
-    input_ids = torch.full((len(chunk), width), pad, dtype=torch.long)
-    mask = torch.zeros((len(chunk), width), dtype=torch.long)
-    where, targets = [], []
-    for row, (u, k) in enumerate(chunk):
-        stmt = statements[u]
-        input_ids[row, :len(stmt.ids)] = torch.tensor(stmt.ids, dtype=torch.long)
-        mask[row, :len(stmt.ids)] = 1
-        input_ids[row, _masked_positions(stmt, k, variant)] = tokenizer.mask_token_id
-        where.append(stmt.positions[k])
-        targets.append(stmt.ids[stmt.positions[k]])
+    mask_id = tokenizer.mask_token_id  # a slow property on HF tokenizers: read once
+    pad = tokenizer.pad_token_id
+    pad = mask_id if pad is None else pad
+    scores = map_batches(range(len(jobs)), batch_size,
+                         lambda chunk: _score_chunk(loaded, st, jobs[chunk[0]:chunk[-1] + 1], mask_id, pad),
+                         progress=report)
+    flat = np.empty(len(jobs), dtype=np.float64)
+    flat[jobs] = scores
+    return np.split(flat, st.slot_start[1:-1])
+
+
+def _statement_progress(progress: Callable[[int, int], None], n_slots: np.ndarray, order: np.ndarray,
+                        unique_of: list[int]) -> Callable[[int, int], None]:
+    """Turn map_batches' (rows done, rows) into (input statements done, input statements)."""
+    copies = np.bincount(unique_of, minlength=len(n_slots))
+    row_ends = np.cumsum(n_slots[order])
+    texts_done = np.concatenate(([0], np.cumsum(copies[order])))
+    return lambda rows, _: progress(int(texts_done[np.searchsorted(row_ends, rows, side="right")]),
+                                    len(unique_of))
+
+
+def _score_chunk(loaded: LoadedModel, st: _Statements, slots: np.ndarray, mask_id: int, pad: int) -> list[float]:
+    """One forward pass over the slots' masked copies (right-padded); log P(target) per row."""
+    rows = len(slots)
+    u = st.stmt[slots]
+    length = st.length[u]
+    columns = np.arange(int(length.max()))
+    real = columns < length[:, None]
+    input_ids = np.where(real, st.ids.take(st.id_start[u][:, None] + columns, mode="clip"), pad)
+    # row r masks position[slots[r] + i] for i < masked[slots[r]]
+    n_masked = st.masked[slots]
+    row_of = np.repeat(np.arange(rows), n_masked)
+    offset = np.arange(len(row_of)) - np.repeat(np.cumsum(n_masked) - n_masked, n_masked)
+    input_ids[row_of, st.position[np.repeat(slots, n_masked) + offset]] = mask_id
     device = loaded.device
+    where = torch.from_numpy(st.position[slots]).to(device)
     with torch.inference_mode():
-        logits = loaded.model(input_ids=input_ids.to(device), attention_mask=mask.to(device)).logits
-        at_target = logits[torch.arange(len(chunk), device=device), torch.tensor(where, device=device)]
-        picked = _target_logprobs(at_target, torch.tensor(targets, device=device))
+        at_target = _logits_at(loaded.model, torch.from_numpy(input_ids).to(device),
+                               torch.from_numpy(real.astype(np.int64)).to(device), where)
+        picked = _target_logprobs(at_target, torch.from_numpy(st.target[slots]).to(device))
     return picked.cpu().tolist()
+
+
+def _logits_at(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, where: torch.Tensor) -> torch.Tensor:
+    """The logits at position where[r] of each row r, [rows, vocabulary].
+
+    The vocabulary projection (get_output_embeddings(), e.g. BERT's cls.predictions.decoder) gets
+    only those positions' hidden states: an MLM head works position by position, so their logits
+    are the same, and the projection — rows × length × vocabulary, the largest matrix product of a
+    small encoder with a large vocabulary — and the logits shrink to one position per row. The
+    positions are padded to clm.MIN_ROWS so the product takes the same kernel path whatever the
+    chunk's size. The hook acts only in this thread (a model may be shared by threads). A model
+    whose projection is not such a module, or does not see [rows, length, hidden] states once, is
+    run whole and indexed afterwards.
+    """
+    rows = torch.arange(len(where), device=where.device)
+    kept_rows = max(len(where), MIN_ROWS)
+    try:
+        projection = model.get_output_embeddings()
+    except (AttributeError, NotImplementedError):
+        projection = None
+    if isinstance(projection, torch.nn.Module):
+        thread, calls, restricted = threading.get_ident(), [], []
+
+        def at_targets(_module, args, kwargs):
+            if threading.get_ident() != thread:
+                return None
+            calls.append(True)
+            hidden = args[0] if args else None
+            if len(calls) > 1 or not isinstance(hidden, torch.Tensor) or hidden.shape[:-1] != input_ids.shape:
+                return None
+            restricted.append(True)
+            kept = hidden[rows, where.to(hidden.device)]
+            if len(kept) < kept_rows:
+                kept = torch.cat([kept, kept.new_zeros(kept_rows - len(kept), kept.shape[-1])])
+            return (kept[:, None], *args[1:]), kwargs
+
+        handle = projection.register_forward_pre_hook(at_targets, with_kwargs=True)
+        try:
+            logits = model(input_ids=input_ids, attention_mask=attention_mask).logits
+        finally:
+            handle.remove()
+        if restricted:
+            if len(calls) == 1 and tuple(logits.shape[:2]) == (kept_rows, 1):
+                return logits[:len(where), 0]
+            # the projection ran more than once, or its output is not one position per row: run whole
+            logits = model(input_ids=input_ids, attention_mask=attention_mask).logits
+    else:
+        logits = model(input_ids=input_ids, attention_mask=attention_mask).logits
+    return logits[rows, where]
