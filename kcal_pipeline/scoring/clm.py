@@ -77,11 +77,8 @@ def encode_inputs(loaded: LoadedModel, texts: Sequence[str], subject_spans: Sequ
                   object_spans: Sequence[Span], batch_size: int | None):
     """Validated inputs and their tokenization (ids, character offsets), shared by every CLM
     scorer; None for empty input."""
-    texts, subject_spans, object_spans = list(texts), list(subject_spans), list(object_spans)
-    _check_inputs(texts, subject_spans, object_spans)
-    batch_size = loaded.batch_size if batch_size is None else batch_size
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    texts, subject_spans, object_spans, batch_size = validate_inputs(
+        loaded, texts, subject_spans, object_spans, batch_size)
     if not texts:
         return None
     encoded = loaded.tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True)
@@ -90,6 +87,18 @@ def encode_inputs(loaded: LoadedModel, texts: Sequence[str], subject_spans: Sequ
         if not seq:
             raise ValueError(f"text #{i} has no tokens: {texts[i]!r}")
     return texts, subject_spans, object_spans, batch_size, ids, offsets
+
+
+def validate_inputs(loaded: LoadedModel, texts: Sequence[str], subject_spans: Sequence[Span],
+                    object_spans: Sequence[Span], batch_size: int | None):
+    """Every scorer's checks: equal lengths, strings, spans inside their text, a positive batch
+    size (the model entry's when None). Returns the inputs as lists and the batch size."""
+    texts, subject_spans, object_spans = list(texts), list(subject_spans), list(object_spans)
+    _check_inputs(texts, subject_spans, object_spans)
+    batch_size = loaded.batch_size if batch_size is None else batch_size
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    return texts, subject_spans, object_spans, batch_size
 
 
 def _check_inputs(texts: list, subject_spans: list, object_spans: list) -> None:

@@ -39,7 +39,9 @@ import polars as pl
 import torch
 
 from kcal_pipeline.scoring.batching import map_batches
-from kcal_pipeline.scoring.clm import MIN_ROWS, SCHEMA, Span, _check_inputs, _frame, _target_logprobs, token_roles
+from kcal_pipeline.scoring.clm import (
+    MIN_ROWS, SCHEMA, Span, _frame, _target_logprobs, token_roles, validate_inputs,
+)
 
 if TYPE_CHECKING:
     from kcal_pipeline.models import LoadedModel
@@ -77,12 +79,9 @@ def score_mlm(loaded: LoadedModel, texts: Sequence[str], subject_spans: Sequence
     if getattr(loaded, "kind", None) != "mlm":
         raise ValueError(f"score_mlm needs a masked LM, got model {loaded.key!r} of kind "
                          f"{getattr(loaded, 'kind', None)!r} (use score_clm)")
-    # clm.encode_inputs' checks, without its tokenization (_encode tokenizes once, with special tokens)
-    texts, subject_spans, object_spans = list(texts), list(subject_spans), list(object_spans)
-    _check_inputs(texts, subject_spans, object_spans)
-    batch_size = loaded.batch_size if batch_size is None else batch_size
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    # clm's checks without its tokenization (_encode tokenizes once, with special tokens)
+    texts, subject_spans, object_spans, batch_size = validate_inputs(
+        loaded, texts, subject_spans, object_spans, batch_size)
     if not texts:
         return pl.DataFrame(schema=SCHEMA)
     statements, offsets, unique_of = _encode(loaded.tokenizer, texts, variant)
