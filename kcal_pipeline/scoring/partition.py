@@ -54,13 +54,13 @@ def score_partition(loaded: LoadedModel, model_id: str, statements: pl.DataFrame
     scorer_name, _ = scorer_for(loaded, options)
     meta = {"statements": statements.height, "device": str(loaded.device), "dtype": loaded.dtype,
             "model_revision": loaded.revision, "scorer": scorer_name, "fingerprint": fp}
+    directory = checkpoint_dir(home, loaded.key, relation)
     if previous is not None:
-        discard(checkpoint_dir(home, loaded.key, relation))
+        discard(directory)
         print_(f"{relation}: scores are up to date (fingerprint {fp}); nothing rescored")
         return PartitionScores(previous, {**meta, "rescored": False,
                                           "tokens": int(previous["n_tokens"].sum())})
     meter = ProgressMeter(f"scoring {loaded.key} × {relation} ({scorer_name}):", log=print_, stream=stream)
-    directory = checkpoint_dir(home, loaded.key, relation)
     started = time.perf_counter()
     position = [0]  # statements before the chunk being scored
 
@@ -84,13 +84,12 @@ def score_partition(loaded: LoadedModel, model_id: str, statements: pl.DataFrame
     frame = pl.concat([statements.select(CARRIED), scores.drop("statement_id", strict=False)],
                       how="horizontal").with_columns(model_id=pl.lit(model_id),
                                                      **{FINGERPRINT_COLUMN: pl.lit(fp)})
-    scored = statements.height * (report.scored / max(report.chunks, 1))
+    share = report.scored / max(report.chunks, 1)  # rates count this run's work, not resumed chunks
     tokens = int(frame["n_tokens"].sum())
     return PartitionScores(frame, {
         **meta, "rescored": True, "tokens": tokens, "chunks": report.chunks, "chunks_resumed": report.resumed,
-        "seconds": round(elapsed, 1), "statements_per_s": round(scored / max(elapsed, 1e-9), 1),
-        "tokens_per_s": round(tokens * (report.scored / max(report.chunks, 1)) / max(elapsed, 1e-9), 1),
-        "checkpoints": str(directory)})
+        "seconds": round(elapsed, 1), "statements_per_s": round(statements.height * share / max(elapsed, 1e-9), 1),
+        "tokens_per_s": round(tokens * share / max(elapsed, 1e-9), 1), "checkpoints": str(directory)})
 
 
 def _stored_with(path: Path, fp: str) -> pl.DataFrame | None:

@@ -197,16 +197,8 @@ def _forward_rows(loaded: LoadedModel, rows: list[_Row]) -> list[list[np.ndarray
         norm = log_normaliser(flat[parent_keys])
         picked = flat[keys, torch.tensor(tt, device=device)].double() - norm[inverse]
     picked = picked.cpu().numpy()
-    spans.append(len(rr))
-    it = iter(range(len(spans) - 1))
-    result = []
-    for row in rows:
-        per_row = []
-        for _ in row.members:
-            k = next(it)
-            per_row.append(picked[spans[k]:spans[k + 1]])
-        result.append(per_row)
-    return result
+    pieces = iter(np.split(picked, spans[1:]))  # one piece per member, in row order
+    return [[next(pieces) for _ in row.members] for row in rows]
 
 
 def _ancestor_matrix(parents: Sequence[int]) -> np.ndarray:
