@@ -13,8 +13,8 @@ from pathlib import Path
 
 import duckdb
 
-from kcal_pipeline.config import duckdb_path, kcal_home, registry_path, report_path
-from kcal_pipeline.models import ModelEntry, Registry
+from kcal_pipeline.core.paths import duckdb_path, kcal_home, registry_path, report_path
+from kcal_pipeline.scoring.models.loading import ModelEntry, Registry
 
 
 def _print_table(cols: list[str], rows: list[tuple], out=sys.stdout) -> None:
@@ -30,9 +30,9 @@ def _print_table(cols: list[str], rows: list[tuple], out=sys.stdout) -> None:
 
 def cmd_demo(args) -> int:
     from assets.runner import run_missing  # Dagster layer, imported only when orchestrating
-    from kcal_pipeline.progress import share_terminal
-    from kcal_pipeline.report import format_summary, summary_table
-    from kcal_pipeline.storage import read_partition
+    from kcal_pipeline.core.progress import share_terminal
+    from kcal_pipeline.reporting.html import format_summary, summary_table
+    from kcal_pipeline.core.storage import read_partition
 
     home = kcal_home(args.home)
     settings = {k: v for k, v in {"max_instances": args.max_instances, "max_templates": args.max_templates,
@@ -74,7 +74,7 @@ DEMO_RELATIONS = ["P36", "P30", "P37", "mace-award"]
 
 
 def cmd_dataset_import_bear(args) -> int:
-    from kcal_pipeline.bear import import_bear
+    from kcal_pipeline.dataset.sources.bear import import_bear
     home = kcal_home(args.home)
     catalog, paths = import_bear(Path(args.directory), home, prefix=args.prefix)
     print(f"imported {len(paths)} relation(s) into {catalog}: {', '.join(paths)}")
@@ -85,7 +85,7 @@ def cmd_dataset_import_bear(args) -> int:
 
 def cmd_dataset_paraphrase(args) -> int:
     from assets.runner import materialize_unpartitioned  # Dagster layer
-    from kcal_pipeline.storage import read_partition
+    from kcal_pipeline.core.storage import read_partition
     home = kcal_home(args.home)
     settings = {k: v for k, v in {"paraphrase_model": args.model,
                                   "paraphrase_relations": args.relation}.items() if v}
@@ -98,7 +98,7 @@ def cmd_dataset_paraphrase(args) -> int:
 
 
 def cmd_dataset_quality(args) -> int:
-    from kcal_pipeline.warehouse import named_query, query, refresh_views
+    from kcal_pipeline.core.warehouse import named_query, query, refresh_views
     home = kcal_home(args.home)
     refresh_views(home)
     cols, rows = query(home, named_query("quality"))
@@ -152,7 +152,7 @@ def cmd_models_remove(args) -> int:
 
 
 def cmd_sql(args) -> int:
-    from kcal_pipeline.warehouse import query, refresh_views
+    from kcal_pipeline.core.warehouse import query, refresh_views
     home = kcal_home(args.home)
     if not duckdb_path(home).exists():
         refresh_views(home)

@@ -4,15 +4,15 @@ import polars as pl
 from dagster import AllPartitionMapping, AssetExecutionContext, AssetIn, AssetOut, MetadataValue, Output, asset, multi_asset
 
 from assets.partitions import relation_partitions
-from kcal_pipeline.config import kcal_home
-from kcal_pipeline.dataset import curated_and_variants, relation_instances, relation_statements, run_templates
-from kcal_pipeline.facts import kept_counts, relation_facts
-from kcal_pipeline.paraphrase import filter_candidates, generate_paraphrases, paraphrase_rows, reason_counts
-from kcal_pipeline.probe import object_pools as pools_of
-from kcal_pipeline.probe import relations_frame, templates_frame
-from kcal_pipeline.quality import quality_report
-from kcal_pipeline.relations import get_relation, load_catalog
-from kcal_pipeline.storage import partition_path
+from kcal_pipeline.core.paths import kcal_home
+from kcal_pipeline.dataset.instances.relation_probe import curated_and_variants, relation_instances, relation_statements, run_templates
+from kcal_pipeline.dataset.sources.facts import kept_counts, relation_facts
+from kcal_pipeline.dataset.instances.paraphrases import filter_candidates, generate_paraphrases, paraphrase_rows, reason_counts
+from kcal_pipeline.dataset.instances.probe import object_pools as pools_of
+from kcal_pipeline.dataset.instances.probe import relations_frame, templates_frame
+from kcal_pipeline.dataset.instances.quality import quality_report
+from kcal_pipeline.dataset.relations import get_relation, load_catalog
+from kcal_pipeline.core.storage import partition_path
 from resources import ModelProvider, ProbeSettings, SparqlEndpoint
 
 GROUP = "dataset"

@@ -4,7 +4,7 @@ import polars as pl
 from dagster import AssetExecutionContext, asset
 
 from assets.partitions import model_relation_partitions
-from kcal_pipeline.estimators import compute_estimates
+from kcal_pipeline.estimation.registry import compute_estimates
 
 
 @asset(group_name="estimates", partitions_def=model_relation_partitions, code_version="1")

@@ -10,7 +10,7 @@ from dagster import (
     StaticPartitionsDefinition,
 )
 
-from kcal_pipeline.relations import relation_ids
+from kcal_pipeline.dataset.relations import relation_ids
 
 relation_partitions = StaticPartitionsDefinition(relation_ids())
 model_partitions = DynamicPartitionsDefinition(name="model")

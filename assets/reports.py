@@ -4,11 +4,11 @@ import polars as pl
 from dagster import AssetExecutionContext, MetadataValue, asset
 
 from assets.partitions import model_partitions, one_dimension_of
-from kcal_pipeline.config import kcal_home, report_path
-from kcal_pipeline.metrics import compute_curves, compute_metrics
-from kcal_pipeline.probe import headline_estimates
-from kcal_pipeline.report import format_summary, render_html, summary_table, write_report
-from kcal_pipeline.storage import partition_path
+from kcal_pipeline.core.paths import kcal_home, report_path
+from kcal_pipeline.evaluation.registry import compute_curves, compute_metrics
+from kcal_pipeline.dataset.instances.probe import headline_estimates
+from kcal_pipeline.reporting.html import format_summary, render_html, summary_table, write_report
+from kcal_pipeline.core.storage import partition_path
 from resources import DuckDBWarehouse, ModelProvider
 
 GROUP = "reports"

@@ -14,11 +14,11 @@ from dagster import AssetKey, DagsterInstance, MultiPartitionKey, materialize
 
 from assets.definitions import all_assets
 from assets.partitions import model_partitions, partition_changes
-from kcal_pipeline.config import dagster_home, registry_path
-from kcal_pipeline.models import Registry
-from kcal_pipeline.relations import relation_ids
-from kcal_pipeline.storage import partition_path
-from kcal_pipeline.warehouse import refresh_views
+from kcal_pipeline.core.paths import dagster_home, registry_path
+from kcal_pipeline.scoring.models.loading import Registry
+from kcal_pipeline.dataset.relations import relation_ids
+from kcal_pipeline.core.storage import partition_path
+from kcal_pipeline.core.warehouse import refresh_views
 from resources import default_resources
 
 # Stages in dependency order; inside a stage, assets share one partitions definition. Facts are

@@ -3,8 +3,8 @@ import polars as pl
 from dagster import AssetExecutionContext, asset
 
 from assets.partitions import model_relation_partitions, one_dimension_of
-from kcal_pipeline.config import kcal_home
-from kcal_pipeline.progress import terminal_stream
+from kcal_pipeline.core.paths import kcal_home
+from kcal_pipeline.core.progress import terminal_stream
 from kcal_pipeline.scoring.partition import score_partition
 from resources import ModelProvider, ScoringSettings
 

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # kcal_pipeline and tests.tiny_mlm from this checkout
+sys.path.insert(0, str(REPO))  # kcal_pipeline and tests.scoring.tiny_mlm from this checkout
 
 import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
@@ -57,13 +57,13 @@ BATCH = 32
 
 def build_statements(n_instances: int, workdir: Path) -> pl.DataFrame:
     """The pipeline's chain (snapshot → facts → instances → statements) without Dagster."""
-    from kcal_pipeline.dataset import curated_and_variants, relation_instances, relation_statements, run_templates
-    from kcal_pipeline.facts import relation_facts
-    from kcal_pipeline.probe import ProbeConfig, object_pools, templates_frame
-    from kcal_pipeline.relations import get_relation, load_catalog
-    from kcal_pipeline.snapshot import ensure_store
-    from kcal_pipeline.sparql import LocalEndpoint, SparqlClient
-    from kcal_pipeline.sparql_cache import CachedSparql, snapshot_endpoint_id
+    from kcal_pipeline.dataset.instances.relation_probe import curated_and_variants, relation_instances, relation_statements, run_templates
+    from kcal_pipeline.dataset.sources.facts import relation_facts
+    from kcal_pipeline.dataset.instances.probe import ProbeConfig, object_pools, templates_frame
+    from kcal_pipeline.dataset.relations import get_relation, load_catalog
+    from kcal_pipeline.dataset.sources.snapshot import ensure_store
+    from kcal_pipeline.dataset.sources.sparql import LocalEndpoint, SparqlClient
+    from kcal_pipeline.dataset.sources.sparql_cache import CachedSparql, snapshot_endpoint_id
 
     quiet = lambda _msg: None  # noqa: E731
     info = ensure_store(workdir / "snapshot")
@@ -361,7 +361,7 @@ def first_token_split(a: Result, b: Result, idx: list[int]) -> tuple[float, floa
 # --- CLM -----------------------------------------------------------------------------------------
 
 def clm_section(args, frame: pl.DataFrame, cache: Path) -> None:
-    from kcal_pipeline.models import DEFAULT_MODEL, load_model
+    from kcal_pipeline.scoring.models.loading import DEFAULT_MODEL, load_model
     from kcal_pipeline.scoring.clm import score_clm
     from kcal_pipeline.scoring.prefix import score_clm_shared_prefix
 
@@ -493,9 +493,9 @@ def mlm_section(args, frame: pl.DataFrame, workdir: Path) -> None:
     print()
     print("MLM: kcal score_mlm vs lm-pub-quiz MaskedLMEvaluator, tiny BERT built from a config (tests/tiny_mlm.py)")
     try:
-        from kcal_pipeline.models import ModelEntry, load_model
+        from kcal_pipeline.scoring.models.loading import ModelEntry, load_model
         from kcal_pipeline.scoring.mlm import score_mlm
-        from tests.tiny_mlm import build_tiny_mlm
+        from tests.scoring.tiny_mlm import build_tiny_mlm
 
         folder = build_tiny_mlm(workdir / "tiny-bert")
         loaded = load_model(ModelEntry(id="tiny-bert", source="local", path=str(folder), kind="mlm"),
@@ -552,7 +552,7 @@ def main() -> None:
     logging.getLogger("lm_pub_quiz").setLevel(logging.ERROR)
     warnings.filterwarnings("ignore")
     os.environ.setdefault("TQDM_DISABLE", "1")
-    from kcal_pipeline.config import kcal_home, model_cache_dir
+    from kcal_pipeline.core.paths import kcal_home, model_cache_dir
 
     cache = model_cache_dir(kcal_home(os.environ.get("KCAL_HOME") or REPO / ".kcal"))  # as the pipeline's
     versions = ", ".join(f"{p} {importlib.metadata.version(p)}"

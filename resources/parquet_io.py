@@ -11,9 +11,9 @@ from dagster import (
     PartitionsDefinition,
 )
 
-from kcal_pipeline.config import kcal_home
-from kcal_pipeline.storage import partition_path, read_partitions, table_has_data, write_parquet_atomic
-from kcal_pipeline.warehouse import refresh_views
+from kcal_pipeline.core.paths import kcal_home
+from kcal_pipeline.core.storage import partition_path, read_partitions, table_has_data, write_parquet_atomic
+from kcal_pipeline.core.warehouse import refresh_views
 
 
 def partition_dims(pdef: PartitionsDefinition | None, key: str | None) -> dict[str, str]:

@@ -3,7 +3,7 @@ from typing import Optional
 
 from dagster import ConfigurableResource
 
-from kcal_pipeline.probe import ProbeConfig
+from kcal_pipeline.dataset.instances.probe import ProbeConfig
 from kcal_pipeline.scoring.engine import ScoringOptions
 
 TEMPLATE_KINDS = ("curated", "generated", "marker_verbal", "marker_numeric", "perturbation")

@@ -5,10 +5,10 @@ from pathlib import Path
 from dagster import ConfigurableResource, InitResourceContext
 from pydantic import PrivateAttr
 
-from kcal_pipeline.config import kcal_home
-from kcal_pipeline.snapshot import ensure_store
-from kcal_pipeline.sparql import DEFAULT_USER_AGENT, LocalEndpoint, SparqlClient
-from kcal_pipeline.sparql_cache import CachedSparql, snapshot_endpoint_id
+from kcal_pipeline.core.paths import kcal_home
+from kcal_pipeline.dataset.sources.snapshot import ensure_store
+from kcal_pipeline.dataset.sources.sparql import DEFAULT_USER_AGENT, LocalEndpoint, SparqlClient
+from kcal_pipeline.dataset.sources.sparql_cache import CachedSparql, snapshot_endpoint_id
 
 WIKIDATA_URL = "https://query.wikidata.org/sparql"
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from dagster import ConfigurableResource
 
-from kcal_pipeline.config import duckdb_path, kcal_home
-from kcal_pipeline.warehouse import refresh_views
+from kcal_pipeline.core.paths import duckdb_path, kcal_home
+from kcal_pipeline.core.warehouse import refresh_views
 
 
 class DuckDBWarehouse(ConfigurableResource):

@@ -40,4 +40,4 @@ def report_path(home: Path, model_key: str) -> Path:
 
 def repo_sql_dir() -> Path:
     """The project's sql/ folder (beside kcal_pipeline/ in a checkout or editable install)."""
-    return Path(__file__).resolve().parents[1] / "sql"
+    return Path(__file__).resolve().parents[2] / "sql"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import polars as pl
 
-from kcal_pipeline.keys import check_relation_id
+from kcal_pipeline.core.keys import check_relation_id
 
 PART_FILE = "part.parquet"
 # Fixed order of partition dimensions in paths, whatever order a caller names them in.

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import duckdb
 
-from kcal_pipeline.config import duckdb_path, repo_sql_dir
-from kcal_pipeline.storage import existing_tables
+from kcal_pipeline.core.paths import duckdb_path, repo_sql_dir
+from kcal_pipeline.core.storage import existing_tables
 
 TABLE_VIEW = "_table.sql"
 # Views built on other views, created after the table views they read.

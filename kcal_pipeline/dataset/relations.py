@@ -13,8 +13,8 @@ from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
-from kcal_pipeline.keys import check_pid, check_qid, check_relation_id
-from kcal_pipeline.templates import check_template
+from kcal_pipeline.core.keys import check_pid, check_qid, check_relation_id
+from kcal_pipeline.dataset.templates import check_template
 
 DOMAINS = ("closed_set", "mace")
 KINDS = ("n_to_1", "n_to_m", "one_to_one", "multi_answer", "rule")
@@ -91,7 +91,7 @@ def parse_catalog(data: dict, origin: str = "relations.toml") -> dict[str, Relat
 
 def _read(path_or_resource: str, packaged: bool) -> tuple[dict, str]:
     if packaged:
-        return tomllib.loads(resources.files("kcal_pipeline").joinpath(path_or_resource).read_text("utf-8")), \
+        return tomllib.loads(resources.files("kcal_pipeline.dataset").joinpath(path_or_resource).read_text("utf-8")), \
             path_or_resource.split("/")[-1]
     return tomllib.loads(Path(path_or_resource).read_text("utf-8")), str(path_or_resource)
 
@@ -104,7 +104,7 @@ def load_catalog(path: str | None = None) -> dict[str, RelationSpec]:
     a silent override.
     """
     catalog = merge_catalogs([_read(name, packaged=True) for name in PACKAGED
-                              if resources.files("kcal_pipeline").joinpath(name).is_file()])
+                              if resources.files("kcal_pipeline.dataset").joinpath(name).is_file()])
     for extra in [*_imported_catalogs(), path or os.environ.get("KCAL_CATALOG")]:
         if extra:
             data, origin = _read(str(extra), packaged=False)
@@ -128,7 +128,7 @@ def merge_catalogs(parts: list[tuple[dict, str]]) -> dict[str, RelationSpec]:
 
 def _imported_catalogs() -> list[Path]:
     """Catalogs of datasets imported into KCAL_HOME (e.g. `kcal dataset import-bear`)."""
-    from kcal_pipeline.config import kcal_home
+    from kcal_pipeline.core.paths import kcal_home
 
     return sorted((kcal_home() / "datasets").glob("*/catalog.toml"))
 

@@ -12,7 +12,7 @@ from typing import Callable, Sequence
 import numpy as np
 import polars as pl
 
-from kcal_pipeline.frames import require_columns
+from kcal_pipeline.core.frames import require_columns
 
 BINS = 20
 BINNING = {

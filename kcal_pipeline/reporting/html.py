@@ -13,8 +13,8 @@ from typing import Sequence
 
 import polars as pl
 
-from kcal_pipeline.metrics import BINNING, BINS
-from kcal_pipeline.storage import write_text_atomic
+from kcal_pipeline.evaluation.registry import BINNING, BINS
+from kcal_pipeline.core.storage import write_text_atomic
 
 SUMMARY_METRICS = ("ace", "brier")
 LEGEND = f"ACE: {BINS} quantile bins; ECE: {BINS} equal-width bins"

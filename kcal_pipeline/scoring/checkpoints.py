@@ -17,7 +17,7 @@ from pathlib import Path
 
 import polars as pl
 
-from kcal_pipeline.storage import write_parquet_atomic, write_text_atomic
+from kcal_pipeline.core.storage import write_parquet_atomic, write_text_atomic
 
 FINGERPRINT_FILE = "fingerprint.txt"
 DEFAULT_CHUNK_SIZE = 1024

@@ -17,7 +17,7 @@ import torch
 from kcal_pipeline.scoring.batching import map_batches
 
 if TYPE_CHECKING:
-    from kcal_pipeline.models import LoadedModel
+    from kcal_pipeline.scoring.models.loading import LoadedModel
 
 ROLE_TEMPLATE, ROLE_SUBJECT, ROLE_OBJECT = 0, 1, 2
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from kcal_pipeline.frames import require_columns
+from kcal_pipeline.core.frames import require_columns
 from kcal_pipeline.scoring.clm import score_clm
 from kcal_pipeline.scoring.mlm import VARIANTS, score_mlm
 from kcal_pipeline.scoring.prefix import packing_supported, score_clm_shared_prefix
@@ -25,7 +25,7 @@ from kcal_pipeline.scoring.stochastic import check_rate, dropout_scores
 from kcal_pipeline.scoring.subject_mask import MASKED_COLUMNS, check_placeholder, subject_masked_scores
 
 if TYPE_CHECKING:
-    from kcal_pipeline.models import LoadedModel
+    from kcal_pipeline.scoring.models.loading import LoadedModel
 
 # Bump when a change to any scorer changes scores: it is part of every scoring fingerprint.
 SCORER_VERSION = "2"

@@ -44,7 +44,7 @@ from kcal_pipeline.scoring.clm import (
 )
 
 if TYPE_CHECKING:
-    from kcal_pipeline.models import LoadedModel
+    from kcal_pipeline.scoring.models.loading import LoadedModel
 
 VARIANTS = ("original", "within_word_l2r")
 

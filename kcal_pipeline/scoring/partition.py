@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING, TextIO
 
 import polars as pl
 
-from kcal_pipeline.progress import ProgressMeter
+from kcal_pipeline.core.progress import ProgressMeter
 from kcal_pipeline.scoring.checkpoints import discard, score_in_chunks
 from kcal_pipeline.scoring.engine import ScoringOptions, fingerprint, score_statements, scorer_for
-from kcal_pipeline.storage import partition_path
+from kcal_pipeline.core.storage import partition_path
 
 if TYPE_CHECKING:
-    from kcal_pipeline.models import LoadedModel
+    from kcal_pipeline.scoring.models.loading import LoadedModel
 
 TABLE = "statement_scores"
 # Statement columns repeated in the scores so estimators and SQL need no join.

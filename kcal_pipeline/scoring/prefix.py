@@ -47,7 +47,7 @@ from kcal_pipeline.scoring.clm import (
 )
 
 if TYPE_CHECKING:
-    from kcal_pipeline.models import LoadedModel
+    from kcal_pipeline.scoring.models.loading import LoadedModel
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ import pytest
 
 from tests.conftest import run_kcal
 
-from tests.test_bear import write_bear
+from tests.dataset.test_bear import write_bear
 
 pytestmark = pytest.mark.integration
 

@@ -50,7 +50,7 @@ def test_models_bad_input_is_named(tmp_path, args, needle):
 
 def test_sql_is_read_only_and_errors_are_clean(tmp_path):
     import polars as pl
-    from kcal_pipeline.storage import partition_path, write_parquet_atomic
+    from kcal_pipeline.core.storage import partition_path, write_parquet_atomic
     write_parquet_atomic(pl.DataFrame({"relation_id": ["P36"], "label": ["capital"]}),
                          partition_path(tmp_path, "relations"))
     out = kcal(tmp_path, "sql", "select label from relations")

@@ -4,11 +4,11 @@ import pytest
 from dagster import DagsterInstance, materialize
 
 from assets.dataset import generated_templates
-from kcal_pipeline.dataset import curated_and_variants, run_templates
-from kcal_pipeline.probe import templates_frame
-from kcal_pipeline.relations import load_catalog
-from kcal_pipeline.storage import partition_path
-from kcal_pipeline.templates import check_template
+from kcal_pipeline.dataset.instances.relation_probe import curated_and_variants, run_templates
+from kcal_pipeline.dataset.instances.probe import templates_frame
+from kcal_pipeline.dataset.relations import load_catalog
+from kcal_pipeline.core.storage import partition_path
+from kcal_pipeline.dataset.templates import check_template
 from resources import default_resources
 
 pytestmark = pytest.mark.integration

@@ -8,7 +8,7 @@ import pytest
 from dagster import DagsterInstance, materialize
 
 from assets.dataset import wikidata_facts
-from kcal_pipeline.sparql import LocalEndpoint
+from kcal_pipeline.dataset.sources.sparql import LocalEndpoint
 from resources import SparqlEndpoint, default_resources
 
 

@@ -6,8 +6,8 @@ import sys
 import polars as pl
 import pytest
 
-from kcal_pipeline.storage import partition_path
-from kcal_pipeline.warehouse import named_query, query
+from kcal_pipeline.core.storage import partition_path
+from kcal_pipeline.core.warehouse import named_query, query
 
 pytestmark = pytest.mark.integration
 SETTINGS = {"max_instances": 16, "max_templates": 3, "n_negatives": 4}

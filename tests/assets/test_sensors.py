@@ -3,7 +3,7 @@ from dagster import AddDynamicPartitionsRequest, DagsterInstance, DefaultSensorS
 
 from assets.definitions import defs
 from assets.sensors import model_registry_sensor
-from kcal_pipeline.models import ModelEntry, Registry
+from kcal_pipeline.scoring.models.loading import ModelEntry, Registry
 from resources import ModelProvider
 
 KEY = "HuggingFaceTB--SmolLM2-135M-Instruct"

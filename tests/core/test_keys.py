@@ -1,6 +1,6 @@
 import pytest
 
-from kcal_pipeline.keys import (
+from kcal_pipeline.core.keys import (
     InvalidIdError, check_entity_id, check_relation_id, entity_id_from_iri, entity_iri, model_key,
 )
 

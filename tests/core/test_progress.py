@@ -1,7 +1,7 @@
 """Progress lines and the terminal bar, on a fake clock (values computed by hand)."""
 import io
 
-from kcal_pipeline.progress import ProgressMeter, bar, describe, format_duration
+from kcal_pipeline.core.progress import ProgressMeter, bar, describe, format_duration
 
 
 def test_describe_rate_and_eta():
@@ -38,7 +38,7 @@ def test_a_repeated_report_is_shown_once():
 
 
 def test_the_terminal_is_shared_by_descriptor_only_when_it_is_one(monkeypatch, tmp_path):
-    from kcal_pipeline import progress
+    from kcal_pipeline.core import progress
 
     monkeypatch.delenv(progress.PROGRESS_FD_ENV, raising=False)
     assert progress.terminal_stream() is None

@@ -3,8 +3,8 @@ import os
 import polars as pl
 import pytest
 
-from kcal_pipeline import storage
-from kcal_pipeline.storage import partition_path, read_partitions, write_parquet_atomic
+from kcal_pipeline.core import storage
+from kcal_pipeline.core.storage import partition_path, read_partitions, write_parquet_atomic
 
 
 def test_hive_layout(tmp_path):

@@ -7,15 +7,15 @@ import tomllib
 import polars as pl
 import pytest
 
-from kcal_pipeline.bear import (
+from kcal_pipeline.dataset.sources.bear import (
     BearFormatError, catalog_entries, catalog_toml, dropped_frame, facts_frame, import_bear,
     instances_from_fixed_space, read_bear, toml_string, write_catalog_toml,
 )
-from kcal_pipeline.keys import InvalidIdError
-from kcal_pipeline.probe import INSTANCE_COLUMNS, EmptyRelationError, build_statements, templates_frame
-from kcal_pipeline.quality import quality_report
-from kcal_pipeline.relations import RelationSpec, load_catalog, parse_entry
-from kcal_pipeline.templates import TemplateError
+from kcal_pipeline.core.keys import InvalidIdError
+from kcal_pipeline.dataset.instances.probe import INSTANCE_COLUMNS, EmptyRelationError, build_statements, templates_frame
+from kcal_pipeline.dataset.instances.quality import quality_report
+from kcal_pipeline.dataset.relations import RelationSpec, load_catalog, parse_entry
+from kcal_pipeline.dataset.templates import TemplateError
 
 METADATA = {
     "P19": {

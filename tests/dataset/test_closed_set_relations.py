@@ -6,12 +6,12 @@ import re
 
 import pytest
 
-from kcal_pipeline.relations import load_catalog
-from kcal_pipeline.snapshot.build import build_ntriples, ensure_store
-from kcal_pipeline.snapshot.curated import CuratedDataError, add_rows, read_rows
-from kcal_pipeline.snapshot.graph import Graph
-from kcal_pipeline.sparql import LocalEndpoint, SparqlClient
-from kcal_pipeline.wikidata import parse_facts, relation_query
+from kcal_pipeline.dataset.relations import load_catalog
+from kcal_pipeline.dataset.sources.snapshot.build import build_ntriples, ensure_store
+from kcal_pipeline.dataset.sources.snapshot.curated import CuratedDataError, add_rows, read_rows
+from kcal_pipeline.dataset.sources.snapshot.graph import Graph
+from kcal_pipeline.dataset.sources.sparql import LocalEndpoint, SparqlClient
+from kcal_pipeline.dataset.sources.wikidata import parse_facts, relation_query
 
 MIN_FACTS = 30
 # QIDs the snapshot may use: each is certain (country, human, city; river from mace_data.py).

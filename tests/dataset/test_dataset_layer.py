@@ -2,9 +2,9 @@
 import polars as pl
 import pytest
 
-from kcal_pipeline.dataset import curated_and_variants, relation_instances, relation_statements, run_templates
-from kcal_pipeline.probe import ProbeConfig, object_pools, templates_frame
-from kcal_pipeline.relations import get_relation, load_catalog
+from kcal_pipeline.dataset.instances.relation_probe import curated_and_variants, relation_instances, relation_statements, run_templates
+from kcal_pipeline.dataset.instances.probe import ProbeConfig, object_pools, templates_frame
+from kcal_pipeline.dataset.relations import get_relation, load_catalog
 
 CATALOG = load_catalog()
 TEMPLATES = curated_and_variants(templates_frame({"P36": CATALOG["P36"]}), seed=13)
@@ -57,7 +57,7 @@ def test_answer_space_subsampling_adds_cut_instances():
 
 
 def test_mace_instances_have_exact_gold_counts():
-    facts = __import__("kcal_pipeline.mace", fromlist=["math_facts"]).math_facts("mace-math")
+    facts = __import__("kcal_pipeline.dataset.sources.mace", fromlist=["math_facts"]).math_facts("mace-math")
     inst = relation_instances(get_relation("mace-math"), facts, object_pools(facts, CATALOG),
                               ProbeConfig(max_instances=40))
     counts = inst.group_by("n_gold").len().sort("n_gold")
@@ -80,7 +80,7 @@ def test_one_to_one_relations_share_one_bear_style_answer_space():
 
 
 def test_generated_templates_join_the_run_with_their_variants():
-    from kcal_pipeline.paraphrase import Candidate, paraphrase_rows
+    from kcal_pipeline.dataset.instances.paraphrases import Candidate, paraphrase_rows
     generated = paraphrase_rows([Candidate("P36", "[Y] serves as the capital of [X].", "m", "m@r", "prompt")])
     chosen = run_templates(TEMPLATES, generated, ["curated", "generated", "marker_verbal"], 1, seed=13)
     assert set(chosen.filter(pl.col("kind") != "marker_verbal")["template_id"]) == {"P36:c0", "P36:g0"}

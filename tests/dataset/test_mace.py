@@ -10,12 +10,12 @@ import polars as pl
 import pycountry
 import pytest
 
-from kcal_pipeline.probe import INSTANCE_COLUMNS
-from kcal_pipeline import mace
-from kcal_pipeline.keys import InvalidIdError, check_entity_id
-from kcal_pipeline.relations import load_catalog
-from kcal_pipeline.snapshot.build import ensure_store
-from kcal_pipeline.sparql import LocalEndpoint, SparqlClient
+from kcal_pipeline.dataset.instances.probe import INSTANCE_COLUMNS
+from kcal_pipeline.dataset.sources import mace
+from kcal_pipeline.core.keys import InvalidIdError, check_entity_id
+from kcal_pipeline.dataset.relations import load_catalog
+from kcal_pipeline.dataset.sources.snapshot.build import ensure_store
+from kcal_pipeline.dataset.sources.sparql import LocalEndpoint, SparqlClient
 
 DOMAINS = {"mace-award": "award", "mace-office": "office", "mace-region": "region",
            "mace-river": "river", "mace-language": "language", "mace-math": "math"}

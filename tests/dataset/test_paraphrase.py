@@ -3,14 +3,14 @@ import os
 import polars as pl
 import pytest
 
-from kcal_pipeline.models import DEFAULT_MODEL, load_model
-from kcal_pipeline.paraphrase import (
+from kcal_pipeline.scoring.models.loading import DEFAULT_MODEL, load_model
+from kcal_pipeline.dataset.instances.paraphrases import (
     REASONS, Candidate, build_prompt, choose_templates, filter_candidates, generate_paraphrases,
     paraphrase_rows, reason_counts,
 )
-from kcal_pipeline.probe import templates_frame
-from kcal_pipeline.relations import load_catalog
-from kcal_pipeline.templates import check_template
+from kcal_pipeline.dataset.instances.probe import templates_frame
+from kcal_pipeline.dataset.relations import load_catalog
+from kcal_pipeline.dataset.templates import check_template
 
 CURATED = ["The capital of [X] is [Y].", "[Y] is the capital of [X]."]
 

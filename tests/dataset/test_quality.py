@@ -4,8 +4,8 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from kcal_pipeline.quality import dedupe_answer_space, quality_report
-from kcal_pipeline.wikidata import DROP_REASONS
+from kcal_pipeline.dataset.instances.quality import dedupe_answer_space, quality_report
+from kcal_pipeline.dataset.sources.wikidata import DROP_REASONS
 
 FACTS = pl.DataFrame({
     "relation_id": ["P36", "P36", "P36", "P36", "P36", "P30"],

@@ -1,12 +1,12 @@
 import polars as pl
 import pytest
 
-from kcal_pipeline.probe import (
+from kcal_pipeline.dataset.instances.probe import (
     EmptyRelationError, ProbeConfig, build_instances, build_statements, headline_estimates, templates_frame,
 )
-from kcal_pipeline.relations import load_catalog, parse_catalog
-from kcal_pipeline.sampling import sample_negatives
-from kcal_pipeline.templates import TemplateError, fill
+from kcal_pipeline.dataset.relations import load_catalog, parse_catalog
+from kcal_pipeline.dataset.instances.sampling import sample_negatives
+from kcal_pipeline.dataset.templates import TemplateError, fill
 
 POOL = {f"o{i}": f"Object {i}" for i in range(20)}
 
@@ -121,8 +121,8 @@ def test_headline_keeps_rank_zero_only():
 
 
 def test_short_pool_is_topped_up_from_same_type_and_stays_stable():
-    from kcal_pipeline.probe import object_pools, topup_pool_for
-    from kcal_pipeline.relations import RelationSpec
+    from kcal_pipeline.dataset.instances.probe import object_pools, topup_pool_for
+    from kcal_pipeline.dataset.relations import RelationSpec
     facts = pl.DataFrame({
         "relation_id": ["P30", "P30", "P36", "P36"],
         "subject_id": ["a", "b", "c", "d"], "subject_label": ["A", "B", "C", "D"],
@@ -140,7 +140,7 @@ def test_short_pool_is_topped_up_from_same_type_and_stays_stable():
 
 
 def test_a_relation_id_defined_in_two_catalog_files_is_an_error():
-    from kcal_pipeline.relations import merge_catalogs
+    from kcal_pipeline.dataset.relations import merge_catalogs
     entry = {"label": "c", "kind": "n_to_1", "property": "P36", "object_type": "city", "templates": ["[X] [Y]"]}
     assert set(merge_catalogs([({"P36": entry}, "a.toml"), ({"P30": {**entry, "property": "P30"}}, "b.toml")])) \
         == {"P36", "P30"}

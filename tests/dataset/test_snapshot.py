@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from kcal_pipeline.keys import PROJECT_ENTITY_IRI
-from kcal_pipeline.snapshot.build import build_ntriples, ensure_store
-from kcal_pipeline.snapshot.graph import Graph, clean_label, fold, literal, typed_literal
+from kcal_pipeline.core.keys import PROJECT_ENTITY_IRI
+from kcal_pipeline.dataset.sources.snapshot.build import build_ntriples, ensure_store
+from kcal_pipeline.dataset.sources.snapshot.graph import Graph, clean_label, fold, literal, typed_literal
 
 P = "<http://www.wikidata.org/prop/direct/{}>"
 LABEL = "<http://www.w3.org/2000/01/rdf-schema#label>"

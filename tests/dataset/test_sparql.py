@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from kcal_pipeline.snapshot.build import ensure_store
-from kcal_pipeline.sparql import (
+from kcal_pipeline.dataset.sources.snapshot.build import ensure_store
+from kcal_pipeline.dataset.sources.sparql import (
     DEFAULT_USER_AGENT, LocalEndpoint, SparqlClient, SparqlError, find_oxigraph,
 )
 

@@ -9,8 +9,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from kcal_pipeline.sparql import SparqlClient, SparqlError
-from kcal_pipeline.sparql_cache import CachedSparql, sha256_hex, snapshot_endpoint_id
+from kcal_pipeline.dataset.sources.sparql import SparqlClient, SparqlError
+from kcal_pipeline.dataset.sources.sparql_cache import CachedSparql, sha256_hex, snapshot_endpoint_id
 
 QUERY = "SELECT ?s WHERE { ?s ?p ?o } LIMIT 1"
 RESULT = {"head": {"vars": ["s"]},
@@ -103,7 +103,7 @@ def test_a_corrupt_cache_file_is_refetched_and_replaced(server, tmp_path, caplog
     path = cache.path_for(QUERY)
     text = content.replace("ENDPOINT", server.url).replace('"QUERY"', json.dumps(QUERY))
     path.write_bytes(text.encode("utf-8", "surrogateescape"))
-    with caplog.at_level(logging.WARNING, logger="kcal_pipeline.sparql_cache"):
+    with caplog.at_level(logging.WARNING, logger="kcal_pipeline.dataset.sources.sparql_cache"):
         again = cache.select(QUERY)
     assert not again.from_cache and again.result == RESULT
     assert server.requests == 2

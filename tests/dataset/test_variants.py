@@ -3,10 +3,10 @@ import re
 import polars as pl
 import pytest
 
-from kcal_pipeline.probe import templates_frame
-from kcal_pipeline.relations import load_catalog
-from kcal_pipeline.templates import check_template, fill
-from kcal_pipeline.variants import (
+from kcal_pipeline.dataset.instances.probe import templates_frame
+from kcal_pipeline.dataset.relations import load_catalog
+from kcal_pipeline.dataset.templates import check_template, fill
+from kcal_pipeline.dataset.instances.variants import (
     DEMO_SLOT, NUMERIC_LEVELS, VARIANT_COLUMNS, VERBAL_MARKERS, demonstration_for, expand_demo,
     marker_variants, perturbation_variants, subsample_answer_space,
 )

@@ -6,12 +6,12 @@ import dataclasses
 import polars as pl
 import pytest
 
-from kcal_pipeline.keys import InvalidIdError
-from kcal_pipeline.relations import load_catalog
-from kcal_pipeline.snapshot.build import ensure_store
-from kcal_pipeline.sparql import LocalEndpoint, SparqlClient
-from kcal_pipeline.sparql_cache import CachedSparql, snapshot_endpoint_id
-from kcal_pipeline.wikidata import (
+from kcal_pipeline.core.keys import InvalidIdError
+from kcal_pipeline.dataset.relations import load_catalog
+from kcal_pipeline.dataset.sources.snapshot.build import ensure_store
+from kcal_pipeline.dataset.sources.sparql import LocalEndpoint, SparqlClient
+from kcal_pipeline.dataset.sources.sparql_cache import CachedSparql, snapshot_endpoint_id
+from kcal_pipeline.dataset.sources.wikidata import (
     FACT_COLUMNS, PROVENANCE_COLUMNS, fetch_facts, looks_like_id, parse_facts, relation_queries,
     relation_query, supports_sitelinks, values_queries, values_query,
 )

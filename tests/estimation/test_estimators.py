@@ -5,7 +5,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from kcal_pipeline.estimators import ESTIMATORS, base, compute_estimates, margin, register
+from kcal_pipeline.estimation.registry import ESTIMATORS, base, compute_estimates, margin, register
 
 
 def ll(*probs):

@@ -5,7 +5,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from kcal_pipeline.metrics import (METRICS, accuracy, ace, aurc, auroc, brier, calibration_curve,
+from kcal_pipeline.evaluation.registry import (METRICS, accuracy, ace, aurc, auroc, brier, calibration_curve,
                                    compute_curves, compute_metrics, ece)
 
 # Three points, fewer than the 20 bins.

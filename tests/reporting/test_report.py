@@ -5,8 +5,8 @@ import re
 import polars as pl
 import pytest
 
-from kcal_pipeline.metrics import compute_curves, compute_metrics
-from kcal_pipeline.report import format_summary, render_html, summary_table, write_report
+from kcal_pipeline.evaluation.registry import compute_curves, compute_metrics
+from kcal_pipeline.reporting.html import format_summary, render_html, summary_table, write_report
 
 EVIL = "<script>alert('x')</script>"
 

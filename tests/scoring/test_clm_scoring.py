@@ -9,10 +9,10 @@ import polars as pl
 import pytest
 import torch
 
-from kcal_pipeline.models import DEFAULT_MODEL, load_model
+from kcal_pipeline.scoring.models.loading import DEFAULT_MODEL, load_model
 from kcal_pipeline.scoring import ROLE_OBJECT, ROLE_SUBJECT, ROLE_TEMPLATE, score_clm, token_roles
 from kcal_pipeline.scoring.clm import SCHEMA
-from kcal_pipeline.templates import fill
+from kcal_pipeline.dataset.templates import fill
 
 T, S, O = ROLE_TEMPLATE, ROLE_SUBJECT, ROLE_OBJECT
 

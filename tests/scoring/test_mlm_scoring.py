@@ -9,12 +9,12 @@ import pytest
 import torch
 from transformers import AutoConfig, AutoTokenizer, BartConfig, BertConfig, GPT2Config
 
-from kcal_pipeline.models import ModelConfigError, ModelEntry, ModelLoadError, detect_kind, load_model
+from kcal_pipeline.scoring.models.loading import ModelConfigError, ModelEntry, ModelLoadError, detect_kind, load_model
 from kcal_pipeline.scoring import ROLE_OBJECT, ROLE_SUBJECT, ROLE_TEMPLATE
 from kcal_pipeline.scoring.clm import SCHEMA
 from kcal_pipeline.scoring.mlm import score_mlm
-from kcal_pipeline.templates import fill
-from tests.tiny_mlm import build_tiny_mlm
+from kcal_pipeline.dataset.templates import fill
+from tests.scoring.tiny_mlm import build_tiny_mlm
 
 T, S, O = ROLE_TEMPLATE, ROLE_SUBJECT, ROLE_OBJECT
 VARIANTS = ("original", "within_word_l2r")

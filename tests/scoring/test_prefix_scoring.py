@@ -5,14 +5,14 @@ import numpy as np
 import polars as pl
 import pytest
 
-from kcal_pipeline.models import DEFAULT_MODEL, load_model
+from kcal_pipeline.scoring.models.loading import DEFAULT_MODEL, load_model
 from kcal_pipeline.scoring import score_clm
 from kcal_pipeline.scoring import prefix as prefix_mod
 from kcal_pipeline.scoring.clm import SCHEMA
 from kcal_pipeline.scoring.prefix import _ancestor_matrix, pack_rows, packing_supported, score_clm_shared_prefix
-from kcal_pipeline.templates import fill
+from kcal_pipeline.dataset.templates import fill
 from tests.faults import oom_above
-from tests.test_clm_scoring import model_cache
+from tests.scoring.test_clm_scoring import model_cache
 
 TEMPLATES = [
     "The capital of [X] is [Y].",                                  # object at the end

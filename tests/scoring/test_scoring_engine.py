@@ -7,17 +7,17 @@ import polars as pl
 import pytest
 import torch
 
-from kcal_pipeline.models import DEFAULT_MODEL, ModelEntry, load_model
+from kcal_pipeline.scoring.models.loading import DEFAULT_MODEL, ModelEntry, load_model
 from kcal_pipeline.scoring import partition as partition_mod
 from kcal_pipeline.scoring.clm import SCHEMA, score_clm
 from kcal_pipeline.scoring.engine import OPTIONAL_SCHEMA, ScoringOptions, fingerprint, score_statements, scorer_for
 from kcal_pipeline.scoring.mlm import score_mlm
 from kcal_pipeline.scoring.partition import FINGERPRINT_COLUMN, score_partition
 from kcal_pipeline.scoring.subject_mask import mask_subjects
-from kcal_pipeline.storage import partition_path, write_parquet_atomic
-from kcal_pipeline.templates import fill
-from tests.test_clm_scoring import model_cache
-from tests.tiny_mlm import build_tiny_mlm
+from kcal_pipeline.core.storage import partition_path, write_parquet_atomic
+from kcal_pipeline.dataset.templates import fill
+from tests.scoring.test_clm_scoring import model_cache
+from tests.scoring.tiny_mlm import build_tiny_mlm
 
 TEMPLATES = ["The capital of [X] is [Y].", "[Y] is the capital of [X].", "In [X], the seat of government is [Y]."]
 PAIRS = [("France", o) for o in ("Paris", "Lyon", "Zürich")] + [("Iceland", o) for o in ("Reykjavík", "Oslo")]

@@ -7,10 +7,10 @@ import pytest
 import torch
 from torch import nn
 
-from kcal_pipeline.models import DEFAULT_MODEL, load_model
+from kcal_pipeline.scoring.models.loading import DEFAULT_MODEL, load_model
 from kcal_pipeline.scoring.clm import score_clm
 from kcal_pipeline.scoring.stochastic import dropout_enabled, dropout_scores, dropout_sites
-from kcal_pipeline.templates import fill
+from kcal_pipeline.dataset.templates import fill
 
 FILLED = [fill("The capital of [X] is [Y].", "France", "Paris"),
           fill("[Y] is the capital of [X].", "Peru", "Lima"),

@@ -5,10 +5,10 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from kcal_pipeline.models import DEFAULT_MODEL, load_model
+from kcal_pipeline.scoring.models.loading import DEFAULT_MODEL, load_model
 from kcal_pipeline.scoring.clm import score_clm
 from kcal_pipeline.scoring.subject_mask import mask_subject, mask_subjects, starts_sentence, subject_masked_scores
-from kcal_pipeline.templates import fill
+from kcal_pipeline.dataset.templates import fill
 
 
 def test_subject_before_object_shifts_the_object():

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 
 import polars as pl
 
-from kcal_pipeline.templates import OBJECT_SLOT, SUBJECT_SLOT
+from kcal_pipeline.dataset.templates import OBJECT_SLOT, SUBJECT_SLOT
 
 MIN_CHARS = 10    # "[X] in [Y]." is about the shortest sentence that can state a relation
 MAX_CHARS = 120   # longer lines are chatter, not a template

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from kcal_pipeline.sampling import derived_rng, sample_negatives, stable_rank
-from kcal_pipeline.templates import fill
+from kcal_pipeline.dataset.instances.sampling import derived_rng, sample_negatives, stable_rank
+from kcal_pipeline.dataset.templates import fill
 
 INSTANCE_COLUMNS = [
     "instance_id", "relation_id", "subject_id", "subject_label", "gold_ids", "gold_labels",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from kcal_pipeline.wikidata import DROP_REASONS, looks_like_id
+from kcal_pipeline.dataset.sources.wikidata import DROP_REASONS, looks_like_id
 
 REPORT_SCHEMA = {"relation_id": pl.Utf8, "check": pl.Utf8, "value": pl.Float64}
 

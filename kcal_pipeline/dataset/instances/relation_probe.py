@@ -11,12 +11,12 @@ from dataclasses import replace
 
 import polars as pl
 
-from kcal_pipeline import mace
-from kcal_pipeline.bear import instances_from_fixed_space
-from kcal_pipeline.probe import ProbeConfig, build_instances, build_statements, topup_pool_for
-from kcal_pipeline.relations import RelationSpec
-from kcal_pipeline.sampling import stable_rank
-from kcal_pipeline.variants import (
+from kcal_pipeline.dataset.sources import mace
+from kcal_pipeline.dataset.sources.bear import instances_from_fixed_space
+from kcal_pipeline.dataset.instances.probe import ProbeConfig, build_instances, build_statements, topup_pool_for
+from kcal_pipeline.dataset.relations import RelationSpec
+from kcal_pipeline.dataset.instances.sampling import stable_rank
+from kcal_pipeline.dataset.instances.variants import (
     DEMO_SLOT, demonstration_for, expand_demo, marker_variants, perturbation_variants,
     subsample_answer_space,
 )

@@ -13,8 +13,8 @@ import re
 
 import polars as pl
 
-from kcal_pipeline.sampling import derived_rng
-from kcal_pipeline.templates import OBJECT_SLOT, SUBJECT_SLOT, check_template, fill
+from kcal_pipeline.dataset.instances.sampling import derived_rng
+from kcal_pipeline.dataset.templates import OBJECT_SLOT, SUBJECT_SLOT, check_template, fill
 
 TEMPLATE_COLUMNS = ["relation_id", "template_id", "text", "kind", "source", "rank"]
 VARIANT_COLUMNS = TEMPLATE_COLUMNS + ["parent_id", "variant"]

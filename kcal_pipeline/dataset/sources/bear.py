@@ -21,13 +21,13 @@ from pathlib import Path
 
 import polars as pl
 
-from kcal_pipeline.keys import check_entity_id, check_relation_id
-from kcal_pipeline.probe import EmptyRelationError, instance_row, instances_frame
-from kcal_pipeline.quality import dedupe_answer_space
-from kcal_pipeline.relations import RelationSpec, parse_catalog
-from kcal_pipeline.storage import write_parquet_atomic, write_text_atomic
-from kcal_pipeline.templates import check_template
-from kcal_pipeline.wikidata import looks_like_id
+from kcal_pipeline.core.keys import check_entity_id, check_relation_id
+from kcal_pipeline.dataset.instances.probe import EmptyRelationError, instance_row, instances_frame
+from kcal_pipeline.dataset.instances.quality import dedupe_answer_space
+from kcal_pipeline.dataset.relations import RelationSpec, parse_catalog
+from kcal_pipeline.core.storage import write_parquet_atomic, write_text_atomic
+from kcal_pipeline.dataset.templates import check_template
+from kcal_pipeline.dataset.sources.wikidata import looks_like_id
 
 METADATA = "metadata_relations.json"
 LINE_KEYS = ("sub_id", "sub_label", "sub_aliases", "obj_id", "obj_label", "answer_idx")

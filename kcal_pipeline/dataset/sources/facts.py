@@ -13,10 +13,10 @@ from pathlib import Path
 
 import polars as pl
 
-from kcal_pipeline import mace
-from kcal_pipeline.relations import RelationSpec
-from kcal_pipeline.sparql_cache import CachedSparql
-from kcal_pipeline.wikidata import DROPPED_SCHEMA, fetch_facts
+from kcal_pipeline.dataset.sources import mace
+from kcal_pipeline.dataset.relations import RelationSpec
+from kcal_pipeline.dataset.sources.sparql_cache import CachedSparql
+from kcal_pipeline.dataset.sources.wikidata import DROPPED_SCHEMA, fetch_facts
 
 COLUMNS = ["relation_id", "subject_id", "subject_label", "object_id", "object_label", "qualifiers",
            "endpoint", "query_hash", "retrieved_at"]

@@ -24,13 +24,13 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from kcal_pipeline.keys import (
+from kcal_pipeline.core.keys import (
     check_entity_id, check_relation_id, entity_iri,
 )
-from kcal_pipeline.probe import instance_row, instances_frame
-from kcal_pipeline.relations import RelationSpec, get_relation
-from kcal_pipeline.sampling import derived_rng, sample_negatives, stable_rank
-from kcal_pipeline.wikidata import FactsResult, entity_of, looks_like_id
+from kcal_pipeline.dataset.instances.probe import instance_row, instances_frame
+from kcal_pipeline.dataset.relations import RelationSpec, get_relation
+from kcal_pipeline.dataset.instances.sampling import derived_rng, sample_negatives, stable_rank
+from kcal_pipeline.dataset.sources.wikidata import FactsResult, entity_of, looks_like_id
 
 log = logging.getLogger(__name__)
 

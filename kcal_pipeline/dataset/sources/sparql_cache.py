@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from kcal_pipeline.storage import write_text_atomic
+from kcal_pipeline.core.storage import write_text_atomic
 
 log = logging.getLogger(__name__)
 

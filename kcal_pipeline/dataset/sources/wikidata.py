@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from kcal_pipeline.keys import (
+from kcal_pipeline.core.keys import (
     InvalidIdError, check_entity_id, check_pid, check_qid, check_relation_id, entity_id_from_iri,
     entity_iri,
 )
-from kcal_pipeline.relations import RelationSpec
+from kcal_pipeline.dataset.relations import RelationSpec
 
 PREFIXES = (
     "PREFIX wd: <http://www.wikidata.org/entity/>\n"

@@ -24,8 +24,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from kcal_pipeline.keys import model_key
-from kcal_pipeline.storage import write_text_atomic
+from kcal_pipeline.core.keys import model_key
+from kcal_pipeline.core.storage import write_text_atomic
 
 log = logging.getLogger(__name__)
 

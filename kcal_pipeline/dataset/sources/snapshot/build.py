@@ -15,10 +15,10 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from kcal_pipeline.snapshot import curated, geo, mace_data
-from kcal_pipeline.snapshot.graph import Graph
-from kcal_pipeline.sparql import find_oxigraph
-from kcal_pipeline.storage import write_text_atomic
+from kcal_pipeline.dataset.sources.snapshot import curated, geo, mace_data
+from kcal_pipeline.dataset.sources.snapshot.graph import Graph
+from kcal_pipeline.dataset.sources.sparql import find_oxigraph
+from kcal_pipeline.core.storage import write_text_atomic
 
 # Each contributor adds its relations to the one graph; order does not matter (output is sorted).
 CONTRIBUTORS = [geo.contribute, mace_data.contribute, curated.contribute]

@@ -24,8 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from importlib import resources
 
-from kcal_pipeline.snapshot import geo
-from kcal_pipeline.snapshot.graph import Graph, clean_label, slug
+from kcal_pipeline.dataset.sources.snapshot import geo
+from kcal_pipeline.dataset.sources.snapshot.graph import Graph, clean_label, slug
 
 HUMAN = "Q5"
 FILES = (
@@ -156,7 +156,7 @@ def add_rows(graph: Graph, kind: str, rows: list[Row]) -> None:
 
 
 def contribute(graph: Graph) -> None:
-    data = resources.files("kcal_pipeline.snapshot").joinpath("data")
+    data = resources.files("kcal_pipeline.dataset.sources.snapshot").joinpath("data")
     for name in FILES:
         kind, rows = read_rows(name, data.joinpath(name).read_text("utf-8"))
         add_rows(graph, kind, rows)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from kcal_pipeline.snapshot.graph import Graph, fold, slug
+from kcal_pipeline.dataset.sources.snapshot.graph import Graph, fold, slug
 
 COUNTRY = "Q6256"
 CITY = "Q515"

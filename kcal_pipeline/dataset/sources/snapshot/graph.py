@@ -11,8 +11,8 @@ import hashlib
 import re
 import unicodedata
 
-from kcal_pipeline.keys import entity_iri
-from kcal_pipeline.wikidata import looks_like_id
+from kcal_pipeline.core.keys import entity_iri
+from kcal_pipeline.dataset.sources.wikidata import looks_like_id
 
 WD = "http://www.wikidata.org/entity/"
 WDT = "http://www.wikidata.org/prop/direct/"

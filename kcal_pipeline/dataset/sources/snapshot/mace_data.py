@@ -10,8 +10,8 @@ from __future__ import annotations
 import csv
 from importlib import resources
 
-from kcal_pipeline.snapshot.geo import LANGUAGE_LABELS, NOT_COUNTRIES
-from kcal_pipeline.snapshot.graph import Graph, slug
+from kcal_pipeline.dataset.sources.snapshot.geo import LANGUAGE_LABELS, NOT_COUNTRIES
+from kcal_pipeline.dataset.sources.snapshot.graph import Graph, slug
 
 HUMAN = "Q5"
 RIVER = "Q4022"
@@ -40,7 +40,7 @@ USED_SHARE = 50.0
 
 
 def _rows(name: str) -> list[dict[str, str]]:
-    text = resources.files("kcal_pipeline.snapshot").joinpath(f"data/{name}").read_text("utf-8")
+    text = resources.files("kcal_pipeline.dataset.sources.snapshot").joinpath(f"data/{name}").read_text("utf-8")
     return list(csv.DictReader(text.splitlines(), delimiter="\t"))
 
 

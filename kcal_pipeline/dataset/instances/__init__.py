@@ -1,0 +1,1 @@
+"""From facts to probes: answer spaces, sampling, template variants and paraphrases, instances, statements, quality."""

@@ -1,0 +1,1 @@
+"""Stage 6, reporting: summary tables and the HTML report."""
