@@ -35,8 +35,15 @@ probe_settings resource) that live in the run, not in the code location, so rebu
 the defaults would silently change a user's probe. Rebuild them yourself; everything downstream
 follows. Their code-version staleness shows in the UI.
 """
-from dagster import AssetKey, AssetSelection, AssetSpec, AutomationCondition, AutomationConditionSensorDefinition
-from dagster import DefaultSensorStatus
+
+from dagster import (
+    AssetKey,
+    AssetSelection,
+    AssetSpec,
+    AutomationCondition,
+    AutomationConditionSensorDefinition,
+    DefaultSensorStatus,
+)
 
 AC = AutomationCondition
 
@@ -49,8 +56,11 @@ MISSING = AC.missing().newly_true().with_label("newly_missing_or_backlog")
 
 
 def _triggered(upstream_updated: AutomationCondition) -> AutomationCondition:
-    return (MISSING | upstream_updated | AC.code_version_changed()).since(HANDLED).with_label(
-        "missing, upstream updated or code changed since last handled")
+    return (
+        (MISSING | upstream_updated | AC.code_version_changed())
+        .since(HANDLED)
+        .with_label("missing, upstream updated or code changed since last handled")
+    )
 
 
 def missing_or_stale() -> AutomationCondition:
@@ -76,7 +86,9 @@ def missing_or_stale_across(partial_input: str) -> AutomationCondition:
         _triggered(updated)
         & AC.any_deps_match(~AC.missing()).allow(partial).with_label(f"some {partial_input} exist")
         & ~AC.any_deps_missing().ignore(partial)
-        & ~AC.any_deps_match(AC.will_be_requested() | AC.in_progress()).with_label("any_deps_requested_or_in_progress")
+        & ~AC.any_deps_match(AC.will_be_requested() | AC.in_progress()).with_label(
+            "any_deps_requested_or_in_progress"
+        )
         & ~AC.in_progress()
     ).with_label("kcal: missing or stale (across relations)")
 

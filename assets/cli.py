@@ -3,6 +3,7 @@
 The orchestration commands (demo, models add/remove) import the Dagster layer lazily, so the rest
 of this library stays free of Dagster.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,6 +21,7 @@ from kcal_pipeline.scoring.models.loading import ModelEntry, Registry
 def _print_table(cols: list[str], rows: list[tuple], out=sys.stdout) -> None:
     def fmt(v):
         return f"{v:.4f}" if isinstance(v, float) else ("NULL" if v is None else str(v))
+
     cells = [[fmt(v) for v in r] for r in rows]
     widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(cols)]
     print("  ".join(c.ljust(w) for c, w in zip(cols, widths)), file=out)
@@ -31,31 +33,44 @@ def _print_table(cols: list[str], rows: list[tuple], out=sys.stdout) -> None:
 def cmd_demo(args) -> int:
     from assets.runner import run_missing  # Dagster layer, imported only when orchestrating
     from kcal_pipeline.core.progress import share_terminal
-    from kcal_pipeline.reporting.html import format_summary, summary_table
     from kcal_pipeline.core.storage import read_partition
+    from kcal_pipeline.reporting.html import format_summary, summary_table
 
     home = kcal_home(args.home)
-    settings = {k: v for k, v in {"max_instances": args.max_instances, "max_templates": args.max_templates,
-                                  "n_negatives": args.n_negatives, "answer_space_k": args.answer_space_k,
-                                  "template_kinds": args.template_kinds.split(",") if args.template_kinds else None,
-                                  "fast_path": False if args.plain_path else None,
-                                  "mlm_variant": args.mlm_variant, "dropout_passes": args.dropout_passes,
-                                  "dropout_rate": args.dropout_rate,
-                                  "subject_mask": True if args.subject_mask else None,
-                                  }.items() if v is not None}
+    settings = {
+        k: v
+        for k, v in {
+            "max_instances": args.max_instances,
+            "max_templates": args.max_templates,
+            "n_negatives": args.n_negatives,
+            "answer_space_k": args.answer_space_k,
+            "template_kinds": args.template_kinds.split(",") if args.template_kinds else None,
+            "fast_path": False if args.plain_path else None,
+            "mlm_variant": args.mlm_variant,
+            "dropout_passes": args.dropout_passes,
+            "dropout_rate": args.dropout_rate,
+            "subject_mask": True if args.subject_mask else None,
+        }.items()
+        if v is not None
+    }
     if not args.no_progress:
         share_terminal()  # statement_scores draws its progress bar there
     relations = None if args.all_relations else (args.relation or DEMO_RELATIONS)
     started = time.perf_counter()
-    summary = run_missing(home, models=args.model, relations=relations, settings=settings,
-                          refresh=args.refresh)
+    summary = run_missing(
+        home, models=args.model, relations=relations, settings=settings, refresh=args.refresh
+    )
     elapsed = time.perf_counter() - started
     if not summary.materialized:
-        print(f"Nothing to do: all {len(summary.skipped)} asset partitions are already materialized "
-              f"(use --refresh to recompute).")
+        print(
+            f"Nothing to do: all {len(summary.skipped)} asset partitions are already materialized "
+            f"(use --refresh to recompute)."
+        )
     else:
-        print(f"Materialized {len(summary.materialized)} asset partitions in {elapsed:.1f}s; "
-              f"{len(summary.skipped)} were already materialized and skipped.")
+        print(
+            f"Materialized {len(summary.materialized)} asset partitions in {elapsed:.1f}s; "
+            f"{len(summary.skipped)} were already materialized and skipped."
+        )
     for entry in Registry(registry_path(home)).entries():
         if args.model and entry.key not in args.model:
             continue
@@ -66,7 +81,7 @@ def cmd_demo(args) -> int:
         print(f"\nModel {entry.id} — headline template, Base and Margin (ACE: 20 quantile bins)")
         print(format_summary(summary_table(metrics)))
         print(f"report: {report_path(home, entry.key)}")
-    print(f"duckdb: {duckdb_path(home)}   e.g. kcal sql \"select * from metrics limit 5\"")
+    print(f'duckdb: {duckdb_path(home)}   e.g. kcal sql "select * from metrics limit 5"')
     return 0
 
 
@@ -75,20 +90,25 @@ DEMO_RELATIONS = ["P36", "P30", "P37", "mace-award"]
 
 def cmd_dataset_import_bear(args) -> int:
     from kcal_pipeline.dataset.sources.bear import import_bear
+
     home = kcal_home(args.home)
     catalog, paths = import_bear(Path(args.directory), home, prefix=args.prefix)
     print(f"imported {len(paths)} relation(s) into {catalog}: {', '.join(paths)}")
-    print("they are part of the catalog from now on; run them with e.g. "
-          f"kcal demo --relation {next(iter(paths))} (in the UI: reload definitions)")
+    print(
+        "they are part of the catalog from now on; run them with e.g. "
+        f"kcal demo --relation {next(iter(paths))} (in the UI: reload definitions)"
+    )
     return 0
 
 
 def cmd_dataset_paraphrase(args) -> int:
     from assets.runner import materialize_unpartitioned  # Dagster layer
     from kcal_pipeline.core.storage import read_partition
+
     home = kcal_home(args.home)
-    settings = {k: v for k, v in {"paraphrase_model": args.model,
-                                  "paraphrase_relations": args.relation}.items() if v}
+    settings = {
+        k: v for k, v in {"paraphrase_model": args.model, "paraphrase_relations": args.relation}.items() if v
+    }
     materialize_unpartitioned(home, "generated_templates", settings)
     frame = read_partition(home, "generated_templates")
     print(f"{frame.height} generated templates kept; use them with --template-kinds curated,generated")
@@ -99,6 +119,7 @@ def cmd_dataset_paraphrase(args) -> int:
 
 def cmd_dataset_quality(args) -> int:
     from kcal_pipeline.core.warehouse import named_query, query, refresh_views
+
     home = kcal_home(args.home)
     refresh_views(home)
     cols, rows = query(home, named_query("quality"))
@@ -115,6 +136,7 @@ def cmd_models_list(args) -> int:
 
 def _sync(home: Path) -> None:
     from assets.runner import sync_model_partitions  # Dagster layer
+
     keys = sync_model_partitions(home)
     print(f"model partitions in the Dagster instance: {', '.join(keys)}")
 
@@ -129,9 +151,16 @@ def cmd_models_add(args) -> int:
         source = dict(source="gguf_file", path=str(Path(args.gguf).resolve()))
     else:
         source = dict(source="hf", revision=args.revision)
-    entry = ModelEntry(id=args.id, kind=args.kind, dtype=args.dtype, device=args.device,
-                       batch_size=args.batch_size, start_token=args.start_token,
-                       trust_remote_code=args.trust_remote_code, **source)
+    entry = ModelEntry(
+        id=args.id,
+        kind=args.kind,
+        dtype=args.dtype,
+        device=args.device,
+        batch_size=args.batch_size,
+        start_token=args.start_token,
+        trust_remote_code=args.trust_remote_code,
+        **source,
+    )
     Registry(registry_path(home)).add(entry)
     print(f"registered {entry.id} as {entry.key}")
     _sync(home)
@@ -153,12 +182,14 @@ def cmd_models_remove(args) -> int:
 
 def cmd_sql(args) -> int:
     from kcal_pipeline.core.warehouse import query, refresh_views
+
     home = kcal_home(args.home)
     if not duckdb_path(home).exists():
         refresh_views(home)
     cols, rows = query(home, args.query)
     if args.csv:
         import csv
+
         w = csv.writer(sys.stdout)
         w.writerow(cols)
         w.writerows(rows)
@@ -172,26 +203,42 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--home", help="state root (default: $KCAL_HOME or ./.kcal)")
     sub = p.add_subparsers(dest="command", required=True)
 
-    d = sub.add_parser("demo", help="materialize everything missing on the registered models and print the summary")
+    d = sub.add_parser(
+        "demo", help="materialize everything missing on the registered models and print the summary"
+    )
     d.add_argument("--model", action="append", help="model key (repeatable; default: every registered model)")
-    d.add_argument("--relation", action="append",
-                   help=f"relation id (repeatable; default: {', '.join(DEMO_RELATIONS)})")
+    d.add_argument(
+        "--relation", action="append", help=f"relation id (repeatable; default: {', '.join(DEMO_RELATIONS)})"
+    )
     d.add_argument("--all-relations", action="store_true", help="every relation of the catalog")
-    d.add_argument("--template-kinds", help="comma-separated: curated,generated,marker_verbal,"
-                                            "marker_numeric,perturbation (default curated)")
+    d.add_argument(
+        "--template-kinds",
+        help="comma-separated: curated,generated,marker_verbal,marker_numeric,perturbation (default curated)",
+    )
     d.add_argument("--answer-space-k", type=int, help="also probe each instance with k options (gold kept)")
     d.add_argument("--max-instances", type=int, help="instances per relation (default 100; 0 = all)")
     d.add_argument("--max-templates", type=int, help="curated templates per relation (default 3; 0 = all)")
     d.add_argument("--n-negatives", type=int, help="distractors per instance (default 5)")
     d.add_argument("--refresh", action="store_true", help="recompute even what is materialized")
-    d.add_argument("--plain-path", action="store_true",
-                   help="score causal LMs without prefix packing (same scores, slower; for checking)")
-    d.add_argument("--mlm-variant", choices=["within_word_l2r", "original"],
-                   help="pseudo-log-likelihood variant for masked LMs (default within_word_l2r)")
-    d.add_argument("--dropout-passes", type=int, help="M stochastic dropout passes (DropoutMean/Var; default 0)")
+    d.add_argument(
+        "--plain-path",
+        action="store_true",
+        help="score causal LMs without prefix packing (same scores, slower; for checking)",
+    )
+    d.add_argument(
+        "--mlm-variant",
+        choices=["within_word_l2r", "original"],
+        help="pseudo-log-likelihood variant for masked LMs (default within_word_l2r)",
+    )
+    d.add_argument(
+        "--dropout-passes", type=int, help="M stochastic dropout passes (DropoutMean/Var; default 0)"
+    )
     d.add_argument("--dropout-rate", type=float, help="dropout probability for those passes (default 0.1)")
-    d.add_argument("--subject-mask", action="store_true",
-                   help="also score each statement with its subject replaced by 'something' (TemplateDiff)")
+    d.add_argument(
+        "--subject-mask",
+        action="store_true",
+        help="also score each statement with its subject replaced by 'something' (TemplateDiff)",
+    )
     d.add_argument("--no-progress", action="store_true", help="no progress bar (log lines only)")
     d.set_defaults(func=cmd_demo)
 
@@ -205,23 +252,34 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--file", help="GGUF file name inside --gguf-package")
     a.add_argument("--gguf", help="a .gguf file (converted once to a safetensors cache)")
     a.add_argument("--revision", default="main", help="hub revision (commit, tag or branch)")
-    a.add_argument("--kind", default="auto", choices=["auto", "clm", "mlm"],
-                   help="causal (clm) or masked (mlm) LM; auto detects it from the model's config when loaded")
+    a.add_argument(
+        "--kind",
+        default="auto",
+        choices=["auto", "clm", "mlm"],
+        help="causal (clm) or masked (mlm) LM; auto detects it from the model's config when loaded",
+    )
     a.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     a.add_argument("--device", default="auto")
     a.add_argument("--batch-size", type=int, default=32)
     a.add_argument("--start-token", help="token prepended to every statement (default: BOS, else EOS)")
-    a.add_argument("--trust-remote-code", action="store_true", help="run the model repository's own code (off by default)")
+    a.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="run the model repository's own code (off by default)",
+    )
     a.set_defaults(func=cmd_models_add)
     msub.add_parser("sync", help="make the Dagster 'model' partitions match the registry").set_defaults(
-        func=cmd_models_sync)
+        func=cmd_models_sync
+    )
     r = msub.add_parser("remove", help="unregister a model")
     r.add_argument("id", help="model id or key")
     r.set_defaults(func=cmd_models_remove)
 
     ds = sub.add_parser("dataset", help="dataset construction helpers")
     dsub = ds.add_subparsers(dest="dataset_command", required=True)
-    b = dsub.add_parser("import-bear", help="import a directory in BEAR's format (P*.jsonl + metadata_relations.json)")
+    b = dsub.add_parser(
+        "import-bear", help="import a directory in BEAR's format (P*.jsonl + metadata_relations.json)"
+    )
     b.add_argument("directory")
     b.add_argument("--prefix", default="bear-", help="prefix for the imported relation ids (default bear-)")
     b.set_defaults(func=cmd_dataset_import_bear)

@@ -1,18 +1,38 @@
 """Dataset assets: facts from SPARQL (or rules, or an imported BEAR set), templates, instances,
 statements, and the data-quality table."""
+
 import polars as pl
-from dagster import AllPartitionMapping, AssetExecutionContext, AssetIn, AssetOut, MetadataValue, Output, asset, multi_asset
+from dagster import (
+    AllPartitionMapping,
+    AssetExecutionContext,
+    AssetIn,
+    AssetOut,
+    MetadataValue,
+    Output,
+    asset,
+    multi_asset,
+)
 
 from assets.partitions import relation_partitions
 from kcal_pipeline.core.paths import kcal_home
-from kcal_pipeline.dataset.instances.relation_probe import curated_and_variants, relation_instances, relation_statements, run_templates
-from kcal_pipeline.dataset.sources.facts import kept_counts, relation_facts
-from kcal_pipeline.dataset.instances.paraphrases import filter_candidates, generate_paraphrases, paraphrase_rows, reason_counts
+from kcal_pipeline.core.storage import partition_path
+from kcal_pipeline.dataset.instances.paraphrases import (
+    filter_candidates,
+    generate_paraphrases,
+    paraphrase_rows,
+    reason_counts,
+)
 from kcal_pipeline.dataset.instances.probe import object_pools as pools_of
 from kcal_pipeline.dataset.instances.probe import relations_frame, templates_frame
 from kcal_pipeline.dataset.instances.quality import quality_report
+from kcal_pipeline.dataset.instances.relation_probe import (
+    curated_and_variants,
+    relation_instances,
+    relation_statements,
+    run_templates,
+)
 from kcal_pipeline.dataset.relations import get_relation, load_catalog
-from kcal_pipeline.core.storage import partition_path
+from kcal_pipeline.dataset.sources.facts import kept_counts, relation_facts
 from resources import ModelProvider, ProbeSettings, SparqlEndpoint
 
 GROUP = "dataset"
@@ -33,18 +53,29 @@ def templates(probe_settings: ProbeSettings) -> pl.DataFrame:
 
 
 @multi_asset(
-    group_name=GROUP, partitions_def=relation_partitions, code_version="2",
-    outs={"wikidata_facts": AssetOut(description="Facts of one relation with English labels and provenance."),
-          "dropped_facts": AssetOut(description="Rows the validity filters dropped, with the reason.")},
+    group_name=GROUP,
+    partitions_def=relation_partitions,
+    code_version="2",
+    outs={
+        "wikidata_facts": AssetOut(description="Facts of one relation with English labels and provenance."),
+        "dropped_facts": AssetOut(description="Rows the validity filters dropped, with the reason."),
+    },
 )
 def wikidata_facts(context: AssetExecutionContext, sparql: SparqlEndpoint, probe_settings: ProbeSettings):
     spec = get_relation(context.partition_key)
     cached = sparql.cached if spec.source == "sparql" else None
-    result = relation_facts(spec, cached, page_size=probe_settings.page_size or None,
-                            min_sitelinks=probe_settings.min_sitelinks or None, log=context.log.info)
+    result = relation_facts(
+        spec,
+        cached,
+        page_size=probe_settings.page_size or None,
+        min_sitelinks=probe_settings.min_sitelinks or None,
+        log=context.log.info,
+    )
     if result.facts.height == 0:
-        raise ValueError(f"relation {spec.relation_id!r} returned no facts from "
-                         f"{cached.endpoint_id if cached else spec.source}; dropped by reason: {result.drop_counts}")
+        raise ValueError(
+            f"relation {spec.relation_id!r} returned no facts from "
+            f"{cached.endpoint_id if cached else spec.source}; dropped by reason: {result.drop_counts}"
+        )
     for reason, n in result.drop_counts.items():
         if n:
             context.log.warning(f"{spec.relation_id}: dropped {n} rows ({reason})")
@@ -60,54 +91,84 @@ def object_pools(wikidata_facts: pl.DataFrame) -> pl.DataFrame:
 
 
 @asset(group_name=GROUP, partitions_def=relation_partitions, code_version="2")
-def probe_instances(context: AssetExecutionContext, wikidata_facts: pl.DataFrame, object_pools: pl.DataFrame,
-                    probe_settings: ProbeSettings) -> pl.DataFrame:
+def probe_instances(
+    context: AssetExecutionContext,
+    wikidata_facts: pl.DataFrame,
+    object_pools: pl.DataFrame,
+    probe_settings: ProbeSettings,
+) -> pl.DataFrame:
     """Instances of one relation: gold objects plus distractors (METHODS §5), a fixed answer space,
     or MACE questions with exactly 1, 2, 4 or 6 answers."""
     config = probe_settings.probe_config()
     spec = get_relation(context.partition_key)
-    instances = relation_instances(spec, wikidata_facts, object_pools, config, probe_settings.answer_space_k,
-                                   log=context.log.info)
-    context.add_output_metadata({
-        "instances": instances.height, "mean_options": float(instances["n_options"].mean()),
-        "n_gold": MetadataValue.json(dict(instances.group_by("n_gold").len().sort("n_gold").iter_rows())),
-        "dev": int((instances["split"] == "dev").sum()), "seed": config.seed, "n_negatives": config.n_negatives,
-    })
+    instances = relation_instances(
+        spec, wikidata_facts, object_pools, config, probe_settings.answer_space_k, log=context.log.info
+    )
+    context.add_output_metadata(
+        {
+            "instances": instances.height,
+            "mean_options": float(instances["n_options"].mean()),
+            "n_gold": MetadataValue.json(dict(instances.group_by("n_gold").len().sort("n_gold").iter_rows())),
+            "dev": int((instances["split"] == "dev").sum()),
+            "seed": config.seed,
+            "n_negatives": config.n_negatives,
+        }
+    )
     return instances
 
 
 @asset(group_name=GROUP, partitions_def=relation_partitions, code_version="2")
-def statements(context: AssetExecutionContext, probe_instances: pl.DataFrame, templates: pl.DataFrame,
-               probe_settings: ProbeSettings) -> pl.DataFrame:
+def statements(
+    context: AssetExecutionContext,
+    probe_instances: pl.DataFrame,
+    templates: pl.DataFrame,
+    probe_settings: ProbeSettings,
+) -> pl.DataFrame:
     """Every instance × chosen template × option as a sentence, with subject and object spans."""
     # generated_templates is optional (materialized on demand), so it is read from its table when
     # present rather than declared as an input that every run would have to materialize first.
     home = kcal_home(probe_settings.home or None)
     generated_path = partition_path(home, "generated_templates")
     generated = pl.read_parquet(generated_path) if generated_path.exists() else None
-    chosen = run_templates(templates.filter(pl.col("relation_id") == context.partition_key), generated,
-                           probe_settings.template_kinds, probe_settings.max_templates or None,
-                           probe_settings.seed)
+    chosen = run_templates(
+        templates.filter(pl.col("relation_id") == context.partition_key),
+        generated,
+        probe_settings.template_kinds,
+        probe_settings.max_templates or None,
+        probe_settings.seed,
+    )
     frame = relation_statements(probe_instances, chosen, probe_settings.seed)
-    context.add_output_metadata({"statements": frame.height, "templates": frame["template_id"].n_unique(),
-                                 "template_kinds": ", ".join(probe_settings.template_kinds)})
+    context.add_output_metadata(
+        {
+            "statements": frame.height,
+            "templates": frame["template_id"].n_unique(),
+            "template_kinds": ", ".join(probe_settings.template_kinds),
+        }
+    )
     return frame
 
 
-@asset(group_name=GROUP, code_version="1",
-       ins={"wikidata_facts": AssetIn(partition_mapping=EVERY_RELATION),
-            "dropped_facts": AssetIn(partition_mapping=EVERY_RELATION),
-            "probe_instances": AssetIn(partition_mapping=EVERY_RELATION)})
-def data_quality(wikidata_facts: pl.DataFrame, dropped_facts: pl.DataFrame,
-                 probe_instances: pl.DataFrame) -> pl.DataFrame:
+@asset(
+    group_name=GROUP,
+    code_version="1",
+    ins={
+        "wikidata_facts": AssetIn(partition_mapping=EVERY_RELATION),
+        "dropped_facts": AssetIn(partition_mapping=EVERY_RELATION),
+        "probe_instances": AssetIn(partition_mapping=EVERY_RELATION),
+    },
+)
+def data_quality(
+    wikidata_facts: pl.DataFrame, dropped_facts: pl.DataFrame, probe_instances: pl.DataFrame
+) -> pl.DataFrame:
     """Per relation: facts, drops by reason, options per instance, duplicate and id-like labels."""
     facts = pl.concat([wikidata_facts, dropped_facts], how="diagonal_relaxed")
     return quality_report(facts, probe_instances)
 
 
 @asset(group_name=GROUP, code_version="1")
-def generated_templates(context: AssetExecutionContext, models: ModelProvider,
-                        probe_settings: ProbeSettings) -> pl.DataFrame:
+def generated_templates(
+    context: AssetExecutionContext, models: ModelProvider, probe_settings: ProbeSettings
+) -> pl.DataFrame:
     """Paraphrases of the curated templates written by an instruct LM, kept only if well-formed
     (one [X], one [Y], sane length, new); generator and prompt recorded per row. Materialized on
     demand (`kcal dataset paraphrase`), used when template_kinds includes "generated"."""
@@ -118,14 +179,26 @@ def generated_templates(context: AssetExecutionContext, models: ModelProvider,
     for spec in load_catalog().values():
         if wanted and spec.relation_id not in wanted:
             continue
-        candidates = generate_paraphrases(loaded, spec.relation_id, spec.label, list(spec.templates),
-                                          model_id=entry.id, seed=probe_settings.seed)
+        candidates = generate_paraphrases(
+            loaded,
+            spec.relation_id,
+            spec.label,
+            list(spec.templates),
+            model_id=entry.id,
+            seed=probe_settings.seed,
+        )
         kept, rejected = filter_candidates(candidates, list(spec.templates))
         kept_all += kept
         for reason, n in reason_counts(rejected).items():
             reasons[reason] = reasons.get(reason, 0) + n
         per_relation[spec.relation_id] = {"candidates": len(candidates), "kept": len(kept)}
         context.log.info(f"{spec.relation_id}: kept {len(kept)} of {len(candidates)} paraphrases")
-    context.add_output_metadata({"kept": len(kept_all), "rejected": MetadataValue.json(reasons),
-                                 "per_relation": MetadataValue.json(per_relation), "generator": entry.id})
+    context.add_output_metadata(
+        {
+            "kept": len(kept_all),
+            "rejected": MetadataValue.json(reasons),
+            "per_relation": MetadataValue.json(per_relation),
+            "generator": entry.id,
+        }
+    )
     return paraphrase_rows(kept_all)

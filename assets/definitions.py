@@ -6,6 +6,7 @@ under `dagster dev` (DefaultSensorStatus.RUNNING, no click in the UI needed):
 `model_registry_sensor` keeps the `model` partitions equal to models.toml, and
 `kcal_automation_sensor` requests runs for missing or stale model partitions.
 """
+
 from dagster import Definitions, load_assets_from_modules, map_asset_specs
 
 from assets import dataset, estimates, reports, scoring
@@ -13,7 +14,10 @@ from assets.automation import automation_sensor, with_automation
 from assets.sensors import model_registry_sensor
 from resources import default_resources
 
-all_assets = map_asset_specs(with_automation, load_assets_from_modules([dataset, scoring, estimates, reports]))
+all_assets = map_asset_specs(
+    with_automation, load_assets_from_modules([dataset, scoring, estimates, reports])
+)
 
-defs = Definitions(assets=all_assets, sensors=[model_registry_sensor, automation_sensor],
-                   resources=default_resources())
+defs = Definitions(
+    assets=all_assets, sensors=[model_registry_sensor, automation_sensor], resources=default_resources()
+)

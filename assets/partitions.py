@@ -1,4 +1,5 @@
 """Partitions: relation (static, from the catalog) and model (dynamic, from models.toml)."""
+
 import warnings
 
 from dagster import (
@@ -14,7 +15,9 @@ from kcal_pipeline.dataset.relations import relation_ids
 
 relation_partitions = StaticPartitionsDefinition(relation_ids())
 model_partitions = DynamicPartitionsDefinition(name="model")
-model_relation_partitions = MultiPartitionsDefinition({"model": model_partitions, "relation": relation_partitions})
+model_relation_partitions = MultiPartitionsDefinition(
+    {"model": model_partitions, "relation": relation_partitions}
+)
 
 
 def one_dimension_of(asset: str, dimension: str) -> dict[str, AssetIn]:

@@ -15,10 +15,10 @@ from dagster import AssetKey, DagsterInstance, MultiPartitionKey, materialize
 from assets.definitions import all_assets
 from assets.partitions import model_partitions, partition_changes
 from kcal_pipeline.core.paths import dagster_home, registry_path
-from kcal_pipeline.scoring.models.loading import Registry
-from kcal_pipeline.dataset.relations import relation_ids
 from kcal_pipeline.core.storage import partition_path
 from kcal_pipeline.core.warehouse import refresh_views
+from kcal_pipeline.dataset.relations import relation_ids
+from kcal_pipeline.scoring.models.loading import Registry
 from resources import default_resources
 
 # Stages in dependency order; inside a stage, assets share one partitions definition. Facts are
@@ -72,8 +72,11 @@ def _partitions(kind: str, models: Sequence[str], relations: Sequence[str]) -> l
         return [(r, {"relation": r}) for r in relations]
     if kind == "model":
         return [(m, {"model": m}) for m in models]
-    return [(MultiPartitionKey({"model": m, "relation": r}), {"model": m, "relation": r})
-            for m in models for r in relations]
+    return [
+        (MultiPartitionKey({"model": m, "relation": r}), {"model": m, "relation": r})
+        for m in models
+        for r in relations
+    ]
 
 
 def _is_done(instance: DagsterInstance, home: Path, asset: str, pkey, dims: dict) -> bool:
@@ -87,8 +90,13 @@ def _is_done(instance: DagsterInstance, home: Path, asset: str, pkey, dims: dict
 def materialize_unpartitioned(home: Path, asset: str, settings: dict | None = None) -> None:
     """One unpartitioned asset (e.g. generated_templates, data_quality), whatever its state."""
     instance = get_instance(home)
-    materialize(all_assets, selection=[AssetKey(asset)], instance=instance,
-                resources=default_resources(home=str(home), **(settings or {})), run_config=QUIET_LOGS)
+    materialize(
+        all_assets,
+        selection=[AssetKey(asset)],
+        instance=instance,
+        resources=default_resources(home=str(home), **(settings or {})),
+        run_config=QUIET_LOGS,
+    )
 
 
 def _upstream_changed(summary: RunSummary, position: int, kind: str, dims: dict) -> bool:
@@ -101,9 +109,14 @@ def _upstream_changed(summary: RunSummary, position: int, kind: str, dims: dict)
     return False
 
 
-def run_missing(home: Path, models: Sequence[str] | None = None, relations: Sequence[str] | None = None,
-                settings: dict | None = None, refresh: bool = False,
-                log: Callable[[str], None] = print) -> RunSummary:
+def run_missing(
+    home: Path,
+    models: Sequence[str] | None = None,
+    relations: Sequence[str] | None = None,
+    settings: dict | None = None,
+    refresh: bool = False,
+    log: Callable[[str], None] = print,
+) -> RunSummary:
     """Materialize every missing (asset, partition) for the given models and relations."""
     instance = get_instance(home)
     registered = sync_model_partitions(home, instance)
@@ -128,8 +141,14 @@ def run_missing(home: Path, models: Sequence[str] | None = None, relations: Sequ
             if not todo:
                 continue
             log(f"materializing {', '.join(todo)} [{label}]")
-            materialize(all_assets, selection=[AssetKey(a) for a in todo], partition_key=pkey,
-                        instance=instance, resources=resources, run_config=QUIET_LOGS)
+            materialize(
+                all_assets,
+                selection=[AssetKey(a) for a in todo],
+                partition_key=pkey,
+                instance=instance,
+                resources=resources,
+                run_config=QUIET_LOGS,
+            )
             summary.materialized += [(a, label) for a in todo]
     refresh_views(home)
     return summary

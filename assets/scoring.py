@@ -1,4 +1,5 @@
 """The scoring asset: log-likelihoods of every statement, per model × relation."""
+
 import polars as pl
 from dagster import AssetExecutionContext, asset
 
@@ -10,18 +11,31 @@ from resources import ModelProvider, ScoringSettings
 
 
 @asset(
-    group_name="scoring", partitions_def=model_relation_partitions, code_version="2",
+    group_name="scoring",
+    partitions_def=model_relation_partitions,
+    code_version="2",
     ins=one_dimension_of("statements", "relation"),
 )
-def statement_scores(context: AssetExecutionContext, statements: pl.DataFrame, models: ModelProvider,
-                     scoring_settings: ScoringSettings) -> pl.DataFrame:
+def statement_scores(
+    context: AssetExecutionContext,
+    statements: pl.DataFrame,
+    models: ModelProvider,
+    scoring_settings: ScoringSettings,
+) -> pl.DataFrame:
     """Sentence log-likelihood (start token prepended; pseudo-log-likelihood for masked LMs),
     per-token log-probs with roles, optional dropout and subject-masked scores. Resumable in
     chunks; unchanged inputs are not rescored (see kcal_pipeline/scoring/partition.py)."""
     dims = context.partition_key.keys_by_dimension
     result = score_partition(
-        models.load(dims["model"]), models.entry(dims["model"]).id, statements, scoring_settings.options(),
-        kcal_home(models.home or None), dims["relation"], scoring_settings.chunk_size, log=context.log.info,
-        stream=terminal_stream())  # the CLI's terminal, when `kcal demo` runs in one
+        models.load(dims["model"]),
+        models.entry(dims["model"]).id,
+        statements,
+        scoring_settings.options(),
+        kcal_home(models.home or None),
+        dims["relation"],
+        scoring_settings.chunk_size,
+        log=context.log.info,
+        stream=terminal_stream(),
+    )  # the CLI's terminal, when `kcal demo` runs in one
     context.add_output_metadata(result.metadata)
     return result.frame

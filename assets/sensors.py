@@ -9,6 +9,7 @@ then the model's metrics, curves and report. One mechanism deciding what to run 
 duplicate runs (a partition added by `kcal models add` is seen once), no run-key bookkeeping (a
 model removed and added again is scored again), and failed runs are not retried in a loop.
 """
+
 from dagster import (
     AddDynamicPartitionsRequest,
     DefaultSensorStatus,

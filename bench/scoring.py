@@ -25,6 +25,7 @@ Run:  make bench                     (creates .bench-venv from bench/requirement
       make bench BENCH_ARGS=--quick  (a smoke run, ≈ 3 min; the default run ≈ 7.5 min)
       .bench-venv/bin/python bench/scoring.py [--quick] [--instances N] [--rounds R] [--no-mlm]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -55,12 +56,18 @@ BATCH = 32
 
 # --- statements from the snapshot ----------------------------------------------------------------
 
+
 def build_statements(n_instances: int, workdir: Path) -> pl.DataFrame:
     """The pipeline's chain (snapshot → facts → instances → statements) without Dagster."""
-    from kcal_pipeline.dataset.instances.relation_probe import curated_and_variants, relation_instances, relation_statements, run_templates
-    from kcal_pipeline.dataset.sources.facts import relation_facts
     from kcal_pipeline.dataset.instances.probe import ProbeConfig, object_pools, templates_frame
+    from kcal_pipeline.dataset.instances.relation_probe import (
+        curated_and_variants,
+        relation_instances,
+        relation_statements,
+        run_templates,
+    )
     from kcal_pipeline.dataset.relations import get_relation, load_catalog
+    from kcal_pipeline.dataset.sources.facts import relation_facts
     from kcal_pipeline.dataset.sources.snapshot import ensure_store
     from kcal_pipeline.dataset.sources.sparql import LocalEndpoint, SparqlClient
     from kcal_pipeline.dataset.sources.sparql_cache import CachedSparql, snapshot_endpoint_id
@@ -68,8 +75,9 @@ def build_statements(n_instances: int, workdir: Path) -> pl.DataFrame:
     quiet = lambda _msg: None  # noqa: E731
     info = ensure_store(workdir / "snapshot")
     with LocalEndpoint(info.store_dir) as endpoint:
-        cached = CachedSparql(SparqlClient(endpoint.url), workdir / "sparql-cache",
-                              snapshot_endpoint_id(info.content_hash))
+        cached = CachedSparql(
+            SparqlClient(endpoint.url), workdir / "sparql-cache", snapshot_endpoint_id(info.content_hash)
+        )
         facts = {r: relation_facts(get_relation(r), cached, log=quiet).facts for r in RELATIONS}
     catalog = load_catalog()
     pools = object_pools(pl.concat(list(facts.values())), catalog)
@@ -79,10 +87,16 @@ def build_statements(n_instances: int, workdir: Path) -> pl.DataFrame:
         per = n_instances // len(RELATIONS) + (i < n_instances % len(RELATIONS))
         if per == 0:
             continue
-        instances = relation_instances(get_relation(rid), facts[rid], pools,
-                                       ProbeConfig(max_instances=per, seed=SEED), log=quiet)
-        chosen = run_templates(templates.filter(pl.col("relation_id") == rid), None,
-                               ["curated", "marker_numeric", "perturbation"], 3, SEED)
+        instances = relation_instances(
+            get_relation(rid), facts[rid], pools, ProbeConfig(max_instances=per, seed=SEED), log=quiet
+        )
+        chosen = run_templates(
+            templates.filter(pl.col("relation_id") == rid),
+            None,
+            ["curated", "marker_numeric", "perturbation"],
+            3,
+            SEED,
+        )
         chosen = chosen.filter(pl.col("template_id").is_in([f"{rid}:{p}" for p in TEMPLATE_PICKS]))
         parts.append(relation_statements(instances, chosen, SEED))
     return pl.concat(parts, how="diagonal_relaxed")
@@ -108,7 +122,9 @@ def groups_of(frame: pl.DataFrame) -> list[tuple[str, str, list[str], list[int]]
     rows = frame.with_row_index("row").sort("instance_id", "template_id", "option_index")
     out = []
     for _, g in rows.group_by(["instance_id", "template_id"], maintain_order=True):
-        text, s0, s1, o0, o1 = g.select("text", "subject_start", "subject_end", "object_start", "object_end").row(0)
+        text, s0, s1, o0, o1 = g.select(
+            "text", "subject_start", "subject_end", "object_start", "object_end"
+        ).row(0)
         template, pos = "", 0
         for a, b, slot in sorted([(s0, s1, "[X]"), (o0, o1, "[Y]")]):
             template += text[pos:a] + slot
@@ -125,11 +141,17 @@ def chunk_of(frame: pl.DataFrame, groups: list) -> Chunk:
         local.append((template, subject, answers, list(range(len(rows), len(rows) + len(members)))))
         rows += members
     sub = frame.select(pl.all().gather(rows))
-    return Chunk(rows, sub["text"].to_list(), list(zip(sub["subject_start"], sub["subject_end"])),
-                 list(zip(sub["object_start"], sub["object_end"])), local)
+    return Chunk(
+        rows,
+        sub["text"].to_list(),
+        list(zip(sub["subject_start"], sub["subject_end"])),
+        list(zip(sub["object_start"], sub["object_end"])),
+        local,
+    )
 
 
 # --- measuring -----------------------------------------------------------------------------------
+
 
 class TokenCounter:
     """Forward pre-hook: positions fed through the model (padding included) and the real tokens
@@ -157,7 +179,7 @@ class TokenCounter:
         if mask is None:
             self.real += ids.numel()
         elif mask.dim() == 2:
-            self.real += int(mask[:, -ids.shape[1]:].sum())
+            self.real += int(mask[:, -ids.shape[1] :].sum())
         else:  # (batch, 1, queries, keys), bool allowed or additive 0 allowed (packed rows)
             allowed = mask[:, 0] if mask.dtype == torch.bool else mask[:, 0] == 0
             q, k = allowed.shape[-2:]
@@ -177,7 +199,7 @@ def matmul_flops(sizes=(2048, 4096), reps: int = 2) -> float:
         for _ in range(reps):
             start = time.perf_counter()
             torch.mm(a, b, out=out)
-            best = max(best, 2 * n ** 3 / (time.perf_counter() - start))
+            best = max(best, 2 * n**3 / (time.perf_counter() - start))
     return best
 
 
@@ -203,7 +225,7 @@ class Result:
                 out = self.run(chunk)
                 took = time.perf_counter() - start
                 self.seconds += took
-        except Exception as exc:  # noqa: BLE001 - a failing path is reported, the others still run
+        except Exception as exc:
             self.error = f"{type(exc).__name__}: {exc}"
             return
         self.positions += counter.positions
@@ -229,11 +251,16 @@ class Result:
 
 # --- the paths -----------------------------------------------------------------------------------
 
+
 def kcal_run(scorer, loaded, **kw):
     def run(c: Chunk) -> dict:
         frame = scorer(loaded, c.texts, c.subj, c.obj, **kw)
-        return {"ll": frame["ll_sum"].to_numpy(), "tokens": frame["token_logprobs"].to_list(),
-                "roles": frame["token_roles"].to_list()}
+        return {
+            "ll": frame["ll_sum"].to_numpy(),
+            "tokens": frame["token_logprobs"].to_list(),
+            "roles": frame["token_roles"].to_list(),
+        }
+
     return run
 
 
@@ -249,21 +276,26 @@ def lpq_evaluator(loaded, tokenizer, **kw):
 
     cls = MaskedLMEvaluator if loaded.kind == "mlm" else CausalLMEvaluator
     # capitalize=False: lm-pub-quiz would upper-case a statement's first letter; kcal does not.
-    return cls(model=loaded.model, tokenizer=tokenizer, device=torch.device(loaded.device),
-               capitalize=False, **kw)
+    return cls(
+        model=loaded.model, tokenizer=tokenizer, device=torch.device(loaded.device), capitalize=False, **kw
+    )
 
 
 def lpq_run(evaluator, batch_size=BATCH):
     def run(c: Chunk) -> dict:
         tokens, mismatched = [None] * len(c.texts), 0
         for template, subject, answers, rows in c.groups:
-            mismatched += sum(evaluator.replace_placeholders(template=template, subject=subject, answer=a)[0]
-                              != c.texts[r] for a, r in zip(answers, rows))
-            scored = evaluator.evaluate_instance(template=template, answers=answers, subject=subject,
-                                                 reduction=None, batch_size=batch_size)
+            mismatched += sum(
+                evaluator.replace_placeholders(template=template, subject=subject, answer=a)[0] != c.texts[r]
+                for a, r in zip(answers, rows)
+            )
+            scored = evaluator.evaluate_instance(
+                template=template, answers=answers, subject=subject, reduction=None, batch_size=batch_size
+            )
             for r, (pairs, _roles) in zip(rows, scored):
                 tokens[r] = [s for _, s in pairs]
         return {"tokens": tokens, "mismatched": mismatched}
+
     return run
 
 
@@ -277,37 +309,49 @@ def minicons_run(scorer, bos_token=True, batch_size=BATCH):
     def run(c: Chunk) -> dict:
         tokens = []
         for i in range(0, len(c.texts), batch_size):
-            tokens += scorer.sequence_score(c.texts[i:i + batch_size], reduction=lambda x: x.tolist(),
-                                            bos_token=bos_token)
+            tokens += scorer.sequence_score(
+                c.texts[i : i + batch_size], reduction=lambda x: x.tolist(), bos_token=bos_token
+            )
         return {"tokens": tokens}
+
     return run
 
 
-def run_rounds(model, results: list[Result], chunks: list[Chunk], warm: Chunk, peak_probe: bool = True) -> float:
+def run_rounds(
+    model, results: list[Result], chunks: list[Chunk], warm: Chunk, peak_probe: bool = True
+) -> float:
     """Warm every path up, then each round runs every path once, starting one path later each round."""
     for r in results:
-        Result("warm-up", len(warm.rows), r.run).score(model, Chunk(list(range(len(warm.rows))), warm.texts,
-                                                                   warm.subj, warm.obj, warm.groups))
+        Result("warm-up", len(warm.rows), r.run).score(
+            model, Chunk(list(range(len(warm.rows))), warm.texts, warm.subj, warm.obj, warm.groups)
+        )
     peak = matmul_flops() if peak_probe else 0.0
     for k, chunk in enumerate(chunks):
         for j in range(len(results)):
             results[(k + j) % len(results)].score(model, chunk)
         if peak_probe:
             peak = max(peak, matmul_flops(sizes=(2048,), reps=2))
-        print(f"  round {k + 1}/{len(chunks)}: " + ", ".join(
-            f"{r.name.split(' (')[0]} {r.seconds:.1f} s" if r.ok else f"{r.name} failed" for r in results),
-            flush=True)
+        print(
+            f"  round {k + 1}/{len(chunks)}: "
+            + ", ".join(
+                f"{r.name.split(' (')[0]} {r.seconds:.1f} s" if r.ok else f"{r.name} failed" for r in results
+            ),
+            flush=True,
+        )
     return peak
 
 
 # --- reporting -----------------------------------------------------------------------------------
 
+
 def max_delta(a: Result, b: Result) -> tuple[float, float, int]:
     """max |Δ ll_sum|, max |Δ token log-prob| over statements tokenized alike, and how many were not."""
     same = [i for i in range(a.n) if len(a.tokens[i]) == len(b.tokens[i])]
     d_sum = float(np.max(np.abs(a.ll[same] - b.ll[same]))) if same else float("nan")
-    d_tok = max((float(np.max(np.abs(a.tokens[i] - b.tokens[i]))) for i in same if len(a.tokens[i])),
-                default=float("nan"))
+    d_tok = max(
+        (float(np.max(np.abs(a.tokens[i] - b.tokens[i]))) for i in same if len(a.tokens[i])),
+        default=float("nan"),
+    )
     return d_sum, d_tok, a.n - len(same)
 
 
@@ -317,14 +361,30 @@ def speedup(r: Result, fast: Result) -> str:
     per_round = sorted(a / b for (a, _), (b, _) in zip(r.rounds, fast.rounds))
     if len(per_round) < 2:
         return f"{r.seconds / fast.seconds:.2f}"
-    return (f"{r.seconds / fast.seconds:.2f} ({np.median(per_round):.2f}, "
-            f"{per_round[0]:.2f}–{per_round[-1]:.2f})")
+    return (
+        f"{r.seconds / fast.seconds:.2f} ({np.median(per_round):.2f}, {per_round[0]:.2f}–{per_round[-1]:.2f})"
+    )
 
 
-def table(results: list[Result], ref: Result, fast: Result, flops_per_token: float, peak: float,
-          speed_label: str = "fast ×") -> None:
-    head = ("path", "statements", "stmt/s", "positions", "real %", "positions/s", "roofline (best round)",
-            f"{speed_label} total (median, range)", "max|Δll| vs lpq")
+def table(
+    results: list[Result],
+    ref: Result,
+    fast: Result,
+    flops_per_token: float,
+    peak: float,
+    speed_label: str = "fast ×",
+) -> None:
+    head = (
+        "path",
+        "statements",
+        "stmt/s",
+        "positions",
+        "real %",
+        "positions/s",
+        "roofline (best round)",
+        f"{speed_label} total (median, range)",
+        "max|Δll| vs lpq",
+    )
     rows = []
     for r in results:
         if not r.ok:
@@ -334,10 +394,19 @@ def table(results: list[Result], ref: Result, fast: Result, flops_per_token: flo
         best = max(p / t for t, p in r.rounds)
         speed = speedup(r, fast) if fast.ok else "—"
         delta = "ref" if r is ref else (f"{max_delta(r, ref)[0]:.1e}" if ref.ok else "—")
-        rows.append((r.name, f"{r.n}", f"{r.n / r.seconds:.1f}", f"{r.positions}",
-                     f"{100 * r.real / max(r.positions, 1):.0f}", f"{rate:.0f}",
-                     f"{100 * rate * flops_per_token / peak:.1f}% ({100 * best * flops_per_token / peak:.1f}%)",
-                     speed, delta))
+        rows.append(
+            (
+                r.name,
+                f"{r.n}",
+                f"{r.n / r.seconds:.1f}",
+                f"{r.positions}",
+                f"{100 * r.real / max(r.positions, 1):.0f}",
+                f"{rate:.0f}",
+                f"{100 * rate * flops_per_token / peak:.1f}% ({100 * best * flops_per_token / peak:.1f}%)",
+                speed,
+                delta,
+            )
+        )
     widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(head)]
     print("  ".join(h.ljust(w) for h, w in zip(head, widths)))
     print("  ".join("-" * w for w in widths))
@@ -360,22 +429,29 @@ def first_token_split(a: Result, b: Result, idx: list[int]) -> tuple[float, floa
 
 # --- CLM -----------------------------------------------------------------------------------------
 
+
 def clm_section(args, frame: pl.DataFrame, cache: Path) -> None:
-    from kcal_pipeline.scoring.models.loading import DEFAULT_MODEL, load_model
     from kcal_pipeline.scoring.clm import score_clm
+    from kcal_pipeline.scoring.models.loading import DEFAULT_MODEL, load_model
     from kcal_pipeline.scoring.prefix import score_clm_shared_prefix
 
     loaded = load_model(DEFAULT_MODEL, cache)
     groups = groups_of(frame)
     n = frame.height
-    n_tok = sum(len(x) for x in loaded.tokenizer(frame["text"].to_list(), add_special_tokens=False)["input_ids"])
+    n_tok = sum(
+        len(x) for x in loaded.tokenizer(frame["text"].to_list(), add_special_tokens=False)["input_ids"]
+    )
     flops_per_token = 2 * loaded.n_params
-    print(f"model {loaded.key} ({loaded.revision}) {loaded.device}/{loaded.dtype}, "
-          f"{loaded.n_params / 1e6:.1f} M parameters, {torch.get_num_threads()} threads, batch size {BATCH} "
-          f"(entry default {loaded.batch_size})")
-    print(f"statements: {n} = {frame['instance_id'].n_unique()} instances of {', '.join(RELATIONS)} × "
-          f"{frame['template_id'].n_unique() // len(RELATIONS)} templates ({', '.join(TEMPLATE_PICKS)}) × "
-          f"all options; {n_tok} tokens, {n_tok + n} with one start token each; {args.rounds} rounds")
+    print(
+        f"model {loaded.key} ({loaded.revision}) {loaded.device}/{loaded.dtype}, "
+        f"{loaded.n_params / 1e6:.1f} M parameters, {torch.get_num_threads()} threads, batch size {BATCH} "
+        f"(entry default {loaded.batch_size})"
+    )
+    print(
+        f"statements: {n} = {frame['instance_id'].n_unique()} instances of {', '.join(RELATIONS)} × "
+        f"{frame['template_id'].n_unique() // len(RELATIONS)} templates ({', '.join(TEMPLATE_PICKS)}) × "
+        f"all options; {n_tok} tokens, {n_tok + n} with one start token each; {args.rounds} rounds"
+    )
 
     results = [
         Result("kcal fast (shared prefix)", n, kcal_run(score_clm_shared_prefix, loaded, batch_size=BATCH)),
@@ -384,7 +460,7 @@ def clm_section(args, frame: pl.DataFrame, cache: Path) -> None:
         Result("minicons", n, minicons_run(minicons_scorer(loaded, start_token_tokenizer(loaded)))),
     ]
     per_round = -(-len(groups) // args.rounds)
-    chunks = [chunk_of(frame, groups[k:k + per_round]) for k in range(0, len(groups), per_round)]
+    chunks = [chunk_of(frame, groups[k : k + per_round]) for k in range(0, len(groups), per_round)]
     peak = run_rounds(loaded.model, results, chunks, chunk_of(frame, groups[:4]))
     from kcal_pipeline.scoring import prefix
 
@@ -393,20 +469,24 @@ def clm_section(args, frame: pl.DataFrame, cache: Path) -> None:
     fast, plain, ref, mini = results
     print()
     table(results, ref, fast, flops_per_token, peak)
-    print(f"(positions: token positions fed through the model, padding included, counted by a forward hook; "
-          f"{n_tok + n} are needed one statement at a time, fewer when shared prefixes run once. roofline: 2 × {loaded.n_params / 1e6:.1f} M parameters = "
-          f"{flops_per_token / 1e6:.0f} MFLOP per position × positions/s ÷ {peak / 1e9:.1f} GFLOP/s, the best "
-          f"fp32 torch.mm (2048², 4096²) measured between the rounds)")
+    print(
+        f"(positions: token positions fed through the model, padding included, counted by a forward hook; "
+        f"{n_tok + n} are needed one statement at a time, fewer when shared prefixes run once. roofline: 2 × {loaded.n_params / 1e6:.1f} M parameters = "
+        f"{flops_per_token / 1e6:.0f} MFLOP per position × positions/s ÷ {peak / 1e9:.1f} GFLOP/s, the best "
+        f"fp32 torch.mm (2048², 4096²) measured between the rounds)"
+    )
     if fast.ok and ref.ok:
         d_sum = max_delta(fast, ref)[0]
         ratio = ref.seconds / fast.seconds
         median = float(np.median([a / b for (a, _), (b, _) in zip(ref.rounds, fast.rounds)]))
         share = fast.positions / fast.seconds * flops_per_token / peak
         best = max(p / t for t, p in fast.rounds) * flops_per_token / peak
-        print(f"targets: kcal fast ≥ 3× lm-pub-quiz's throughput: {ratio:.2f}× in total, {median:.2f}× in the median "
-              f"round ({'met' if min(ratio, median) >= 3 else 'NOT met'}); equal log-likelihoods: max |Δ ll_sum| "
-              f"{d_sum:.1e} (see below); ≥ 50% of the roofline: {100 * share:.1f}% over the run, {100 * best:.1f}% "
-              f"in its best round ({'met' if share >= 0.5 else 'NOT met'})")
+        print(
+            f"targets: kcal fast ≥ 3× lm-pub-quiz's throughput: {ratio:.2f}× in total, {median:.2f}× in the median "
+            f"round ({'met' if min(ratio, median) >= 3 else 'NOT met'}); equal log-likelihoods: max |Δ ll_sum| "
+            f"{d_sum:.1e} (see below); ≥ 50% of the roofline: {100 * share:.1f}% over the run, {100 * best:.1f}% "
+            f"in its best round ({'met' if share >= 0.5 else 'NOT met'})"
+        )
     print()
     explain_clm(loaded, frame, groups, fast, plain, ref, mini)
 
@@ -416,17 +496,21 @@ def explain_clm(loaded, frame, groups, fast, plain, ref, mini) -> None:
     if fast.ok and plain.ok:
         d_sum, d_tok, _ = max_delta(fast, plain)
         shareable = int((frame["object_start"] > 0).sum())
-        print(f"- kcal fast vs plain: max |Δ ll_sum| {d_sum:.1e}, max |Δ token| {d_tok:.1e}, token roles equal: "
-              f"{fast.roles == plain.roles}; {shareable} of {frame.height} statements do not start with the "
-              f"object (a prefix to share)")
+        print(
+            f"- kcal fast vs plain: max |Δ ll_sum| {d_sum:.1e}, max |Δ token| {d_tok:.1e}, token roles equal: "
+            f"{fast.roles == plain.roles}; {shareable} of {frame.height} statements do not start with the "
+            f"object (a prefix to share)"
+        )
     for other in (fast, plain, mini):
         if other.ok and ref.ok:
             d_sum, d_tok, bad = max_delta(other, ref)
             same = [i for i in range(other.n) if len(other.tokens[i]) == len(ref.tokens[i])]
             mean_d, d_first, d_rest = first_token_split(other, ref, same)
-            print(f"- {other.name} − lm-pub-quiz: max |Δ ll_sum| {d_sum:.1e}, max |Δ token| {d_tok:.1e}, "
-                  f"mean Δ ll_sum {mean_d:+.1e} (first token {d_first:+.1e}; tokens 2..n max |Δ| {d_rest:.1e})"
-                  + (f"; {bad} statements with a different token count" if bad else "; same token counts"))
+            print(
+                f"- {other.name} − lm-pub-quiz: max |Δ ll_sum| {d_sum:.1e}, max |Δ token| {d_tok:.1e}, "
+                f"mean Δ ll_sum {mean_d:+.1e} (first token {d_first:+.1e}; tokens 2..n max |Δ| {d_rest:.1e})"
+                + (f"; {bad} statements with a different token count" if bad else "; same token counts")
+            )
     if not (plain.ok and ref.ok):
         return
     sample = chunk_of(frame, groups[:40])
@@ -445,80 +529,104 @@ def explain_clm(loaded, frame, groups, fast, plain, ref, mini) -> None:
             logits = loaded.model(**enc).logits[:, :-1]
         for j, r in enumerate(rows):
             n = int(enc["attention_mask"][j].sum()) - 1
-            x, target = logits[j, :n], enc["input_ids"][j, 1:n + 1, None]
+            x, target = logits[j, :n], enc["input_ids"][j, 1 : n + 1, None]
             lp32[r] = float(torch.log_softmax(x, -1).gather(-1, target).double().sum())
             lse32[r] = float((x - x.logsumexp(-1, keepdim=True)).gather(-1, target).double().sum())
             lp64[r] = float(x.double().log_softmax(-1).gather(-1, target).sum())
             n_scored += n
     lpq_sample = ref.ll[sample.rows]
-    print(f"- why kcal − lm-pub-quiz is systematic ({m} statements; lm-pub-quiz's own batches recomputed): "
-          f"lm-pub-quiz takes torch.log_softmax in float32, which reproduces its scores (max |Δ| "
-          f"{np.abs(lp32 - lpq_sample).max():.1e}) and whose normaliser comes out low: float64 − float32 log_softmax "
-          f"= {np.sum(lp64 - lp32) / n_scored:+.1e} per token, {np.mean(lp64 - lp32):+.1e} per statement on "
-          f"average (max |Δ| {np.abs(lp64 - lp32).max():.1e}). minicons' float32 logit − logsumexp is "
-          f"{np.sum(lse32 - lp64) / n_scored:+.1e} per token from float64; kcal takes logsumexp in float64. With a "
-          f"float64 log_softmax, lm-pub-quiz's batches match kcal plain to {np.abs(lp64 - kc.ll).max():.1e} "
-          f"(the rest: batch shape, i.e. GEMM rounding). No token is dropped or added: same token counts, first "
-          f"tokens agree.")
+    print(
+        f"- why kcal − lm-pub-quiz is systematic ({m} statements; lm-pub-quiz's own batches recomputed): "
+        f"lm-pub-quiz takes torch.log_softmax in float32, which reproduces its scores (max |Δ| "
+        f"{np.abs(lp32 - lpq_sample).max():.1e}) and whose normaliser comes out low: float64 − float32 log_softmax "
+        f"= {np.sum(lp64 - lp32) / n_scored:+.1e} per token, {np.mean(lp64 - lp32):+.1e} per statement on "
+        f"average (max |Δ| {np.abs(lp64 - lp32).max():.1e}). minicons' float32 logit − logsumexp is "
+        f"{np.sum(lse32 - lp64) / n_scored:+.1e} per token from float64; kcal takes logsumexp in float64. With a "
+        f"float64 log_softmax, lm-pub-quiz's batches match kcal plain to {np.abs(lp64 - kc.ll).max():.1e} "
+        f"(the rest: batch shape, i.e. GEMM rounding). No token is dropped or added: same token counts, first "
+        f"tokens agree."
+    )
 
     # 2. the peers' own defaults (untimed): no start token, or another one
     bos, start = loaded.tokenizer.bos_token, loaded.tokenizer.convert_ids_to_tokens(loaded.start_token_id)
-    own_bos = Result("lm-pub-quiz, tokenizer's BOS", m, lpq_run(lpq_evaluator(loaded, copy.deepcopy(loaded.tokenizer))))
-    no_bos = Result("minicons, bos_token=False", m,
-                    minicons_run(minicons_scorer(loaded, copy.deepcopy(loaded.tokenizer)), bos_token=False))
+    own_bos = Result(
+        "lm-pub-quiz, tokenizer's BOS", m, lpq_run(lpq_evaluator(loaded, copy.deepcopy(loaded.tokenizer)))
+    )
+    no_bos = Result(
+        "minicons, bos_token=False",
+        m,
+        minicons_run(minicons_scorer(loaded, copy.deepcopy(loaded.tokenizer)), bos_token=False),
+    )
     local = Chunk(list(range(m)), sample.texts, sample.subj, sample.obj, sample.groups)
     for r in (own_bos, no_bos):
         r.score(loaded.model, local)
     if own_bos.ok:
         mean_d, d_first, d_rest = first_token_split(kc, own_bos, list(range(m)))
-        print(f"- lm-pub-quiz's default BOS ({m} statements): it prepends tokenizer.bos_token, for this model the "
-              f"chat token {bos} (id {loaded.tokenizer.bos_token_id}), where kcal starts from {start} (id "
-              f"{loaded.start_token_id}): kcal − it = {mean_d:+.2f} nats per statement on average, {d_first:+.2f} "
-              f"of it on the first token; the later tokens move too (max |Δ| {d_rest:.2f}), since every position "
-              f"attends to the start token. Hence the peers get bos_token = {start} in the table.")
+        print(
+            f"- lm-pub-quiz's default BOS ({m} statements): it prepends tokenizer.bos_token, for this model the "
+            f"chat token {bos} (id {loaded.tokenizer.bos_token_id}), where kcal starts from {start} (id "
+            f"{loaded.start_token_id}): kcal − it = {mean_d:+.2f} nats per statement on average, {d_first:+.2f} "
+            f"of it on the first token; the later tokens move too (max |Δ| {d_rest:.2f}), since every position "
+            f"attends to the start token. Hence the peers get bos_token = {start} in the table."
+        )
     if no_bos.ok:
         first = np.array([t[0] for t in kc.tokens])
         short = all(len(no_bos.tokens[i]) == len(kc.tokens[i]) - 1 for i in range(m))
-        rest = np.array([kc.tokens[i][1:].sum() - no_bos.tokens[i].sum() for i in range(m)
-                         if len(no_bos.tokens[i]) == len(kc.tokens[i]) - 1])
-        print(f"- minicons' default bos_token=False ({m} statements): it drops the first token (one score fewer "
-              f"per statement: {short}); kcal − it = {np.mean(kc.ll - no_bos.ll):+.2f} nats on average, of "
-              f"which the dropped log P(x1 | {start}) is {first.mean():+.2f}; tokens 2..n, now without a start "
-              f"token before them, differ by {rest.mean():+.2f} on average (max |Δ| {np.abs(rest).max():.2f}).")
+        rest = np.array(
+            [
+                kc.tokens[i][1:].sum() - no_bos.tokens[i].sum()
+                for i in range(m)
+                if len(no_bos.tokens[i]) == len(kc.tokens[i]) - 1
+            ]
+        )
+        print(
+            f"- minicons' default bos_token=False ({m} statements): it drops the first token (one score fewer "
+            f"per statement: {short}); kcal − it = {np.mean(kc.ll - no_bos.ll):+.2f} nats on average, of "
+            f"which the dropped log P(x1 | {start}) is {first.mean():+.2f}; tokens 2..n, now without a start "
+            f"token before them, differ by {rest.mean():+.2f} on average (max |Δ| {np.abs(rest).max():.2f})."
+        )
 
 
 # --- MLM -----------------------------------------------------------------------------------------
 
+
 def mlm_section(args, frame: pl.DataFrame, workdir: Path) -> None:
     print()
-    print("MLM: kcal score_mlm vs lm-pub-quiz MaskedLMEvaluator, tiny BERT built from a config (tests/tiny_mlm.py)")
+    print(
+        "MLM: kcal score_mlm vs lm-pub-quiz MaskedLMEvaluator, tiny BERT built from a config (tests/tiny_mlm.py)"
+    )
     try:
-        from kcal_pipeline.scoring.models.loading import ModelEntry, load_model
         from kcal_pipeline.scoring.mlm import score_mlm
+        from kcal_pipeline.scoring.models.loading import ModelEntry, load_model
         from tests.scoring.tiny_mlm import build_tiny_mlm
 
         folder = build_tiny_mlm(workdir / "tiny-bert")
-        loaded = load_model(ModelEntry(id="tiny-bert", source="local", path=str(folder), kind="mlm"),
-                            workdir / "models")
-    except Exception as exc:  # noqa: BLE001
+        loaded = load_model(
+            ModelEntry(id="tiny-bert", source="local", path=str(folder), kind="mlm"), workdir / "models"
+        )
+    except Exception as exc:
         print(f"  skipped: {type(exc).__name__}: {exc}")
         return
-    rows = [r for g in groups_of(frame)[:args.mlm_groups] for r in g[3]]
+    rows = [r for g in groups_of(frame)[: args.mlm_groups] for r in g[3]]
     sub_frame = frame.select(pl.all().gather(rows))
     groups = groups_of(sub_frame)
     sub = chunk_of(sub_frame, groups)
     n_tok = sum(len(x) for x in loaded.tokenizer(sub.texts, add_special_tokens=False)["input_ids"])
-    print(f"model {loaded.key}: {loaded.n_params / 1e3:.1f} k parameters, vocabulary {len(loaded.tokenizer)}, "
-          f"{torch.get_num_threads()} thread; "
-          f"{len(sub.texts)} statements (the first {len(groups)} instance × template groups), {n_tok} word "
-          f"pieces = masked rows; batch size {BATCH} masked rows for both")
+    print(
+        f"model {loaded.key}: {loaded.n_params / 1e3:.1f} k parameters, vocabulary {len(loaded.tokenizer)}, "
+        f"{torch.get_num_threads()} thread; "
+        f"{len(sub.texts)} statements (the first {len(groups)} instance × template groups), {n_tok} word "
+        f"pieces = masked rows; batch size {BATCH} masked rows for both"
+    )
     per_round = -(-len(groups) // args.rounds)
-    chunks = [chunk_of(sub_frame, groups[k:k + per_round]) for k in range(0, len(groups), per_round)]
+    chunks = [chunk_of(sub_frame, groups[k : k + per_round]) for k in range(0, len(groups), per_round)]
     warm = chunk_of(sub_frame, groups[:2])
     for variant in ("within_word_l2r", "original"):
+
         def kcal_mlm(c: Chunk, variant=variant) -> dict:
             f = score_mlm(loaded, c.texts, c.subj, c.obj, variant=variant, batch_size=BATCH)
             return {"ll": f["ll_sum"].to_numpy(), "tokens": f["token_logprobs"].to_list()}
+
         lpq = lpq_run(lpq_evaluator(loaded, copy.deepcopy(loaded.tokenizer), pll_metric=variant))
         k = Result(f"kcal score_mlm {variant}", len(sub.rows), kcal_mlm)
         p = Result(f"lm-pub-quiz {variant}", len(sub.rows), lpq)
@@ -527,21 +635,36 @@ def mlm_section(args, frame: pl.DataFrame, workdir: Path) -> None:
         if k.ok and p.ok:
             d_sum, d_tok, bad = max_delta(k, p)
             verdict = "equal within 1e-4" if d_sum <= 1e-4 and not bad else "NOT equal within 1e-4"
-            print(f"- {variant}: kcal {p.seconds / k.seconds:.2f}× lm-pub-quiz's throughput; max |Δ ll_sum| "
-                  f"{d_sum:.1e}, max |Δ token| {d_tok:.1e} ({verdict})"
-                  + (f"; {bad} statements with a different token count" if bad else ""))
+            print(
+                f"- {variant}: kcal {p.seconds / k.seconds:.2f}× lm-pub-quiz's throughput; max |Δ ll_sum| "
+                f"{d_sum:.1e}, max |Δ token| {d_tok:.1e} ({verdict})"
+                + (f"; {bad} statements with a different token count" if bad else "")
+            )
         print()
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="a smoke run: 15 instances (≈ 460 statements)")
-    ap.add_argument("--instances", type=int, default=None, help="instances over the 3 relations (default 60; the issue's 300 takes ≈ 5× as long)")
-    ap.add_argument("--threads", type=int, default=None,
-                    help="torch threads for the CLM section (default: torch's, one per core)")
+    ap.add_argument(
+        "--instances",
+        type=int,
+        default=None,
+        help="instances over the 3 relations (default 60; the issue's 300 takes ≈ 5× as long)",
+    )
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch threads for the CLM section (default: torch's, one per core)",
+    )
     ap.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 8, quick 4)")
-    ap.add_argument("--mlm-groups", type=int, default=None,
-                    help="instance × template groups for the MLM section (default 150, quick 30)")
+    ap.add_argument(
+        "--mlm-groups",
+        type=int,
+        default=None,
+        help="instance × template groups for the MLM section (default 150, quick 30)",
+    )
     ap.add_argument("--no-mlm", action="store_true")
     args = ap.parse_args()
     args.instances = args.instances or (15 if args.quick else 60)
@@ -555,8 +678,10 @@ def main() -> None:
     from kcal_pipeline.core.paths import kcal_home, model_cache_dir
 
     cache = model_cache_dir(kcal_home(os.environ.get("KCAL_HOME") or REPO / ".kcal"))  # as the pipeline's
-    versions = ", ".join(f"{p} {importlib.metadata.version(p)}"
-                         for p in ("torch", "transformers", "tokenizers", "lm-pub-quiz", "minicons"))
+    versions = ", ".join(
+        f"{p} {importlib.metadata.version(p)}"
+        for p in ("torch", "transformers", "tokenizers", "lm-pub-quiz", "minicons")
+    )
     started = time.perf_counter()
     print(f"bench/scoring.py — {versions}; load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
     workdir = Path(tempfile.mkdtemp(prefix="kcal-bench-"))
@@ -572,8 +697,10 @@ def main() -> None:
             torch.set_num_threads(threads)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    print(f"total {time.perf_counter() - started:.0f} s; load average now {os.getloadavg()[0]:.2f} "
-          f"(other processes on the machine slow every path; the rounds keep the ratios fair)")
+    print(
+        f"total {time.perf_counter() - started:.0f} s; load average now {os.getloadavg()[0]:.2f} "
+        f"(other processes on the machine slow every path; the rounds keep the ratios fair)"
+    )
 
 
 if __name__ == "__main__":

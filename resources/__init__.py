@@ -1,4 +1,5 @@
 """Dagster resources of kcal: storage, SPARQL endpoint, models, DuckDB, probe settings."""
+
 from resources.model_provider import ModelProvider
 from resources.parquet_io import ParquetIOManager
 from resources.settings import ProbeSettings, ScoringSettings
@@ -20,5 +21,12 @@ def default_resources(home: str = "", sparql_url: str = "", **settings) -> dict:
     }
 
 
-__all__ = ["DuckDBWarehouse", "ModelProvider", "ParquetIOManager", "ProbeSettings", "ScoringSettings",
-           "SparqlEndpoint", "default_resources"]
+__all__ = [
+    "DuckDBWarehouse",
+    "ModelProvider",
+    "ParquetIOManager",
+    "ProbeSettings",
+    "ScoringSettings",
+    "SparqlEndpoint",
+    "default_resources",
+]

@@ -1,4 +1,5 @@
 """The model resource: the registry (models.toml) and loaded models, cached per process."""
+
 from __future__ import annotations
 
 from dagster import ConfigurableResource

@@ -1,4 +1,5 @@
 """The Parquet IO manager: every asset is a hive-partitioned Parquet table under KCAL_HOME."""
+
 from __future__ import annotations
 
 import polars as pl
@@ -42,7 +43,9 @@ class ParquetIOManager(ConfigurableIOManager):
 
     def handle_output(self, context: OutputContext, obj: pl.DataFrame) -> None:
         if not isinstance(obj, pl.DataFrame):
-            raise TypeError(f"asset {table_name(context)!r} must return a polars DataFrame, got {type(obj).__name__}")
+            raise TypeError(
+                f"asset {table_name(context)!r} must return a polars DataFrame, got {type(obj).__name__}"
+            )
         key = context.asset_partition_key if context.has_asset_partitions else None
         pdef = context.asset_partitions_def if context.has_asset_partitions else None
         home, table = kcal_home(self.home or None), table_name(context)
@@ -67,7 +70,9 @@ class ParquetIOManager(ConfigurableIOManager):
             present = [d for d in dims if partition_path(home, table, d).exists()]
             missing = [d for d in dims if d not in present]
             if missing and present:
-                context.log.warning(f"{table}: {len(missing)} of {len(dims)} upstream partitions are not "
-                                    f"materialized and are left out: {missing}")
+                context.log.warning(
+                    f"{table}: {len(missing)} of {len(dims)} upstream partitions are not "
+                    f"materialized and are left out: {missing}"
+                )
                 dims = present
         return read_partitions(home, table, dims)

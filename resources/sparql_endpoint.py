@@ -1,4 +1,5 @@
 """The SPARQL endpoint resource: the live Wikidata service or the embedded snapshot served locally."""
+
 from functools import lru_cache
 from pathlib import Path
 

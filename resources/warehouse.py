@@ -1,4 +1,5 @@
 """The DuckDB resource: views over the Parquet tables, from sql/."""
+
 from __future__ import annotations
 
 from dagster import ConfigurableResource

@@ -1,4 +1,5 @@
 """Shared test set-up: one converted copy of the embedded model for every test session."""
+
 import os
 from pathlib import Path
 
@@ -15,5 +16,10 @@ def run_kcal(home: Path, *args: str, timeout: int = 900):
 
     env = {**os.environ, "DAGSTER_HOME": str(home / "dagster")}
     env.pop("KCAL_HOME", None)
-    return subprocess.run([str(Path(sys.executable).with_name("kcal")), "--home", str(home), *args],
-                          capture_output=True, text=True, env=env, timeout=timeout)
+    return subprocess.run(
+        [str(Path(sys.executable).with_name("kcal")), "--home", str(home), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+    )

@@ -1,4 +1,5 @@
 """The domain library stays free of Dagster, so it can be used (and tested) on its own."""
+
 import ast
 from pathlib import Path
 

@@ -1,4 +1,5 @@
 """Checks on input frames shared by the estimators and metrics: fail loudly, naming the column."""
+
 from __future__ import annotations
 
 from collections.abc import Sequence

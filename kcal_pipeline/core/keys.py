@@ -3,6 +3,7 @@
 Every id that comes from a user, a registry file or an endpoint passes through here first, so
 that a model id can never escape KCAL_HOME and an entity id can never inject query text.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -46,7 +47,7 @@ def check_entity_id(value: str, field: str = "entity id") -> str:
     if isinstance(value, str):
         if _QID.match(value):
             return value
-        if value.startswith(PROJECT_PREFIX) and _PROJECT_LOCAL.match(value[len(PROJECT_PREFIX):]):
+        if value.startswith(PROJECT_PREFIX) and _PROJECT_LOCAL.match(value[len(PROJECT_PREFIX) :]):
             return value
     raise _fail(field, value, "a Wikidata QID like 'Q142' or a project id like 'kcal:country-FR'")
 
@@ -62,7 +63,7 @@ def entity_iri(entity_id: str) -> str:
     """The IRI of an entity id; validated, so safe to place inside <...> in SPARQL."""
     check_entity_id(entity_id)
     if entity_id.startswith(PROJECT_PREFIX):
-        return PROJECT_ENTITY_IRI + entity_id[len(PROJECT_PREFIX):]
+        return PROJECT_ENTITY_IRI + entity_id[len(PROJECT_PREFIX) :]
     return WIKIDATA_ENTITY_IRI + entity_id
 
 
@@ -70,7 +71,7 @@ def entity_id_from_iri(iri: str) -> str:
     """Inverse of entity_iri; raises for IRIs outside the two known namespaces."""
     for base, prefix in ((WIKIDATA_ENTITY_IRI, ""), (PROJECT_ENTITY_IRI, PROJECT_PREFIX)):
         if isinstance(iri, str) and iri.startswith(base):
-            return check_entity_id(prefix + iri[len(base):], "entity IRI")
+            return check_entity_id(prefix + iri[len(base) :], "entity IRI")
     raise _fail("entity IRI", iri, f"an IRI under {WIKIDATA_ENTITY_IRI} or {PROJECT_ENTITY_IRI}")
 
 

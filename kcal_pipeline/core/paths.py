@@ -1,4 +1,5 @@
 """Where kcal keeps its state: one root (KCAL_HOME) for Parquet, DuckDB, models, reports and Dagster."""
+
 from __future__ import annotations
 
 import os

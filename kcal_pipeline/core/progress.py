@@ -4,6 +4,7 @@ Scoring a partition can take many minutes; users want the rate and an ETA both i
 log and, when they run `kcal demo` in a terminal, as a live bar. The meter is a plain callable
 progress(done, total) so scorers need not know where it goes.
 """
+
 from __future__ import annotations
 
 import os
@@ -39,9 +40,16 @@ class ProgressMeter:
     """progress(done, total) → a log line at most every `log_every` s (and at the end), and, if a
     stream is given, a bar redrawn in place at most every `draw_every` s."""
 
-    def __init__(self, label: str, log: Callable[[str], None] | None = None, stream: TextIO | None = None,
-                 log_every: float = 5.0, draw_every: float = 0.2, clock: Callable[[], float] = time.perf_counter,
-                 unit: str = "statements") -> None:
+    def __init__(
+        self,
+        label: str,
+        log: Callable[[str], None] | None = None,
+        stream: TextIO | None = None,
+        log_every: float = 5.0,
+        draw_every: float = 0.2,
+        clock: Callable[[], float] = time.perf_counter,
+        unit: str = "statements",
+    ) -> None:
         self.label, self.log, self.stream, self.unit = label, log, stream, unit
         self.log_every, self.draw_every, self.clock = log_every, draw_every, clock
         self.started = clock()

@@ -3,6 +3,7 @@
 `<table>/model=<key>/relation=<id>/part.parquet`: DuckDB and polars read the partition columns
 straight from the path, and one partition can be replaced without touching the others.
 """
+
 from __future__ import annotations
 
 import filecmp
@@ -120,5 +121,8 @@ def existing_tables(home: Path) -> list[str]:
     home = Path(home)
     if not home.exists():
         return []
-    return sorted(p.name for p in home.iterdir()
-                  if p.is_dir() and set(p.name) <= _TABLE_OK and table_has_data(home, p.name))
+    return sorted(
+        p.name
+        for p in home.iterdir()
+        if p.is_dir() and set(p.name) <= _TABLE_OK and table_has_data(home, p.name)
+    )

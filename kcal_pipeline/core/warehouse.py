@@ -4,6 +4,7 @@ Views read the hive tree with a glob, so new partitions show up without recreati
 view is (re)created only for tables that already have files, since DuckDB refuses a glob that
 matches nothing.
 """
+
 from __future__ import annotations
 
 import time
@@ -30,8 +31,7 @@ def view_sql(sql_dir: Path, table: str, home: Path) -> str:
     """The view of one table: its own sql/views/<table>.sql if there is one, else the default."""
     own = sql_dir / "views" / f"{table}.sql"
     template = (own if own.exists() else sql_dir / "views" / TABLE_VIEW).read_text("utf-8")
-    return (template.replace("{view}", table)
-            .replace("{root}", sql_literal(str(Path(home) / table))))
+    return template.replace("{view}", table).replace("{root}", sql_literal(str(Path(home) / table)))
 
 
 def _connect(path: Path, read_only: bool, attempts: int = 20) -> duckdb.DuckDBPyConnection:

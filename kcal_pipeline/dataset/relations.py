@@ -4,12 +4,13 @@ Closed-set relations (BEAR-style) live in data/relations.toml, MACE multi-answer
 data/mace.toml. Datasets imported into KCAL_HOME/datasets/*/catalog.toml (`kcal dataset
 import-bear`) and a user catalog (KCAL_CATALOG) add entries or replace entries of equal id. Relation ids become partition keys, so the catalog is read once at start-up.
 """
+
 from __future__ import annotations
 
 import os
 import tomllib
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from importlib import resources
 from pathlib import Path
 
@@ -30,13 +31,13 @@ class RelationSpec:
     kind: str
     object_type: str
     templates: tuple[str, ...]
-    property: str | None = None       # the Wikidata property queried (sparql sources)
-    subject_type: str | None = None   # class the subject must be an instance of (wdt:P31)
+    property: str | None = None  # the Wikidata property queried (sparql sources)
+    subject_type: str | None = None  # class the subject must be an instance of (wdt:P31)
     domain: str = "closed_set"
     source: str = "sparql"
-    answer_space: str = "sampled"     # sampled distractors, or one fixed answer space (BEAR 1:1)
-    query: str | None = None          # MACE: name of the domain's query/question builder
-    data: str | None = None           # bear: the imported facts file
+    answer_space: str = "sampled"  # sampled distractors, or one fixed answer space (BEAR 1:1)
+    query: str | None = None  # MACE: name of the domain's query/question builder
+    data: str | None = None  # bear: the imported facts file
     answer_space_ids: tuple[str, ...] = ()
     answer_space_labels: tuple[str, ...] = ()
 
@@ -73,8 +74,9 @@ def parse_entry(rid: str, entry: dict, origin: str) -> RelationSpec:
         check_template(t, f"{where} template")
     ids, labels = entry.get("answer_space_ids", []), entry.get("answer_space_labels", [])
     if len(ids) != len(labels):
-        raise ValueError(f"{where}: answer_space_ids ({len(ids)}) and answer_space_labels "
-                         f"({len(labels)}) differ in length")
+        raise ValueError(
+            f"{where}: answer_space_ids ({len(ids)}) and answer_space_labels ({len(labels)}) differ in length"
+        )
     if entry.get("answer_space") == "fixed" and entry.get("source") == "bear" and not ids:
         raise ValueError(f"{where}: a fixed BEAR answer space needs answer_space_ids")
     fields = {k: v for k, v in entry.items() if k != "relation_id"}
@@ -91,20 +93,26 @@ def parse_catalog(data: dict, origin: str = "relations.toml") -> dict[str, Relat
 
 def _read(path_or_resource: str, packaged: bool) -> tuple[dict, str]:
     if packaged:
-        return tomllib.loads(resources.files("kcal_pipeline.dataset").joinpath(path_or_resource).read_text("utf-8")), \
-            path_or_resource.split("/")[-1]
+        return tomllib.loads(
+            resources.files("kcal_pipeline.dataset").joinpath(path_or_resource).read_text("utf-8")
+        ), path_or_resource.split("/")[-1]
     return tomllib.loads(Path(path_or_resource).read_text("utf-8")), str(path_or_resource)
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_catalog(path: str | None = None) -> dict[str, RelationSpec]:
     """The packaged catalogs plus KCAL_CATALOG (or `path`), whose entries win on equal ids.
 
     Within the packaged files a relation id may appear once only: a duplicate is an error, not
     a silent override.
     """
-    catalog = merge_catalogs([_read(name, packaged=True) for name in PACKAGED
-                              if resources.files("kcal_pipeline.dataset").joinpath(name).is_file()])
+    catalog = merge_catalogs(
+        [
+            _read(name, packaged=True)
+            for name in PACKAGED
+            if resources.files("kcal_pipeline.dataset").joinpath(name).is_file()
+        ]
+    )
     for extra in [*_imported_catalogs(), path or os.environ.get("KCAL_CATALOG")]:
         if extra:
             data, origin = _read(str(extra), packaged=False)
@@ -119,10 +127,12 @@ def merge_catalogs(parts: list[tuple[dict, str]]) -> dict[str, RelationSpec]:
     for data, origin in parts:
         dup = sorted(set(data) & set(catalog))
         if dup:
-            raise ValueError(f"{origin}: relation id(s) {', '.join(dup)} already defined in "
-                             f"{', '.join(sorted({origins[d] for d in dup}))}")
+            raise ValueError(
+                f"{origin}: relation id(s) {', '.join(dup)} already defined in "
+                f"{', '.join(sorted({origins[d] for d in dup}))}"
+            )
         catalog.update(parse_catalog(data, origin))
-        origins.update({rid: origin for rid in data})
+        origins.update(dict.fromkeys(data, origin))
     return catalog
 
 

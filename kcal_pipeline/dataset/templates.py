@@ -3,6 +3,7 @@
 Filling records the character spans of subject and object so that scoring can assign each token
 a role (subject, object, template) without re-parsing the text.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

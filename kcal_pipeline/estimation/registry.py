@@ -4,9 +4,10 @@ Each estimator is one small function over the log-likelihood vector of one (inst
 in option_index order, registered by name. `compute_estimates` does the grouping, validation and
 bookkeeping once, so a new estimator is just another `@register` function.
 """
+
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import polars as pl
@@ -32,11 +33,13 @@ OUTPUT_SCHEMA = {
 
 def register(name: str) -> Callable[[Estimator], Estimator]:
     """Add an estimator to ESTIMATORS; a second function under the same name is a bug, not an override."""
+
     def add(fn: Estimator) -> Estimator:
         if name in ESTIMATORS:
             raise ValueError(f"estimator {name!r} is already registered")
         ESTIMATORS[name] = fn
         return fn
+
     return add
 
 
@@ -85,17 +88,22 @@ def _validate(scores: pl.DataFrame, reduction: str) -> None:
     ll = scores[reduction].cast(pl.Float64).to_numpy()
     if not np.isfinite(ll).all():
         bad = scores.filter(~pl.col(reduction).cast(pl.Float64).is_finite()).row(0, named=True)
-        raise ValueError(f"scores: column {reduction!r} has a non-finite value {bad[reduction]!r} "
-                         f"(instance {bad['instance_id']!r}, template {bad['template_id']!r})")
+        raise ValueError(
+            f"scores: column {reduction!r} has a non-finite value {bad[reduction]!r} "
+            f"(instance {bad['instance_id']!r}, template {bad['template_id']!r})"
+        )
     dup = scores.filter(pl.struct([*GROUP_KEYS, "option_index"]).is_duplicated())
     if not dup.is_empty():
         row = dup.row(0, named=True)
-        raise ValueError(f"scores: duplicate rows for instance {row['instance_id']!r}, template "
-                         f"{row['template_id']!r}, option_index {row['option_index']!r}")
+        raise ValueError(
+            f"scores: duplicate rows for instance {row['instance_id']!r}, template "
+            f"{row['template_id']!r}, option_index {row['option_index']!r}"
+        )
 
 
-def compute_estimates(scores: pl.DataFrame, estimators: Sequence[str] | None = None,
-                      reduction: str = "ll_sum") -> pl.DataFrame:
+def compute_estimates(
+    scores: pl.DataFrame, estimators: Sequence[str] | None = None, reduction: str = "ll_sum"
+) -> pl.DataFrame:
     """One row per (instance, template, estimator): the predicted option, its confidence and correctness.
 
     `reduction` names the log-likelihood column (Sum, Mean, Sum(A), …) so the same estimators run
@@ -117,12 +125,17 @@ def compute_estimates(scores: pl.DataFrame, estimators: Sequence[str] | None = N
         fn = ESTIMATORS[name]
         picks = [fn(ll) for ll in lls]
         pos = [p for p, _ in picks]
-        frames.append(keys.with_columns(
-            estimator=pl.lit(name, pl.String),
-            predicted_index=pl.Series([o[i] for o, i in zip(options, pos)], dtype=pl.Int32),
-            predicted_id=pl.Series([str(o[i]) for o, i in zip(objects, pos)], dtype=pl.String),
-            confidence=pl.Series([c for _, c in picks], dtype=pl.Float64),
-            correct=pl.Series([g[i] for g, i in zip(golds, pos)], dtype=pl.Boolean),
-        ))
-    return pl.concat(frames).sort([*GROUP_KEYS, "estimator"]).select(
-        pl.col(c).cast(t) for c, t in OUTPUT_SCHEMA.items())
+        frames.append(
+            keys.with_columns(
+                estimator=pl.lit(name, pl.String),
+                predicted_index=pl.Series([o[i] for o, i in zip(options, pos)], dtype=pl.Int32),
+                predicted_id=pl.Series([str(o[i]) for o, i in zip(objects, pos)], dtype=pl.String),
+                confidence=pl.Series([c for _, c in picks], dtype=pl.Float64),
+                correct=pl.Series([g[i] for g, i in zip(golds, pos)], dtype=pl.Boolean),
+            )
+        )
+    return (
+        pl.concat(frames)
+        .sort([*GROUP_KEYS, "estimator"])
+        .select(pl.col(c).cast(t) for c, t in OUTPUT_SCHEMA.items())
+    )

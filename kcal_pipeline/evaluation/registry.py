@@ -4,10 +4,11 @@ Every metric is `fn(confidence, correct) -> float`, registered by name; `compute
 them per (model_id, estimator) to all instances and to each relation. Binned metrics and the
 reliability curves share one binning function, so a curve always shows the bins its number uses.
 """
+
 from __future__ import annotations
 
 import functools
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import polars as pl
@@ -45,6 +46,7 @@ def _as_arrays(confidence, correct) -> tuple[np.ndarray, np.ndarray]:
 
 def register(name: str) -> Callable[[Metric], Metric]:
     """Register a metric; the wrapper validates inputs so each metric body can assume clean arrays."""
+
     def add(fn: Metric) -> Metric:
         if name in METRICS:
             raise ValueError(f"metric {name!r} is already registered")
@@ -52,8 +54,10 @@ def register(name: str) -> Callable[[Metric], Metric]:
         @functools.wraps(fn)
         def checked(confidence, correct) -> float:
             return float(fn(*_as_arrays(confidence, correct)))
+
         METRICS[name] = checked
         return checked
+
     return add
 
 
@@ -143,8 +147,10 @@ def aurc(c: np.ndarray, y: np.ndarray) -> float:
 def calibration_curve(confidence, correct, bins: int = BINS, strategy: str = "quantile") -> pl.DataFrame:
     """Reliability curve (bin, conf, acc, n) over non-empty bins; quantile ≙ ACE, uniform ≙ ECE."""
     k, conf, acc, n = _bin_stats(*_as_arrays(confidence, correct), bins, strategy)
-    return pl.DataFrame({"bin": k, "conf": conf, "acc": acc, "n": n},
-                        schema={"bin": pl.Int64, "conf": pl.Float64, "acc": pl.Float64, "n": pl.Int64})
+    return pl.DataFrame(
+        {"bin": k, "conf": conf, "acc": acc, "n": n},
+        schema={"bin": pl.Int64, "conf": pl.Float64, "acc": pl.Float64, "n": pl.Int64},
+    )
 
 
 _EST_COLUMNS = ("model_id", "estimator", "relation_id", "instance_id", "confidence", "correct")
@@ -160,8 +166,10 @@ def _scopes(estimates: pl.DataFrame):
     dup = estimates.filter(pl.struct("model_id", "estimator", "relation_id", "instance_id").is_duplicated())
     if not dup.is_empty():
         row = dup.row(0, named=True)
-        raise ValueError(f"estimates: several rows for instance {row['instance_id']!r} of estimator "
-                         f"{row['estimator']!r}; filter to one template or aggregation first")
+        raise ValueError(
+            f"estimates: several rows for instance {row['instance_id']!r} of estimator "
+            f"{row['estimator']!r}; filter to one template or aggregation first"
+        )
     df = estimates.sort("model_id", "estimator", "relation_id", "instance_id")
     for (model, est), g in df.group_by("model_id", "estimator", maintain_order=True):
         yield model, est, "all", "all", g["confidence"].to_numpy(), g["correct"].to_numpy()
@@ -184,19 +192,35 @@ def compute_metrics(estimates: pl.DataFrame, metrics: Sequence[str] | None = Non
         for model, est, scope, value, c, y in _scopes(estimates)
         for m in names
     ]
-    return pl.DataFrame(rows, orient="row", schema={
-        "model_id": pl.String, "estimator": pl.String, "scope": pl.String, "scope_value": pl.String,
-        "metric": pl.String, "value": pl.Float64, "n": pl.Int64})
+    return pl.DataFrame(
+        rows,
+        orient="row",
+        schema={
+            "model_id": pl.String,
+            "estimator": pl.String,
+            "scope": pl.String,
+            "scope_value": pl.String,
+            "metric": pl.String,
+            "value": pl.Float64,
+            "n": pl.Int64,
+        },
+    )
 
 
 def compute_curves(estimates: pl.DataFrame, bins: int = BINS, strategy: str = "quantile") -> pl.DataFrame:
     """Reliability curves for every (model_id, estimator) × scope, binned as ACE by default."""
     frames = [
         calibration_curve(c, y, bins, strategy).select(
-            pl.lit(model, pl.String).alias("model_id"), pl.lit(est, pl.String).alias("estimator"),
-            pl.lit(scope, pl.String).alias("scope"), pl.lit(value, pl.String).alias("scope_value"),
+            pl.lit(model, pl.String).alias("model_id"),
+            pl.lit(est, pl.String).alias("estimator"),
+            pl.lit(scope, pl.String).alias("scope"),
+            pl.lit(value, pl.String).alias("scope_value"),
             pl.lit("calibration", pl.String).alias("curve"),
-            pl.col("conf").alias("x"), pl.col("acc").alias("y"), "n", "bin")
+            pl.col("conf").alias("x"),
+            pl.col("acc").alias("y"),
+            "n",
+            "bin",
+        )
         for model, est, scope, value, c, y in _scopes(estimates)
     ]
     return pl.concat(frames)

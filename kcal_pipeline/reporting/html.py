@@ -3,18 +3,19 @@
 Everything shown comes from the metrics and curves tables; the report only selects and formats, so
 a number on the page can always be traced to one row of `compute_metrics`.
 """
+
 from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
 from html import escape
 from pathlib import Path
-from typing import Sequence
 
 import polars as pl
 
-from kcal_pipeline.evaluation.registry import BINNING, BINS
 from kcal_pipeline.core.storage import write_text_atomic
+from kcal_pipeline.evaluation.registry import BINNING, BINS
 
 SUMMARY_METRICS = ("ace", "brier")
 LEGEND = f"ACE: {BINS} quantile bins; ECE: {BINS} equal-width bins"
@@ -56,8 +57,7 @@ def summary_table(metrics: pl.DataFrame, estimators: Sequence[str] = ("base", "m
         for m in SUMMARY_METRICS:
             column = _metric(metrics, est, m).select("scope", "relation", pl.col("value").alias(f"{m}_{est}"))
             table = table.join(column, on=["scope", "relation"], how="left")
-    return (table.sort(pl.col("scope") == "all", "relation")
-            .rename({"n": "instances"}).drop("scope"))
+    return table.sort(pl.col("scope") == "all", "relation").rename({"n": "instances"}).drop("scope")
 
 
 def format_summary(summary: pl.DataFrame) -> str:
@@ -67,8 +67,10 @@ def format_summary(summary: pl.DataFrame) -> str:
     widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(summary.columns)]
 
     def line(values: Sequence[str]) -> str:
-        return "  ".join(v.rjust(w) if num else v.ljust(w)
-                         for v, w, num in zip(values, widths, numeric)).rstrip()
+        return "  ".join(
+            v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric)
+        ).rstrip()
+
     rule = "  ".join("-" * w for w in widths)
     return "\n".join([line(summary.columns), rule, *(line(r) for r in cells)])
 
@@ -76,9 +78,13 @@ def format_summary(summary: pl.DataFrame) -> str:
 def _html_table(df: pl.DataFrame) -> str:
     head = "".join(f"<th>{_esc(c)}</th>" for c in df.columns)
     body = "".join(
-        "<tr>" + "".join(f'<td class="{"num" if not isinstance(v, str) else "txt"}">{_esc(_fmt(v))}</td>'
-                         for v in row) + "</tr>"
-        for row in df.iter_rows())
+        "<tr>"
+        + "".join(
+            f'<td class="{"num" if not isinstance(v, str) else "txt"}">{_esc(_fmt(v))}</td>' for v in row
+        )
+        + "</tr>"
+        for row in df.iter_rows()
+    )
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
@@ -97,33 +103,42 @@ def reliability_svg(curve: pl.DataFrame, title: str, note: str = "", size: int =
 
     def sy(v: float) -> float:
         return top + (1.0 - v) * ph
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{size}" height="{height}" '
-             f'viewBox="0 0 {size} {height}" role="img" aria-label="{_esc(title)}">',
-             f'<text x="{size / 2}" y="16" text-anchor="middle" font-weight="bold">{_esc(title)}</text>',
-             f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="none" stroke="#333"/>']
+
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{size}" height="{height}" '
+        f'viewBox="0 0 {size} {height}" role="img" aria-label="{_esc(title)}">',
+        f'<text x="{size / 2}" y="16" text-anchor="middle" font-weight="bold">{_esc(title)}</text>',
+        f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="none" stroke="#333"/>',
+    ]
     for i in range(6):
         t = i / 5
-        parts += [f'<line x1="{sx(t):.1f}" y1="{sy(0)}" x2="{sx(t):.1f}" y2="{sy(0) + 4}" stroke="#333"/>',
-                  f'<text x="{sx(t):.1f}" y="{sy(0) + 16}" text-anchor="middle" font-size="11">{t:.1f}</text>',
-                  f'<line x1="{left - 4}" y1="{sy(t):.1f}" x2="{left}" y2="{sy(t):.1f}" stroke="#333"/>',
-                  f'<text x="{left - 7}" y="{sy(t) + 4:.1f}" text-anchor="end" font-size="11">{t:.1f}</text>']
-    parts += [f'<text x="{sx(0.5):.1f}" y="{sy(0) + 32}" text-anchor="middle" font-size="12">'
-              f'confidence (mean per bin)</text>',
-              f'<text x="14" y="{sy(0.5):.1f}" text-anchor="middle" font-size="12" '
-              f'transform="rotate(-90 14 {sy(0.5):.1f})">accuracy (per bin)</text>',
-              f'<line x1="{sx(0)}" y1="{sy(0)}" x2="{sx(1)}" y2="{sy(1)}" stroke="#888" '
-              f'stroke-dasharray="4 3"/>']
+        parts += [
+            f'<line x1="{sx(t):.1f}" y1="{sy(0)}" x2="{sx(t):.1f}" y2="{sy(0) + 4}" stroke="#333"/>',
+            f'<text x="{sx(t):.1f}" y="{sy(0) + 16}" text-anchor="middle" font-size="11">{t:.1f}</text>',
+            f'<line x1="{left - 4}" y1="{sy(t):.1f}" x2="{left}" y2="{sy(t):.1f}" stroke="#333"/>',
+            f'<text x="{left - 7}" y="{sy(t) + 4:.1f}" text-anchor="end" font-size="11">{t:.1f}</text>',
+        ]
+    parts += [
+        f'<text x="{sx(0.5):.1f}" y="{sy(0) + 32}" text-anchor="middle" font-size="12">'
+        f"confidence (mean per bin)</text>",
+        f'<text x="14" y="{sy(0.5):.1f}" text-anchor="middle" font-size="12" '
+        f'transform="rotate(-90 14 {sy(0.5):.1f})">accuracy (per bin)</text>',
+        f'<line x1="{sx(0)}" y1="{sy(0)}" x2="{sx(1)}" y2="{sy(1)}" stroke="#888" stroke-dasharray="4 3"/>',
+    ]
     n_max = max(curve["n"].max() or 1, 1)
     for b, x, y, n in curve.select("bin", "x", "y", "n").iter_rows():
         r = 1.5 + 4.5 * math.sqrt(n / n_max)
         cx = f"{sx(x):.1f}"
-        parts += [f'<line x1="{cx}" y1="{sy(x):.1f}" x2="{cx}" y2="{sy(y):.1f}" stroke="#c33"/>',
-                  f'<circle cx="{cx}" cy="{sy(y):.1f}" r="{r:.1f}" fill="#2a6fb0" fill-opacity="0.75">'
-                  f'<title>bin {b}: conf {x:.3f}, acc {y:.3f}, n {n}</title></circle>']
+        parts += [
+            f'<line x1="{cx}" y1="{sy(x):.1f}" x2="{cx}" y2="{sy(y):.1f}" stroke="#c33"/>',
+            f'<circle cx="{cx}" cy="{sy(y):.1f}" r="{r:.1f}" fill="#2a6fb0" fill-opacity="0.75">'
+            f"<title>bin {b}: conf {x:.3f}, acc {y:.3f}, n {n}</title></circle>",
+        ]
     sizes = f"n_b {curve['n'].min()}–{curve['n'].max()}" if curve.height else "no bins"
     lines = [LEGEND, f"points: quantile bins; circle size grows with n_b ({sizes})", note]
-    parts += [f'<text x="8" y="{sy(0) + 52 + 15 * i}" font-size="11">{_esc(t)}</text>'
-              for i, t in enumerate(lines)] + ["</svg>"]
+    parts += [
+        f'<text x="8" y="{sy(0) + 52 + 15 * i}" font-size="11">{_esc(t)}</text>' for i, t in enumerate(lines)
+    ] + ["</svg>"]
     return "\n".join(parts)
 
 
@@ -134,8 +149,12 @@ th{background:#f0f0f0}td.num{text-align:right;font-variant-numeric:tabular-nums}
 
 
 def _scalar(metrics: pl.DataFrame, model: str, est: str, metric: str) -> str:
-    v = metrics.filter((pl.col("model_id") == model) & (pl.col("estimator") == est)
-                       & (pl.col("scope") == "all") & (pl.col("metric") == metric))["value"]
+    v = metrics.filter(
+        (pl.col("model_id") == model)
+        & (pl.col("estimator") == est)
+        & (pl.col("scope") == "all")
+        & (pl.col("metric") == metric)
+    )["value"]
     return _fmt(v[0]) if len(v) else "n/a"
 
 
@@ -143,8 +162,10 @@ def _diagrams(metrics: pl.DataFrame, curves: pl.DataFrame) -> str:
     overall = curves.filter(pl.col("scope") == "all").sort("model_id", "estimator", "bin")
     svgs = []
     for (model, est), g in overall.group_by("model_id", "estimator", maintain_order=True):
-        note = (f"ACE {_scalar(metrics, model, est, 'ace')} (quantile), "
-                f"ECE {_scalar(metrics, model, est, 'ece')} (equal-width), n = {g['n'].sum()}")
+        note = (
+            f"ACE {_scalar(metrics, model, est, 'ace')} (quantile), "
+            f"ECE {_scalar(metrics, model, est, 'ece')} (equal-width), n = {g['n'].sum()}"
+        )
         # The page is per model (its title says which); a diagram title names the estimator only,
         # so it fits the drawing whatever the model id's length.
         svgs.append(reliability_svg(g, f"{est.capitalize()} confidence", note))
@@ -163,7 +184,7 @@ def render_html(summary: pl.DataFrame, metrics: pl.DataFrame, curves: pl.DataFra
 <h1>{_esc(title)}</h1>
 <h2>Run</h2><table>{meta_rows}</table>
 <h2>Summary</h2>
-<p class="note">ace_* columns: adaptive calibration error over {_esc(BINNING['ace'])} (mean over non-empty
+<p class="note">ace_* columns: adaptive calibration error over {_esc(BINNING["ace"])} (mean over non-empty
 bins of |accuracy − confidence|). brier_*: unbinned mean (C − 1[correct])². accuracy: share of
 instances whose predicted answer is gold (prediction of the first estimator listed).</p>
 {_html_table(summary)}

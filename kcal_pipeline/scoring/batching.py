@@ -6,6 +6,7 @@ is split in half and retried; the smaller size is kept for the rest of the call 
 are no shorter, since scorers feed the longest first). A batch of one that still runs out of memory
 re-raises: nothing smaller exists.
 """
+
 from __future__ import annotations
 
 import logging
@@ -33,8 +34,12 @@ def _release_memory() -> None:
         torch.cuda.empty_cache()
 
 
-def map_batches(items: Sequence[T], batch_size: int, run: Callable[[list[T]], list[R]],
-                progress: Callable[[int, int], None] | None = None) -> list[R]:
+def map_batches(
+    items: Sequence[T],
+    batch_size: int,
+    run: Callable[[list[T]], list[R]],
+    progress: Callable[[int, int], None] | None = None,
+) -> list[R]:
     """run() on consecutive slices of at most batch_size items; results concatenated in input order.
 
     run must return one result per item. progress(done, total) is called after each slice.
@@ -42,10 +47,10 @@ def map_batches(items: Sequence[T], batch_size: int, run: Callable[[list[T]], li
     out: list[R] = []
     total, start, size = len(items), 0, batch_size
     while start < total:
-        batch = list(items[start:start + size])
+        batch = list(items[start : start + size])
         try:
             results = run(batch)
-        except Exception as exc:  # noqa: BLE001 - only OOM is handled; everything else re-raises
+        except Exception as exc:
             if not is_oom(exc) or len(batch) == 1:
                 raise
             _release_memory()

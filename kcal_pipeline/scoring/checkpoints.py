@@ -8,6 +8,7 @@ rest. Chunks are fixed slices of the input order, so a resumed run neither loses
 row; a chunk whose statement ids are not exactly its slice's (a stale or foreign file) is rescored.
 A different fingerprint discards every checkpoint of the partition first.
 """
+
 from __future__ import annotations
 
 import shutil
@@ -30,9 +31,14 @@ class ChunkReport:
     scored: int = 0
 
 
-def score_in_chunks(statements: pl.DataFrame, score: Callable[[pl.DataFrame], pl.DataFrame],
-                    directory: Path, fingerprint: str, chunk_size: int = DEFAULT_CHUNK_SIZE,
-                    on_chunk: Callable[[int, int], None] | None = None) -> tuple[pl.DataFrame, ChunkReport]:
+def score_in_chunks(
+    statements: pl.DataFrame,
+    score: Callable[[pl.DataFrame], pl.DataFrame],
+    directory: Path,
+    fingerprint: str,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    on_chunk: Callable[[int, int], None] | None = None,
+) -> tuple[pl.DataFrame, ChunkReport]:
     """score(chunk) → one row per chunk statement, in order; the result is statements' order.
 
     on_chunk(done_statements, total) is called after every chunk, resumed ones included. The

@@ -5,6 +5,7 @@ Statements are batched by length to minimise padding; right padding plus an atte
 every real position's logits unchanged (causal attention never looks right), so batched scores
 equal one-at-a-time scores up to float rounding.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
@@ -47,8 +48,14 @@ def token_roles(offsets: Sequence[Span], subject_span: Span, object_span: Span) 
     (" Paris" starts one character before the object). Object wins over subject, so a token that
     straddles adjacent slots counts toward the answer.
     """
-    return [ROLE_OBJECT if _overlaps(o, object_span) else ROLE_SUBJECT if _overlaps(o, subject_span)
-            else ROLE_TEMPLATE for o in offsets]
+    return [
+        ROLE_OBJECT
+        if _overlaps(o, object_span)
+        else ROLE_SUBJECT
+        if _overlaps(o, subject_span)
+        else ROLE_TEMPLATE
+        for o in offsets
+    ]
 
 
 def _overlaps(a: Span, b: Span) -> bool:
@@ -56,9 +63,14 @@ def _overlaps(a: Span, b: Span) -> bool:
     return a[0] < a[1] and b[0] < b[1] and a[0] < b[1] and b[0] < a[1]
 
 
-def score_clm(loaded: LoadedModel, texts: Sequence[str], subject_spans: Sequence[Span],
-              object_spans: Sequence[Span], batch_size: int | None = None,
-              progress: Callable[[int, int], None] | None = None) -> pl.DataFrame:
+def score_clm(
+    loaded: LoadedModel,
+    texts: Sequence[str],
+    subject_spans: Sequence[Span],
+    object_spans: Sequence[Span],
+    batch_size: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> pl.DataFrame:
     """One row per text, in input order: token count, Sum/Mean/Sum(A)/Mean(A) and per-token detail.
 
     Means over zero tokens (an empty object span) are null rather than NaN.
@@ -68,17 +80,25 @@ def score_clm(loaded: LoadedModel, texts: Sequence[str], subject_spans: Sequence
         return pl.DataFrame(schema=SCHEMA)
     _, subject_spans, object_spans, batch_size, ids, offsets = enc
     logprobs = _token_logprobs(loaded, ids, batch_size, progress)
-    roles = [np.array(token_roles(off, s, o), dtype=np.int8)
-             for off, s, o in zip(offsets, subject_spans, object_spans)]
+    roles = [
+        np.array(token_roles(off, s, o), dtype=np.int8)
+        for off, s, o in zip(offsets, subject_spans, object_spans)
+    ]
     return _frame(logprobs, roles)
 
 
-def encode_inputs(loaded: LoadedModel, texts: Sequence[str], subject_spans: Sequence[Span],
-                  object_spans: Sequence[Span], batch_size: int | None):
+def encode_inputs(
+    loaded: LoadedModel,
+    texts: Sequence[str],
+    subject_spans: Sequence[Span],
+    object_spans: Sequence[Span],
+    batch_size: int | None,
+):
     """Validated inputs and their tokenization (ids, character offsets), shared by every CLM
     scorer; None for empty input."""
     texts, subject_spans, object_spans, batch_size = validate_inputs(
-        loaded, texts, subject_spans, object_spans, batch_size)
+        loaded, texts, subject_spans, object_spans, batch_size
+    )
     if not texts:
         return None
     encoded = loaded.tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True)
@@ -89,8 +109,13 @@ def encode_inputs(loaded: LoadedModel, texts: Sequence[str], subject_spans: Sequ
     return texts, subject_spans, object_spans, batch_size, ids, offsets
 
 
-def validate_inputs(loaded: LoadedModel, texts: Sequence[str], subject_spans: Sequence[Span],
-                    object_spans: Sequence[Span], batch_size: int | None):
+def validate_inputs(
+    loaded: LoadedModel,
+    texts: Sequence[str],
+    subject_spans: Sequence[Span],
+    object_spans: Sequence[Span],
+    batch_size: int | None,
+):
     """Every scorer's checks: equal lengths, strings, spans inside their text, a positive batch
     size (the model entry's when None). Returns the inputs as lists and the batch size."""
     texts, subject_spans, object_spans = list(texts), list(subject_spans), list(object_spans)
@@ -103,25 +128,34 @@ def validate_inputs(loaded: LoadedModel, texts: Sequence[str], subject_spans: Se
 
 def _check_inputs(texts: list, subject_spans: list, object_spans: list) -> None:
     if not len(texts) == len(subject_spans) == len(object_spans):
-        raise ValueError(f"texts, subject_spans and object_spans must have equal lengths, got "
-                         f"{len(texts)}, {len(subject_spans)}, {len(object_spans)}")
+        raise ValueError(
+            f"texts, subject_spans and object_spans must have equal lengths, got "
+            f"{len(texts)}, {len(subject_spans)}, {len(object_spans)}"
+        )
     for i, (text, *spans) in enumerate(zip(texts, subject_spans, object_spans)):
         if not isinstance(text, str):
             raise ValueError(f"text #{i} must be a string, got {text!r}")
         for name, span in zip(("subject_span", "object_span"), spans):
-            if (len(span) != 2 or not all(isinstance(x, (int, np.integer)) for x in span)
-                    or not 0 <= span[0] <= span[1] <= len(text)):
-                raise ValueError(f"{name} #{i} must be (start, end) with 0 <= start <= end <= "
-                                 f"{len(text)} (the text's length), got {span!r}")
+            if (
+                len(span) != 2
+                or not all(isinstance(x, (int, np.integer)) for x in span)
+                or not 0 <= span[0] <= span[1] <= len(text)
+            ):
+                raise ValueError(
+                    f"{name} #{i} must be (start, end) with 0 <= start <= end <= "
+                    f"{len(text)} (the text's length), got {span!r}"
+                )
 
 
-def _token_logprobs(loaded: LoadedModel, ids: list[list[int]], batch_size: int,
-                    progress: Callable[[int, int], None] | None) -> list[np.ndarray]:
+def _token_logprobs(
+    loaded: LoadedModel, ids: list[list[int]], batch_size: int, progress: Callable[[int, int], None] | None
+) -> list[np.ndarray]:
     """Score in batches of similar length (longest first, stable), then restore input order.
     A batch that runs out of GPU memory is halved and retried (batching.map_batches)."""
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]), reverse=True)
-    scored = map_batches(order, batch_size, lambda batch: _score_batch(loaded, [ids[i] for i in batch]),
-                         progress)
+    scored = map_batches(
+        order, batch_size, lambda batch: _score_batch(loaded, [ids[i] for i in batch]), progress
+    )
     out: list[np.ndarray] = [None] * len(ids)  # type: ignore[list-item]
     for i, lp in zip(order, scored):
         out[i] = lp
@@ -134,13 +168,13 @@ def _score_batch(loaded: LoadedModel, seqs: list[list[int]]) -> list[np.ndarray]
     input_ids = torch.full((len(seqs), width), loaded.start_token_id, dtype=torch.long)
     mask = torch.zeros((len(seqs), width), dtype=torch.long)
     for row, seq in enumerate(seqs):
-        input_ids[row, 1:len(seq) + 1] = torch.tensor(seq, dtype=torch.long)
-        mask[row, :len(seq) + 1] = 1
+        input_ids[row, 1 : len(seq) + 1] = torch.tensor(seq, dtype=torch.long)
+        mask[row, : len(seq) + 1] = 1
     input_ids, mask = input_ids.to(loaded.device), mask.to(loaded.device)
     with torch.inference_mode():
         logits = loaded.model(input_ids=input_ids, attention_mask=mask, use_cache=False).logits
         picked = _target_logprobs(logits[:, :-1], input_ids[:, 1:]).cpu().numpy()
-    return [picked[row, :len(seq)] for row, seq in enumerate(seqs)]
+    return [picked[row, : len(seq)] for row, seq in enumerate(seqs)]
 
 
 def _target_logprobs(logits, targets):
@@ -166,7 +200,11 @@ def log_normaliser(logits):
         top = rows.amax(-1, keepdim=True)
         total = torch.exp(rows - top).sum(-1, dtype=torch.float64)
         out.append(top.squeeze(-1).double() + total.log())
-    return torch.cat(out).reshape(logits.shape[:-1]) if out else torch.zeros(logits.shape[:-1], dtype=torch.float64)
+    return (
+        torch.cat(out).reshape(logits.shape[:-1])
+        if out
+        else torch.zeros(logits.shape[:-1], dtype=torch.float64)
+    )
 
 
 def _frame(logprobs: list[np.ndarray], roles: list[np.ndarray]) -> pl.DataFrame:
@@ -174,12 +212,15 @@ def _frame(logprobs: list[np.ndarray], roles: list[np.ndarray]) -> pl.DataFrame:
     ll_sum = [float(lp.sum()) for lp in logprobs]
     answer = [lp[r == ROLE_OBJECT] for lp, r in zip(logprobs, roles)]
     ans_sum = [float(a.sum()) for a in answer]
-    return pl.DataFrame({
-        "n_tokens": n,
-        "ll_sum": ll_sum,
-        "ll_mean": [s / k for s, k in zip(ll_sum, n)],
-        "ll_answer_sum": ans_sum,
-        "ll_answer_mean": [s / len(a) if len(a) else None for s, a in zip(ans_sum, answer)],
-        "token_logprobs": [lp.astype(np.float32).tolist() for lp in logprobs],
-        "token_roles": [r.tolist() for r in roles],
-    }, schema=SCHEMA)
+    return pl.DataFrame(
+        {
+            "n_tokens": n,
+            "ll_sum": ll_sum,
+            "ll_mean": [s / k for s, k in zip(ll_sum, n)],
+            "ll_answer_sum": ans_sum,
+            "ll_answer_mean": [s / len(a) if len(a) else None for s, a in zip(ans_sum, answer)],
+            "token_logprobs": [lp.astype(np.float32).tolist() for lp in logprobs],
+            "token_roles": [r.tolist() for r in roles],
+        },
+        schema=SCHEMA,
+    )

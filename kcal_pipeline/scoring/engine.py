@@ -6,6 +6,7 @@ the configured variant. Optional score columns — M dropout passes (DropoutMean
 subject-masked statement (TemplateDiff) — are always present in the output, null when not computed,
 so every partition of statement_scores has the same schema for SQL.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
 # Bump when a change to any scorer changes scores: it is part of every scoring fingerprint.
 SCORER_VERSION = "2"
 INPUT_COLUMNS = ["statement_id", "text", "subject_start", "subject_end", "object_start", "object_end"]
-OPTIONAL_SCHEMA = {**DROPOUT_SCHEMA, **{c: pl.Float64 for c in MASKED_COLUMNS.values()}}
+OPTIONAL_SCHEMA = {**DROPOUT_SCHEMA, **dict.fromkeys(MASKED_COLUMNS.values(), pl.Float64)}
 
 Scorer = Callable[..., pl.DataFrame]
 
@@ -39,12 +40,12 @@ Scorer = Callable[..., pl.DataFrame]
 class ScoringOptions:
     """How statements are scored. Every field is part of the scoring fingerprint."""
 
-    fast_path: bool = True            # CLM prefix packing; False forces the plain batched path
+    fast_path: bool = True  # CLM prefix packing; False forces the plain batched path
     mlm_variant: str = "within_word_l2r"
-    dropout_passes: int = 0           # M > 0: add M stochastic passes (ll_sum_dropout, ...)
+    dropout_passes: int = 0  # M > 0: add M stochastic passes (ll_sum_dropout, ...)
     dropout_rate: float | None = 0.1  # None keeps the model's own dropout (SmolLM2 has none)
     dropout_seed: int = 0
-    subject_mask: bool = False        # add scores of the subject-masked statement (ll_sum_masked)
+    subject_mask: bool = False  # add scores of the subject-masked statement (ll_sum_masked)
     placeholder: str = "something"
 
     def __post_init__(self) -> None:
@@ -74,15 +75,24 @@ def fingerprint(loaded: LoadedModel, statements: pl.DataFrame, options: ScoringO
     the scorer version. Equal fingerprints mean equal scores, so nothing needs rescoring."""
     require_columns(statements, INPUT_COLUMNS, "statements")
     h = hashlib.sha256()
-    meta = {"version": SCORER_VERSION, "model": loaded.revision, "dtype": loaded.dtype,
-            "start": loaded.start_token_id, "options": asdict(options)}
+    meta = {
+        "version": SCORER_VERSION,
+        "model": loaded.revision,
+        "dtype": loaded.dtype,
+        "start": loaded.start_token_id,
+        "options": asdict(options),
+    }
     h.update(json.dumps(meta, sort_keys=True).encode())
     h.update(statements.select(INPUT_COLUMNS).write_ipc(None, compression="uncompressed").getvalue())
     return h.hexdigest()[:16]
 
 
-def score_statements(loaded: LoadedModel, statements: pl.DataFrame, options: ScoringOptions,
-                     progress: Callable[[int, int], None] | None = None) -> pl.DataFrame:
+def score_statements(
+    loaded: LoadedModel,
+    statements: pl.DataFrame,
+    options: ScoringOptions,
+    progress: Callable[[int, int], None] | None = None,
+) -> pl.DataFrame:
     """Scores of every statement in input order: the scorer's columns plus the optional ones.
 
     progress(done, total) counts statement passes: 1 + dropout_passes (+1 with subject_mask) per
@@ -103,16 +113,27 @@ def score_statements(loaded: LoadedModel, statements: pl.DataFrame, options: Sco
 
     frame = scorer(loaded, texts, subj, obj, progress=stage(0))
     if options.dropout_passes:
-        extra = dropout_scores(loaded, texts, subj, obj, passes=options.dropout_passes,
-                               seed=options.dropout_seed, rate=options.dropout_rate, scorer=scorer,
-                               progress=stage(1, options.dropout_passes))
+        extra = dropout_scores(
+            loaded,
+            texts,
+            subj,
+            obj,
+            passes=options.dropout_passes,
+            seed=options.dropout_seed,
+            rate=options.dropout_rate,
+            scorer=scorer,
+            progress=stage(1, options.dropout_passes),
+        )
     else:
         extra = pl.DataFrame({c: [None] * n for c in DROPOUT_SCHEMA}, schema=DROPOUT_SCHEMA)
     frame = pl.concat([frame, extra], how="horizontal")
     if options.subject_mask:
-        masked = subject_masked_scores(loaded, statements, options.placeholder, scorer=scorer,
-                                       progress=stage(1 + options.dropout_passes))
+        masked = subject_masked_scores(
+            loaded, statements, options.placeholder, scorer=scorer, progress=stage(1 + options.dropout_passes)
+        )
     else:
-        masked = pl.DataFrame({c: [None] * n for c in MASKED_COLUMNS.values()},
-                              schema={c: pl.Float64 for c in MASKED_COLUMNS.values()})
+        masked = pl.DataFrame(
+            {c: [None] * n for c in MASKED_COLUMNS.values()},
+            schema=dict.fromkeys(MASKED_COLUMNS.values(), pl.Float64),
+        )
     return pl.concat([frame, masked], how="horizontal")

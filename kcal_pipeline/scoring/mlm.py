@@ -27,6 +27,7 @@ statement length.
 The per-token bookkeeping is flat numpy arrays over every scored token of every unique statement
 ("slots", statement after statement), so building a chunk is a few array operations, not a loop.
 """
+
 from __future__ import annotations
 
 import threading
@@ -40,7 +41,13 @@ import torch
 
 from kcal_pipeline.scoring.batching import map_batches
 from kcal_pipeline.scoring.clm import (
-    MIN_ROWS, SCHEMA, Span, _frame, _target_logprobs, token_roles, validate_inputs,
+    MIN_ROWS,
+    SCHEMA,
+    Span,
+    _frame,
+    _target_logprobs,
+    token_roles,
+    validate_inputs,
 )
 
 if TYPE_CHECKING:
@@ -55,19 +62,25 @@ class _Statements:
     its scored tokens are the slots slot_start[u] … slot_start[u + 1] - 1, and slot j scores position
     position[j] (token id target[j]) of statement stmt[j], masking positions position[j:j + masked[j]]."""
 
-    ids: np.ndarray         # int64, every unique statement's ids (special tokens included), concatenated
-    id_start: np.ndarray    # int64 [n]
-    length: np.ndarray      # int64 [n]
+    ids: np.ndarray  # int64, every unique statement's ids (special tokens included), concatenated
+    id_start: np.ndarray  # int64 [n]
+    length: np.ndarray  # int64 [n]
     slot_start: np.ndarray  # int64 [n + 1]
-    stmt: np.ndarray        # int64 [slots]
-    position: np.ndarray    # int64 [slots]
-    target: np.ndarray      # int64 [slots]
-    masked: np.ndarray      # int64 [slots]: 1, or (within_word_l2r) the slot's run to the end of its word
+    stmt: np.ndarray  # int64 [slots]
+    position: np.ndarray  # int64 [slots]
+    target: np.ndarray  # int64 [slots]
+    masked: np.ndarray  # int64 [slots]: 1, or (within_word_l2r) the slot's run to the end of its word
 
 
-def score_mlm(loaded: LoadedModel, texts: Sequence[str], subject_spans: Sequence[Span],
-              object_spans: Sequence[Span], variant: str = "original", batch_size: int | None = None,
-              progress: Callable[[int, int], None] | None = None) -> pl.DataFrame:
+def score_mlm(
+    loaded: LoadedModel,
+    texts: Sequence[str],
+    subject_spans: Sequence[Span],
+    object_spans: Sequence[Span],
+    variant: str = "original",
+    batch_size: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> pl.DataFrame:
     """One row per text, in input order, with exactly score_clm's columns (clm.SCHEMA).
 
     token_logprobs are the PLL terms of the statement's own tokens (no special tokens). batch_size
@@ -77,17 +90,22 @@ def score_mlm(loaded: LoadedModel, texts: Sequence[str], subject_spans: Sequence
     if variant not in VARIANTS:
         raise ValueError(f"variant must be one of {', '.join(VARIANTS)}, got {variant!r}")
     if getattr(loaded, "kind", None) != "mlm":
-        raise ValueError(f"score_mlm needs a masked LM, got model {loaded.key!r} of kind "
-                         f"{getattr(loaded, 'kind', None)!r} (use score_clm)")
+        raise ValueError(
+            f"score_mlm needs a masked LM, got model {loaded.key!r} of kind "
+            f"{getattr(loaded, 'kind', None)!r} (use score_clm)"
+        )
     # clm's checks without its tokenization (_encode tokenizes once, with special tokens)
     texts, subject_spans, object_spans, batch_size = validate_inputs(
-        loaded, texts, subject_spans, object_spans, batch_size)
+        loaded, texts, subject_spans, object_spans, batch_size
+    )
     if not texts:
         return pl.DataFrame(schema=SCHEMA)
     statements, offsets, unique_of = _encode(loaded.tokenizer, texts, variant)
     logprobs = _pll(loaded, statements, unique_of, batch_size, progress)
-    roles = [np.array(token_roles(off, s, o), dtype=np.int8)
-             for off, s, o in zip(offsets, subject_spans, object_spans)]
+    roles = [
+        np.array(token_roles(off, s, o), dtype=np.int8)
+        for off, s, o in zip(offsets, subject_spans, object_spans)
+    ]
     return _frame([logprobs[u] for u in unique_of], roles)
 
 
@@ -97,9 +115,14 @@ def _encode(tokenizer, texts: list[str], variant: str) -> tuple[_Statements, lis
     Offsets stay per text: two texts can share token ids (e.g. differing only in spacing) but
     not character positions.
     """
-    encoded = tokenizer(texts, add_special_tokens=True, return_offsets_mapping=True,
-                        return_special_tokens_mask=True)
-    all_ids, all_special, all_offsets = encoded["input_ids"], encoded["special_tokens_mask"], encoded["offset_mapping"]
+    encoded = tokenizer(
+        texts, add_special_tokens=True, return_offsets_mapping=True, return_special_tokens_mask=True
+    )
+    all_ids, all_special, all_offsets = (
+        encoded["input_ids"],
+        encoded["special_tokens_mask"],
+        encoded["offset_mapping"],
+    )
     seen: dict[tuple, int] = {}
     unique: list[tuple[list[int], list[int], list[int | None]]] = []
     offsets, unique_of, bare = [], [], []
@@ -132,15 +155,20 @@ def _flatten(unique: list[tuple[list[int], list[int], list[int | None]]], varian
     slot_start = np.concatenate(([0], np.cumsum(n_slots))).astype(np.int64)
     ids = np.fromiter((t for s, _, _ in unique for t in s), dtype=np.int64, count=int(length.sum()))
     stmt = np.repeat(np.arange(len(unique), dtype=np.int64), n_slots)
-    position = np.fromiter((p for _, pos, _ in unique for p in pos), dtype=np.int64, count=int(slot_start[-1]))
+    position = np.fromiter(
+        (p for _, pos, _ in unique for p in pos), dtype=np.int64, count=int(slot_start[-1])
+    )
     target = ids[id_start[stmt] + position]
     masked = np.ones(len(position), dtype=np.int64)
     if variant == "within_word_l2r":
         # Runs of consecutive scored tokens of one word (word ids ≥ 0; a token without a word, -1,
         # is a run of its own); a slot masks itself and the rest of its run. A word's tokens are
         # contiguous, so the first token of another word ends the run.
-        word = np.fromiter((-1 if words[p] is None else words[p] for _, pos, words in unique for p in pos),
-                           dtype=np.int64, count=len(position))
+        word = np.fromiter(
+            (-1 if words[p] is None else words[p] for _, pos, words in unique for p in pos),
+            dtype=np.int64,
+            count=len(position),
+        )
         starts = np.ones(len(word), dtype=bool)
         starts[1:] = (word[1:] != word[:-1]) | (word[1:] < 0) | (stmt[1:] != stmt[:-1])
         first = np.flatnonzero(starts)
@@ -149,36 +177,50 @@ def _flatten(unique: list[tuple[list[int], list[int], list[int | None]]], varian
     return _Statements(ids, id_start, length, slot_start, stmt, position, target, masked)
 
 
-def _pll(loaded: LoadedModel, st: _Statements, unique_of: list[int], batch_size: int,
-         progress: Callable[[int, int], None] | None) -> list[np.ndarray]:
+def _pll(
+    loaded: LoadedModel,
+    st: _Statements,
+    unique_of: list[int],
+    batch_size: int,
+    progress: Callable[[int, int], None] | None,
+) -> list[np.ndarray]:
     """PLL terms per unique statement; jobs (slots) run longest statement first, in bounded chunks."""
     order = np.argsort(-st.length, kind="stable")
     n_slots = np.diff(st.slot_start)
-    jobs = np.concatenate([np.arange(st.slot_start[u], st.slot_start[u + 1]) for u in order])  # slots, in that order
+    jobs = np.concatenate(
+        [np.arange(st.slot_start[u], st.slot_start[u + 1]) for u in order]
+    )  # slots, in that order
     report = None if progress is None else _statement_progress(progress, n_slots, order, unique_of)
     tokenizer = loaded.tokenizer
     mask_id = tokenizer.mask_token_id  # a slow property on HF tokenizers: read once
     pad = tokenizer.pad_token_id
     pad = mask_id if pad is None else pad
-    scores = map_batches(range(len(jobs)), batch_size,
-                         lambda chunk: _score_chunk(loaded, st, jobs[chunk[0]:chunk[-1] + 1], mask_id, pad),
-                         progress=report)
+    scores = map_batches(
+        range(len(jobs)),
+        batch_size,
+        lambda chunk: _score_chunk(loaded, st, jobs[chunk[0] : chunk[-1] + 1], mask_id, pad),
+        progress=report,
+    )
     flat = np.empty(len(jobs), dtype=np.float64)
     flat[jobs] = scores
     return np.split(flat, st.slot_start[1:-1])
 
 
-def _statement_progress(progress: Callable[[int, int], None], n_slots: np.ndarray, order: np.ndarray,
-                        unique_of: list[int]) -> Callable[[int, int], None]:
+def _statement_progress(
+    progress: Callable[[int, int], None], n_slots: np.ndarray, order: np.ndarray, unique_of: list[int]
+) -> Callable[[int, int], None]:
     """Turn map_batches' (rows done, rows) into (input statements done, input statements)."""
     copies = np.bincount(unique_of, minlength=len(n_slots))
     row_ends = np.cumsum(n_slots[order])
     texts_done = np.concatenate(([0], np.cumsum(copies[order])))
-    return lambda rows, _: progress(int(texts_done[np.searchsorted(row_ends, rows, side="right")]),
-                                    len(unique_of))
+    return lambda rows, _: progress(
+        int(texts_done[np.searchsorted(row_ends, rows, side="right")]), len(unique_of)
+    )
 
 
-def _score_chunk(loaded: LoadedModel, st: _Statements, slots: np.ndarray, mask_id: int, pad: int) -> list[float]:
+def _score_chunk(
+    loaded: LoadedModel, st: _Statements, slots: np.ndarray, mask_id: int, pad: int
+) -> list[float]:
     """One forward pass over the slots' masked copies (right-padded); log P(target) per row."""
     rows = len(slots)
     u = st.stmt[slots]
@@ -194,13 +236,19 @@ def _score_chunk(loaded: LoadedModel, st: _Statements, slots: np.ndarray, mask_i
     device = loaded.device
     where = torch.from_numpy(st.position[slots]).to(device)
     with torch.inference_mode():
-        at_target = _logits_at(loaded.model, torch.from_numpy(input_ids).to(device),
-                               torch.from_numpy(real.astype(np.int64)).to(device), where)
+        at_target = _logits_at(
+            loaded.model,
+            torch.from_numpy(input_ids).to(device),
+            torch.from_numpy(real.astype(np.int64)).to(device),
+            where,
+        )
         picked = _target_logprobs(at_target, torch.from_numpy(st.target[slots]).to(device))
     return picked.cpu().tolist()
 
 
-def _logits_at(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, where: torch.Tensor) -> torch.Tensor:
+def _logits_at(
+    model, input_ids: torch.Tensor, attention_mask: torch.Tensor, where: torch.Tensor
+) -> torch.Tensor:
     """The logits at position where[r] of each row r, [rows, vocabulary].
 
     The vocabulary projection (get_output_embeddings(), e.g. BERT's cls.predictions.decoder) gets
@@ -241,7 +289,7 @@ def _logits_at(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, whe
             handle.remove()
         if restricted:
             if len(calls) == 1 and tuple(logits.shape[:2]) == (kept_rows, 1):
-                return logits[:len(where), 0]
+                return logits[: len(where), 0]
             # the projection ran more than once, or its output is not one position per row: run whole
             logits = model(input_ids=input_ids, attention_mask=attention_mask).logits
     else:

@@ -3,6 +3,7 @@
 This is what the statement_scores asset does, without Dagster: the asset passes its logger and
 gets the frame to store plus the metadata to show in the UI.
 """
+
 from __future__ import annotations
 
 import time
@@ -14,16 +15,24 @@ from typing import TYPE_CHECKING, TextIO
 import polars as pl
 
 from kcal_pipeline.core.progress import ProgressMeter
+from kcal_pipeline.core.storage import partition_path
 from kcal_pipeline.scoring.checkpoints import discard, score_in_chunks
 from kcal_pipeline.scoring.engine import ScoringOptions, fingerprint, score_statements, scorer_for
-from kcal_pipeline.core.storage import partition_path
 
 if TYPE_CHECKING:
     from kcal_pipeline.scoring.models.loading import LoadedModel
 
 TABLE = "statement_scores"
 # Statement columns repeated in the scores so estimators and SQL need no join.
-CARRIED = ["statement_id", "instance_id", "relation_id", "template_id", "option_index", "object_id", "is_gold"]
+CARRIED = [
+    "statement_id",
+    "instance_id",
+    "relation_id",
+    "template_id",
+    "option_index",
+    "object_id",
+    "is_gold",
+]
 FINGERPRINT_COLUMN = "scoring_fingerprint"
 
 
@@ -39,9 +48,17 @@ def checkpoint_dir(home: Path, model_key: str, relation: str) -> Path:
     return part.parent
 
 
-def score_partition(loaded: LoadedModel, model_id: str, statements: pl.DataFrame, options: ScoringOptions,
-                    home: Path, relation: str, chunk_size: int, log: Callable[[str], None] | None = None,
-                    stream: TextIO | None = None) -> PartitionScores:
+def score_partition(
+    loaded: LoadedModel,
+    model_id: str,
+    statements: pl.DataFrame,
+    options: ScoringOptions,
+    home: Path,
+    relation: str,
+    chunk_size: int,
+    log: Callable[[str], None] | None = None,
+    stream: TextIO | None = None,
+) -> PartitionScores:
     """Scores of one partition's statements, in their order, with carried statement columns.
 
     If the stored partition was scored from the same statements, weights, options and scorer
@@ -52,14 +69,21 @@ def score_partition(loaded: LoadedModel, model_id: str, statements: pl.DataFrame
     stored = partition_path(Path(home), TABLE, {"model": loaded.key, "relation": relation})
     previous = _stored_with(stored, fp)
     scorer_name, _ = scorer_for(loaded, options)
-    meta = {"statements": statements.height, "device": str(loaded.device), "dtype": loaded.dtype,
-            "model_revision": loaded.revision, "scorer": scorer_name, "fingerprint": fp}
+    meta = {
+        "statements": statements.height,
+        "device": str(loaded.device),
+        "dtype": loaded.dtype,
+        "model_revision": loaded.revision,
+        "scorer": scorer_name,
+        "fingerprint": fp,
+    }
     directory = checkpoint_dir(home, loaded.key, relation)
     if previous is not None:
         discard(directory)
         print_(f"{relation}: scores are up to date (fingerprint {fp}); nothing rescored")
-        return PartitionScores(previous, {**meta, "rescored": False,
-                                          "tokens": int(previous["n_tokens"].sum())})
+        return PartitionScores(
+            previous, {**meta, "rescored": False, "tokens": int(previous["n_tokens"].sum())}
+        )
     meter = ProgressMeter(f"scoring {loaded.key} × {relation} ({scorer_name}):", log=print_, stream=stream)
     started = time.perf_counter()
     position = [0]  # statements before the chunk being scored
@@ -67,29 +91,41 @@ def score_partition(loaded: LoadedModel, model_id: str, statements: pl.DataFrame
     def score_chunk(chunk: pl.DataFrame) -> pl.DataFrame:
         def within(done: int, total: int) -> None:
             meter(position[0] + done * chunk.height // max(total, 1), statements.height)
+
         return score_statements(loaded, chunk, options, progress=within)
 
     def after_chunk(done: int, total: int) -> None:
         position[0] = done
         meter(done, total)
 
-    scores, report = score_in_chunks(statements, score_chunk, directory, fp, chunk_size=chunk_size,
-                                     on_chunk=after_chunk)
+    scores, report = score_in_chunks(
+        statements, score_chunk, directory, fp, chunk_size=chunk_size, on_chunk=after_chunk
+    )
     elapsed = time.perf_counter() - started
     # Dropped now rather than after the IO manager's write: a crash in that instant costs a rescore,
     # never a wrong or duplicated row, and no Dagster hook is needed.
     discard(directory)
     if report.resumed:
         print_(f"{relation}: resumed {report.resumed} of {report.chunks} chunks from an interrupted run")
-    frame = pl.concat([statements.select(CARRIED), scores.drop("statement_id", strict=False)],
-                      how="horizontal").with_columns(model_id=pl.lit(model_id),
-                                                     **{FINGERPRINT_COLUMN: pl.lit(fp)})
+    frame = pl.concat(
+        [statements.select(CARRIED), scores.drop("statement_id", strict=False)], how="horizontal"
+    ).with_columns(model_id=pl.lit(model_id), **{FINGERPRINT_COLUMN: pl.lit(fp)})
     share = report.scored / max(report.chunks, 1)  # rates count this run's work, not resumed chunks
     tokens = int(frame["n_tokens"].sum())
-    return PartitionScores(frame, {
-        **meta, "rescored": True, "tokens": tokens, "chunks": report.chunks, "chunks_resumed": report.resumed,
-        "seconds": round(elapsed, 1), "statements_per_s": round(statements.height * share / max(elapsed, 1e-9), 1),
-        "tokens_per_s": round(tokens * share / max(elapsed, 1e-9), 1), "checkpoints": str(directory)})
+    return PartitionScores(
+        frame,
+        {
+            **meta,
+            "rescored": True,
+            "tokens": tokens,
+            "chunks": report.chunks,
+            "chunks_resumed": report.resumed,
+            "seconds": round(elapsed, 1),
+            "statements_per_s": round(statements.height * share / max(elapsed, 1e-9), 1),
+            "tokens_per_s": round(tokens * share / max(elapsed, 1e-9), 1),
+            "checkpoints": str(directory),
+        },
+    )
 
 
 def _stored_with(path: Path, fp: str) -> pl.DataFrame | None:

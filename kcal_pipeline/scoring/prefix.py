@@ -30,6 +30,7 @@ Rules that keep it exact:
   attention kernel ignores custom masks, or whose positions come from the padding mask) is scored
   with the plain path instead, with a warning.
 """
+
 from __future__ import annotations
 
 import logging
@@ -43,7 +44,13 @@ import torch
 
 from kcal_pipeline.scoring.batching import map_batches
 from kcal_pipeline.scoring.clm import (
-    SCHEMA, Span, _frame, _token_logprobs, encode_inputs, log_normaliser, token_roles,
+    SCHEMA,
+    Span,
+    _frame,
+    _token_logprobs,
+    encode_inputs,
+    log_normaliser,
+    token_roles,
 )
 
 if TYPE_CHECKING:
@@ -51,7 +58,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-ROW_TOKENS = 256       # trie nodes per packed row: long enough to hold many candidate sets
+ROW_TOKENS = 256  # trie nodes per packed row: long enough to hold many candidate sets
 TOKENS_PER_ROW_OF_BATCH = 32  # a call's node budget is batch_size × this (32 → 1024 ≈ 4 rows)
 PROBE_ATOL = 1e-4
 
@@ -77,10 +84,15 @@ class _Row:
         return path
 
 
-def score_clm_shared_prefix(loaded: LoadedModel, texts: Sequence[str], subject_spans: Sequence[Span],
-                            object_spans: Sequence[Span], batch_size: int | None = None,
-                            progress: Callable[[int, int], None] | None = None,
-                            row_tokens: int = ROW_TOKENS) -> pl.DataFrame:
+def score_clm_shared_prefix(
+    loaded: LoadedModel,
+    texts: Sequence[str],
+    subject_spans: Sequence[Span],
+    object_spans: Sequence[Span],
+    batch_size: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    row_tokens: int = ROW_TOKENS,
+) -> pl.DataFrame:
     """Same contract, schema and row order as `score_clm`; computes each shared prefix once.
 
     batch_size scales the nodes computed per forward call (batch_size × 32, at least one row), so
@@ -100,8 +112,10 @@ def score_clm_shared_prefix(loaded: LoadedModel, texts: Sequence[str], subject_s
         out = _score_packed(loaded, useqs, batch_size, row_tokens, progress)
     else:
         out = _token_logprobs(loaded, [list(s) for s in useqs], batch_size, progress)
-    roles = [np.array(token_roles(off, s, o), dtype=np.int8)
-             for off, s, o in zip(offsets, subject_spans, object_spans)]
+    roles = [
+        np.array(token_roles(off, s, o), dtype=np.int8)
+        for off, s, o in zip(offsets, subject_spans, object_spans)
+    ]
     return _frame([out[u] for u in which], roles)
 
 
@@ -132,8 +146,13 @@ def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return n
 
 
-def _score_packed(loaded: LoadedModel, seqs: list[tuple[int, ...]], batch_size: int, row_tokens: int,
-                  progress: Callable[[int, int], None] | None) -> list[np.ndarray]:
+def _score_packed(
+    loaded: LoadedModel,
+    seqs: list[tuple[int, ...]],
+    batch_size: int,
+    row_tokens: int,
+    progress: Callable[[int, int], None] | None,
+) -> list[np.ndarray]:
     rows = pack_rows(seqs, loaded.start_token_id, row_tokens)
     rows.sort(key=lambda r: len(r.tokens), reverse=True)  # similar widths share a call
     budget = max(batch_size * TOKENS_PER_ROW_OF_BATCH, len(rows[0].tokens))
@@ -189,8 +208,12 @@ def _forward_rows(loaded: LoadedModel, rows: list[_Row]) -> list[list[np.ndarray
             tt += [row.tokens[n] for n in path]
     device = loaded.device
     with torch.inference_mode():
-        logits = loaded.model(input_ids=input_ids.to(device), attention_mask=mask.to(device),
-                              position_ids=positions.to(device), use_cache=False).logits
+        logits = loaded.model(
+            input_ids=input_ids.to(device),
+            attention_mask=mask.to(device),
+            position_ids=positions.to(device),
+            use_cache=False,
+        ).logits
         keys = torch.tensor(rr, device=device) * width + torch.tensor(pp, device=device)
         parent_keys, inverse = torch.unique(keys, return_inverse=True)
         flat = logits.reshape(-1, logits.shape[-1])
@@ -213,8 +236,12 @@ def _ancestor_matrix(parents: Sequence[int]) -> np.ndarray:
 
 
 _PROBE = [
-    "The capital of France is Paris.", "The capital of France is Lyon.", "The capital of Côte d'Ivoire "
-    "is Yamoussoukro.", "Paris is the capital of France.", "The capital", "Zürich is in Switzerland.",
+    "The capital of France is Paris.",
+    "The capital of France is Lyon.",
+    "The capital of Côte d'Ivoire is Yamoussoukro.",
+    "Paris is the capital of France.",
+    "The capital",
+    "Zürich is in Switzerland.",
 ]
 _support: dict[int, bool] = {}
 
@@ -230,12 +257,15 @@ def packing_supported(loaded: LoadedModel) -> bool:
         try:
             packed = _score_packed(loaded, [tuple(s) for s in ids], len(ids), ROW_TOKENS, None)
             diff = max(float(np.abs(a - b).max()) for a, b in zip(plain, packed))
-        except Exception as exc:  # noqa: BLE001 - any failure means: use the plain path
+        except Exception as exc:
             log.warning("prefix packing unavailable for %s (%s); using the plain path", loaded.key, exc)
             diff = float("inf")
         else:
             if diff > PROBE_ATOL:
-                log.warning("prefix packing differs from the plain path for %s (max |Δ| %.2g); using "
-                            "the plain path", loaded.key, diff)
+                log.warning(
+                    "prefix packing differs from the plain path for %s (max |Δ| %.2g); using the plain path",
+                    loaded.key,
+                    diff,
+                )
         _support[key] = diff <= PROBE_ATOL
     return _support[key]

@@ -32,6 +32,7 @@ Determinism
   on which statements share its batch (batch_size and the other inputs), as with any batched MC
   dropout; its distribution does not.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
@@ -70,8 +71,13 @@ def dropout_sites(model: nn.Module) -> list[DropoutSite]:
             sites.append(DropoutSite(name, module, "p"))
             continue
         for attr, value in vars(module).items():
-            if (not attr.startswith("_") and "dropout" in attr.lower() and isinstance(value, (int, float))
-                    and not isinstance(value, bool) and 0 <= value <= 1):
+            if (
+                not attr.startswith("_")
+                and "dropout" in attr.lower()
+                and isinstance(value, (int, float))
+                and not isinstance(value, bool)
+                and 0 <= value <= 1
+            ):
                 sites.append(DropoutSite(name, module, attr))
     return sites
 
@@ -80,8 +86,10 @@ def check_rate(rate: float | None) -> None:
     if rate is None:
         return
     if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 < rate < 1:
-        raise ValueError(f"rate must be a dropout probability with 0 < rate < 1 (or None for the model's "
-                         f"own), got rate={rate!r}")
+        raise ValueError(
+            f"rate must be a dropout probability with 0 < rate < 1 (or None for the model's "
+            f"own), got rate={rate!r}"
+        )
 
 
 @contextmanager
@@ -95,13 +103,16 @@ def dropout_enabled(model: nn.Module, rate: float | None = None) -> Iterator[lis
     check_rate(rate)
     sites = dropout_sites(model)
     if not sites:
-        raise ValueError(f"{type(model).__name__} has no dropout modules or dropout-probability "
-                         "attributes; Monte-Carlo dropout cannot be applied to it")
+        raise ValueError(
+            f"{type(model).__name__} has no dropout modules or dropout-probability "
+            "attributes; Monte-Carlo dropout cannot be applied to it"
+        )
     if rate is None and not any(getattr(s.module, s.attribute) > 0 for s in sites):
         raise ValueError(
             f"{type(model).__name__} has no active dropout: all {len(sites)} dropout probabilities are 0 "
             f"(e.g. {sites[0].name or 'model'}.{sites[0].attribute}), so every pass would equal the "
-            "eval-mode score; set a dropout rate (rate=0.1, say)")
+            "eval-mode score; set a dropout rate (rate=0.1, say)"
+        )
     training = {id(m): (m, m.training) for m in model.modules()}
     originals = [(s, getattr(s.module, s.attribute)) for s in sites]
     try:
@@ -132,10 +143,18 @@ def seeded(seed: int, device: Any = "cpu") -> Iterator[None]:
         yield
 
 
-def dropout_scores(loaded: LoadedModel, texts: Sequence[str], subject_spans: Sequence[Span],
-                   object_spans: Sequence[Span], passes: int, seed: int, rate: float | None = None,
-                   scorer: Callable[..., pl.DataFrame] = score_clm, batch_size: int | None = None,
-                   progress: Callable[[int, int], None] | None = None) -> pl.DataFrame:
+def dropout_scores(
+    loaded: LoadedModel,
+    texts: Sequence[str],
+    subject_spans: Sequence[Span],
+    object_spans: Sequence[Span],
+    passes: int,
+    seed: int,
+    rate: float | None = None,
+    scorer: Callable[..., pl.DataFrame] = score_clm,
+    batch_size: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> pl.DataFrame:
     """M = `passes` stochastic scorings with dropout on; one row per text, in input order.
 
     Columns `ll_sum_dropout` and `ll_answer_sum_dropout`: List(Float64) of length `passes`, value p
@@ -152,13 +171,15 @@ def dropout_scores(loaded: LoadedModel, texts: Sequence[str], subject_spans: Seq
     values: dict[str, list[list[float]]] = {col: [[] for _ in range(n)] for col in DROPOUT_COLUMNS}
     with dropout_enabled(loaded.model, rate):
         for p in range(passes):
+
             def pass_progress(done: int, total: int, p: int = p) -> None:
                 if progress is not None:
                     progress(p * total + done, passes * total)
 
             with seeded(seed + p, loaded.device):
-                frame = scorer(loaded, texts, subject_spans, object_spans, batch_size=batch_size,
-                               progress=pass_progress)
+                frame = scorer(
+                    loaded, texts, subject_spans, object_spans, batch_size=batch_size, progress=pass_progress
+                )
             for col in DROPOUT_COLUMNS:
                 for row, value in zip(values[col], frame[col].to_list()):
                     row.append(value)

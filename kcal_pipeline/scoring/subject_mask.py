@@ -16,6 +16,7 @@ or ends with '.', '!' or '?' ("[X] is in [Y]." → "Something is in Paris."). An
 placeholder is used as given; it is never lower-cased (so "It" stays "It"). An abbreviation
 before the subject ("St. [X]") would count as a sentence end; no curated template has one.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -53,13 +54,16 @@ def _check_span(name: str, span: Span, text: str) -> tuple[int, int]:
     except (TypeError, ValueError):
         raise ValueError(f"{name} must be (start, end), got {span!r}") from None
     if not 0 <= start <= end <= len(text):
-        raise ValueError(f"{name} must satisfy 0 <= start <= end <= {len(text)} (the text's length), "
-                         f"got {span!r} in {text!r}")
+        raise ValueError(
+            f"{name} must satisfy 0 <= start <= end <= {len(text)} (the text's length), "
+            f"got {span!r} in {text!r}"
+        )
     return start, end
 
 
-def mask_subject(text: str, subject_span: Span, object_span: Span,
-                 placeholder: str = DEFAULT_PLACEHOLDER) -> tuple[str, Span, Span]:
+def mask_subject(
+    text: str, subject_span: Span, object_span: Span, placeholder: str = DEFAULT_PLACEHOLDER
+) -> tuple[str, Span, Span]:
     """(masked text, placeholder span, object span in the masked text)."""
     check_placeholder(placeholder)
     if not isinstance(text, str):
@@ -89,28 +93,43 @@ def mask_subjects(statements: pl.DataFrame, placeholder: str = DEFAULT_PLACEHOLD
         try:
             rows.append(mask_subject(text, (spans[0], spans[1]), (spans[2], spans[3]), placeholder))
         except ValueError as exc:
-            where = f"statement_id {statements['statement_id'][i]!r}" if "statement_id" in statements.columns \
+            where = (
+                f"statement_id {statements['statement_id'][i]!r}"
+                if "statement_id" in statements.columns
                 else f"row {i}"
+            )
             raise ValueError(f"{where}: {exc}") from None
     columns = {
         "text": [r[0] for r in rows],
-        "subject_start": [r[1][0] for r in rows], "subject_end": [r[1][1] for r in rows],
-        "object_start": [r[2][0] for r in rows], "object_end": [r[2][1] for r in rows],
+        "subject_start": [r[1][0] for r in rows],
+        "subject_end": [r[1][1] for r in rows],
+        "object_start": [r[2][0] for r in rows],
+        "object_end": [r[2][1] for r in rows],
     }
     return statements.with_columns(
-        pl.Series(name, values, dtype=statements.schema[name]) for name, values in columns.items())
+        pl.Series(name, values, dtype=statements.schema[name]) for name, values in columns.items()
+    )
 
 
-def subject_masked_scores(loaded: LoadedModel, statements: pl.DataFrame, placeholder: str = DEFAULT_PLACEHOLDER,
-                          scorer: Callable[..., pl.DataFrame] | None = None, batch_size: int | None = None,
-                          progress: Callable[[int, int], None] | None = None) -> pl.DataFrame:
+def subject_masked_scores(
+    loaded: LoadedModel,
+    statements: pl.DataFrame,
+    placeholder: str = DEFAULT_PLACEHOLDER,
+    scorer: Callable[..., pl.DataFrame] | None = None,
+    batch_size: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> pl.DataFrame:
     """Scores of the subject-masked statements, one row per statement in input order: columns
     `ll_sum_masked` and `ll_answer_sum_masked` (Float64), ready to append to statement_scores."""
     if scorer is None:  # imported here so the span helpers above need no torch
         from kcal_pipeline.scoring.clm import score_clm as scorer
     masked = mask_subjects(statements, placeholder)
-    scores = scorer(loaded, masked["text"].to_list(),
-                    list(zip(masked["subject_start"], masked["subject_end"])),
-                    list(zip(masked["object_start"], masked["object_end"])),
-                    batch_size=batch_size, progress=progress)
+    scores = scorer(
+        loaded,
+        masked["text"].to_list(),
+        list(zip(masked["subject_start"], masked["subject_end"])),
+        list(zip(masked["object_start"], masked["object_end"])),
+        batch_size=batch_size,
+        progress=progress,
+    )
     return scores.select([pl.col(c).cast(pl.Float64).alias(out) for c, out in MASKED_COLUMNS.items()])

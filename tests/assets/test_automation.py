@@ -4,6 +4,7 @@ Runs are simulated: an upstream change is a runless materialization event, and a
 partition "runs" by recording its materialization, so the conditions are exercised without
 scoring anything.
 """
+
 import warnings
 
 import pytest
@@ -140,9 +141,13 @@ def test_requests_wait_for_inputs_and_are_not_repeated_while_unhandled():
 
 def bumped(*assets: str) -> Definitions:
     """The same code location with a new code_version of some assets."""
+
     def bump(spec):
         return spec.replace_attributes(code_version="bumped") if spec.key.to_user_string() in assets else spec
-    return Definitions(assets=map_asset_specs(bump, all_assets), sensors=defs.sensors, resources=defs.resources)
+
+    return Definitions(
+        assets=map_asset_specs(bump, all_assets), sensors=defs.sensors, resources=defs.resources
+    )
 
 
 def test_a_code_version_change_refreshes_the_materialized_partitions_and_what_follows(up_to_date):

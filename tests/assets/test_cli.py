@@ -1,4 +1,5 @@
 """The `kcal` command line on a temporary KCAL_HOME and DAGSTER_HOME (a real Dagster instance)."""
+
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ def kcal(home: Path, *args: str):
 
 def partitions(home: Path) -> list[str]:
     from dagster import DagsterInstance
+
     with DagsterInstance.from_config(str(home / "dagster")) as inst:
         return sorted(inst.get_dynamic_partitions("model"))
 
@@ -37,12 +39,15 @@ def test_models_add_list_remove_keeps_partitions_in_sync(tmp_path):
     assert "lab--my-gguf" in listed and "gguf_file" in listed
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["models", "add", "x/y", "--batch-size", "0"], "batch_size"),
-    (["models", "remove", "not/registered"], "not/registered"),
-    (["models", "add", "x/y", "--gguf", "weights.bin"], "'.gguf' file"),
-    (["models", "add", "x/y", "--kind", "seq2seq"], "invalid choice: 'seq2seq'"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["models", "add", "x/y", "--batch-size", "0"], "batch_size"),
+        (["models", "remove", "not/registered"], "not/registered"),
+        (["models", "add", "x/y", "--gguf", "weights.bin"], "'.gguf' file"),
+        (["models", "add", "x/y", "--kind", "seq2seq"], "invalid choice: 'seq2seq'"),
+    ],
+)
 def test_models_bad_input_is_named(tmp_path, args, needle):
     out = kcal(tmp_path, *args)
     assert out.returncode == 2 and needle in out.stderr and "Traceback" not in out.stderr
@@ -50,9 +55,12 @@ def test_models_bad_input_is_named(tmp_path, args, needle):
 
 def test_sql_is_read_only_and_errors_are_clean(tmp_path):
     import polars as pl
+
     from kcal_pipeline.core.storage import partition_path, write_parquet_atomic
-    write_parquet_atomic(pl.DataFrame({"relation_id": ["P36"], "label": ["capital"]}),
-                         partition_path(tmp_path, "relations"))
+
+    write_parquet_atomic(
+        pl.DataFrame({"relation_id": ["P36"], "label": ["capital"]}), partition_path(tmp_path, "relations")
+    )
     out = kcal(tmp_path, "sql", "select label from relations")
     assert out.returncode == 0 and "capital" in out.stdout
     out = kcal(tmp_path, "sql", "create table t as select 1")

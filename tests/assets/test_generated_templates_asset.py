@@ -1,13 +1,14 @@
 """The paraphrase asset on the real embedded instruct model, in a real (ephemeral) Dagster instance."""
+
 import polars as pl
 import pytest
 from dagster import DagsterInstance, materialize
 
 from assets.dataset import generated_templates
-from kcal_pipeline.dataset.instances.relation_probe import curated_and_variants, run_templates
-from kcal_pipeline.dataset.instances.probe import templates_frame
-from kcal_pipeline.dataset.relations import load_catalog
 from kcal_pipeline.core.storage import partition_path
+from kcal_pipeline.dataset.instances.probe import templates_frame
+from kcal_pipeline.dataset.instances.relation_probe import curated_and_variants, run_templates
+from kcal_pipeline.dataset.relations import load_catalog
 from kcal_pipeline.dataset.templates import check_template
 from resources import default_resources
 

@@ -1,4 +1,5 @@
 """Bad input stops a run with a clear message and leaves no partial table behind."""
+
 import socket
 import subprocess
 import sys
@@ -19,14 +20,20 @@ def closed_port() -> int:
 
 
 def failure_text(result) -> str:
-    return "\n".join(str(e.event_specific_data.error) for e in result.all_events
-                     if e.event_type_value == "STEP_FAILURE")
+    return "\n".join(
+        str(e.event_specific_data.error) for e in result.all_events if e.event_type_value == "STEP_FAILURE"
+    )
 
 
 def run_facts(home: Path, sparql: SparqlEndpoint, relation: str = "P36"):
     resources = default_resources(home=str(home)) | {"sparql": sparql}
-    return materialize([wikidata_facts], partition_key=relation, resources=resources,
-                       instance=DagsterInstance.ephemeral(), raise_on_error=False)
+    return materialize(
+        [wikidata_facts],
+        partition_key=relation,
+        resources=resources,
+        instance=DagsterInstance.ephemeral(),
+        raise_on_error=False,
+    )
 
 
 def test_unreachable_endpoint_names_the_url(tmp_path):
@@ -40,12 +47,14 @@ def test_unreachable_endpoint_names_the_url(tmp_path):
 def test_relation_without_facts_is_refused(tmp_path):
     nt = tmp_path / "tiny.nt"
     nt.write_text(
-        '<https://kcal.invalid/entity/country-FR> <http://www.wikidata.org/prop/direct/P31> <http://www.wikidata.org/entity/Q6256> .\n'
-        '<https://kcal.invalid/entity/country-FR> <http://www.w3.org/2000/01/rdf-schema#label> "France"@en .\n')
+        "<https://kcal.invalid/entity/country-FR> <http://www.wikidata.org/prop/direct/P31> <http://www.wikidata.org/entity/Q6256> .\n"
+        '<https://kcal.invalid/entity/country-FR> <http://www.w3.org/2000/01/rdf-schema#label> "France"@en .\n'
+    )
     store = tmp_path / "store"
     oxigraph = Path(sys.executable).with_name("oxigraph")
-    subprocess.run([str(oxigraph), "load", "--location", str(store), "--file", str(nt)], check=True,
-                   capture_output=True)
+    subprocess.run(
+        [str(oxigraph), "load", "--location", str(store), "--file", str(nt)], check=True, capture_output=True
+    )
     with LocalEndpoint(store) as endpoint:
         result = run_facts(tmp_path / "home", SparqlEndpoint(url=endpoint.url, home=str(tmp_path / "home")))
     assert not result.success
@@ -55,6 +64,7 @@ def test_relation_without_facts_is_refused(tmp_path):
 
 def test_unknown_model_is_named(tmp_path, monkeypatch):
     from assets.runner import run_missing
+
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
     with pytest.raises(KeyError, match="no-such-model"):
         run_missing(tmp_path / "home", models=["no-such-model"], log=lambda m: None)
@@ -63,6 +73,10 @@ def test_unknown_model_is_named(tmp_path, monkeypatch):
 
 def test_cli_reports_bad_input_without_traceback(tmp_path):
     exe = Path(sys.executable).with_name("kcal")
-    out = subprocess.run([str(exe), "--home", str(tmp_path), "demo", "--model", "nope"],
-                         capture_output=True, text=True, env={"DAGSTER_HOME": str(tmp_path / "d"), "PATH": ""})
+    out = subprocess.run(
+        [str(exe), "--home", str(tmp_path), "demo", "--model", "nope"],
+        capture_output=True,
+        text=True,
+        env={"DAGSTER_HOME": str(tmp_path / "d"), "PATH": ""},
+    )
     assert out.returncode == 2 and "nope" in out.stderr and "Traceback" not in out.stderr

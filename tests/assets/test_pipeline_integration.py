@@ -1,7 +1,7 @@
 """The whole graph on real parts: local oxigraph endpoint, the embedded SmolLM2, Parquet, DuckDB,
 and a real Dagster instance in a temporary DAGSTER_HOME."""
+
 import subprocess
-import sys
 
 import polars as pl
 import pytest
@@ -12,9 +12,21 @@ from kcal_pipeline.core.warehouse import named_query, query
 pytestmark = pytest.mark.integration
 SETTINGS = {"max_instances": 16, "max_templates": 3, "n_negatives": 4}
 KEY = "HuggingFaceTB--SmolLM2-135M-Instruct"
-TABLES = ["relations", "templates", "wikidata_facts", "dropped_facts", "object_pools", "probe_instances",
-          "statements", "data_quality",
-          "statement_scores", "estimates", "metrics", "curves", "report"]
+TABLES = [
+    "relations",
+    "templates",
+    "wikidata_facts",
+    "dropped_facts",
+    "object_pools",
+    "probe_instances",
+    "statements",
+    "data_quality",
+    "statement_scores",
+    "estimates",
+    "metrics",
+    "curves",
+    "report",
+]
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +82,8 @@ def test_duckdb_views_equal_parquet(run):
     by_sql = {(r[cols.index("estimator")], "accuracy"): r[cols.index("accuracy")] for r in rows}
     by_sql |= {(r[cols.index("estimator")], "brier"): r[cols.index("brier")] for r in rows}
     m = pl.read_parquet(partition_path(home, "metrics", {"model": KEY})).filter(
-        (pl.col("scope") == "relation") & pl.col("metric").is_in(["accuracy", "brier"]))
+        (pl.col("scope") == "relation") & pl.col("metric").is_in(["accuracy", "brier"])
+    )
     assert len(m) == 4
     for est, metric, value in m.select("estimator", "metric", "value").iter_rows():
         assert by_sql[(est, metric)] == pytest.approx(value, abs=1e-12)
@@ -90,7 +103,17 @@ def test_second_run_recomputes_nothing_and_refresh_changes_no_file(run):
 
 def test_definitions_load_from_workspace():
     from tests.conftest import REPO
-    exe = str(REPO / ".venv" / "bin" / "dagster") if (REPO / ".venv" / "bin" / "dagster").exists() else "dagster"
-    out = subprocess.run([exe, "definitions", "validate", "-w", "workspace.yaml"], cwd=REPO,
-                         capture_output=True, text=True, timeout=300)
+
+    exe = (
+        str(REPO / ".venv" / "bin" / "dagster")
+        if (REPO / ".venv" / "bin" / "dagster").exists()
+        else "dagster"
+    )
+    out = subprocess.run(
+        [exe, "definitions", "validate", "-w", "workspace.yaml"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stdout + out.stderr

@@ -1,5 +1,12 @@
 """The registry sensor on a real (ephemeral) Dagster instance: partitions follow models.toml."""
-from dagster import AddDynamicPartitionsRequest, DagsterInstance, DefaultSensorStatus, SkipReason, build_sensor_context
+
+from dagster import (
+    AddDynamicPartitionsRequest,
+    DagsterInstance,
+    DefaultSensorStatus,
+    SkipReason,
+    build_sensor_context,
+)
 
 from assets.definitions import defs
 from assets.sensors import model_registry_sensor

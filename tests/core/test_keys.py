@@ -1,14 +1,32 @@
 import pytest
 
 from kcal_pipeline.core.keys import (
-    InvalidIdError, check_entity_id, check_relation_id, entity_id_from_iri, entity_iri, model_key,
+    InvalidIdError,
+    check_entity_id,
+    check_relation_id,
+    entity_id_from_iri,
+    entity_iri,
+    model_key,
 )
 
 
-@pytest.mark.parametrize("model_id", [
-    "../../etc/passwd", "a/b", "/abs/path", "..", ".", "x/../../y", "C:\\win\\path", "name with spaces",
-    "ümlaut/модель", "a" * 500, "-leading", "trailing.",
-])
+@pytest.mark.parametrize(
+    "model_id",
+    [
+        "../../etc/passwd",
+        "a/b",
+        "/abs/path",
+        "..",
+        ".",
+        "x/../../y",
+        "C:\\win\\path",
+        "name with spaces",
+        "ümlaut/модель",
+        "a" * 500,
+        "-leading",
+        "trailing.",
+    ],
+)
 def test_model_key_is_one_safe_path_segment(model_id, tmp_path):
     key = model_key(model_id)
     assert key and "/" not in key and "\\" not in key and ".." not in key

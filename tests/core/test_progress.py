@@ -1,4 +1,5 @@
 """Progress lines and the terminal bar, on a fake clock (values computed by hand)."""
+
 import io
 
 from kcal_pipeline.core.progress import ProgressMeter, bar, describe, format_duration
@@ -18,13 +19,17 @@ def test_bar():
 def test_meter_throttles_log_lines_but_always_logs_the_end():
     now = [0.0]
     lines, stream = [], io.StringIO()
-    meter = ProgressMeter("s:", log=lines.append, stream=stream, log_every=5, draw_every=1,
-                          clock=lambda: now[0])
+    meter = ProgressMeter(
+        "s:", log=lines.append, stream=stream, log_every=5, draw_every=1, clock=lambda: now[0]
+    )
     for t, done in [(1, 10), (2, 20), (6, 60), (7, 70), (8, 100)]:
         now[0] = t
         meter(done, 100)
-    assert lines == ["s: 10/100 statements, 10.0/s, ETA 9s", "s: 60/100 statements, 10.0/s, ETA 4s",
-                     "s: 100/100 statements, 12.5/s, ETA 0s"]
+    assert lines == [
+        "s: 10/100 statements, 10.0/s, ETA 9s",
+        "s: 60/100 statements, 10.0/s, ETA 4s",
+        "s: 100/100 statements, 12.5/s, ETA 0s",
+    ]
     drawn = stream.getvalue().split("\r")[1:]
     assert len(drawn) == 5 and drawn[-1].endswith("\x1b[K\n") and drawn[-1].startswith("[" + "#" * 24 + "]")
 

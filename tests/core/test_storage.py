@@ -13,7 +13,9 @@ def test_hive_layout(tmp_path):
     assert partition_path(tmp_path, "relations") == tmp_path / "relations" / "part.parquet"
 
 
-@pytest.mark.parametrize("dims", [{"model": "../x"}, {"model": "a/b"}, {"relation": "P36/.."}, {"batch": "1"}])
+@pytest.mark.parametrize(
+    "dims", [{"model": "../x"}, {"model": "a/b"}, {"relation": "P36/.."}, {"batch": "1"}]
+)
 def test_partition_values_cannot_escape(tmp_path, dims):
     with pytest.raises(ValueError):
         partition_path(tmp_path, "estimates", dims)
@@ -51,7 +53,9 @@ def test_interrupted_write_keeps_previous_file(tmp_path, monkeypatch):
 
 def test_read_partitions_concatenates_and_names_missing(tmp_path):
     for r, n in (("P36", 2), ("P30", 3)):
-        write_parquet_atomic(pl.DataFrame({"x": list(range(n))}), partition_path(tmp_path, "t", {"relation": r}))
+        write_parquet_atomic(
+            pl.DataFrame({"x": list(range(n))}), partition_path(tmp_path, "t", {"relation": r})
+        )
     both = read_partitions(tmp_path, "t", [{"relation": "P36"}, {"relation": "P30"}])
     assert both["x"].to_list() == [0, 1, 0, 1, 2]
     with pytest.raises(FileNotFoundError, match="relation=P37"):

@@ -1,4 +1,5 @@
 """BEAR import: a tiny directory in BEAR's format, round-tripped into catalog, facts and instances."""
+
 from __future__ import annotations
 
 import json
@@ -7,14 +8,27 @@ import tomllib
 import polars as pl
 import pytest
 
-from kcal_pipeline.dataset.sources.bear import (
-    BearFormatError, catalog_entries, catalog_toml, dropped_frame, facts_frame, import_bear,
-    instances_from_fixed_space, read_bear, toml_string, write_catalog_toml,
-)
 from kcal_pipeline.core.keys import InvalidIdError
-from kcal_pipeline.dataset.instances.probe import INSTANCE_COLUMNS, EmptyRelationError, build_statements, templates_frame
+from kcal_pipeline.dataset.instances.probe import (
+    INSTANCE_COLUMNS,
+    EmptyRelationError,
+    build_statements,
+    templates_frame,
+)
 from kcal_pipeline.dataset.instances.quality import quality_report
 from kcal_pipeline.dataset.relations import RelationSpec, load_catalog, parse_entry
+from kcal_pipeline.dataset.sources.bear import (
+    BearFormatError,
+    catalog_entries,
+    catalog_toml,
+    dropped_frame,
+    facts_frame,
+    import_bear,
+    instances_from_fixed_space,
+    read_bear,
+    toml_string,
+    write_catalog_toml,
+)
 from kcal_pipeline.dataset.templates import TemplateError
 
 METADATA = {
@@ -32,20 +46,32 @@ METADATA = {
 
 
 def line(sub_id, sub_label, obj_id, answer_idx, obj_label="", aliases=()):
-    return json.dumps({"sub_id": sub_id, "sub_label": sub_label, "sub_aliases": list(aliases),
-                       "obj_id": obj_id, "obj_label": obj_label, "answer_idx": answer_idx},
-                      ensure_ascii=False)
+    return json.dumps(
+        {
+            "sub_id": sub_id,
+            "sub_label": sub_label,
+            "sub_aliases": list(aliases),
+            "obj_id": obj_id,
+            "obj_label": obj_label,
+            "answer_idx": answer_idx,
+        },
+        ensure_ascii=False,
+    )
 
 
 FACTS = {
-    "P19": [line("Q1", "Pelé", "Q174", 0, "São Paulo", ["Edson Arantes do Nascimento", "O Rei"]),
-            line("Q2", "Ursula Andress", "Q72", 1, "Zürich"),
-            line("Q3", "Édith Piaf", "Q90", 2, "Paris", ["La Môme"]),
-            line("Q3", "Édith Piaf", "Q90", 2, "Paris"),            # duplicate
-            line("Q4", "Q4", "Q90", 2, "Paris"),                    # label_is_id
-            line("Q5", "  ", "Q90", 2, "Paris")],                   # missing_label
-    "P36": [line("Q142", "France", "Q90", 0, "Paris", ["République française"]),
-            line("Q183", "Germany", "Q64", 1, "Berlin")],
+    "P19": [
+        line("Q1", "Pelé", "Q174", 0, "São Paulo", ["Edson Arantes do Nascimento", "O Rei"]),
+        line("Q2", "Ursula Andress", "Q72", 1, "Zürich"),
+        line("Q3", "Édith Piaf", "Q90", 2, "Paris", ["La Môme"]),
+        line("Q3", "Édith Piaf", "Q90", 2, "Paris"),  # duplicate
+        line("Q4", "Q4", "Q90", 2, "Paris"),  # label_is_id
+        line("Q5", "  ", "Q90", 2, "Paris"),
+    ],  # missing_label
+    "P36": [
+        line("Q142", "France", "Q90", 0, "Paris", ["République française"]),
+        line("Q183", "Germany", "Q64", 1, "Berlin"),
+    ],
 }
 
 
@@ -53,7 +79,8 @@ def write_bear(root, metadata=None, facts=None, raw_metadata=None):
     root.mkdir(parents=True, exist_ok=True)
     (root / "metadata_relations.json").write_text(
         raw_metadata if raw_metadata is not None else json.dumps(metadata or METADATA, ensure_ascii=False),
-        "utf-8")
+        "utf-8",
+    )
     for rid, lines in (facts or FACTS).items():
         (root / f"{rid}.jsonl").write_text("\n".join(lines) + "\n", "utf-8")
     return root
@@ -83,12 +110,23 @@ def test_read_bear_keeps_good_lines_and_counts_drops(bear_dir):
 
 def test_facts_frame(bear_dir):
     frame = facts_frame(read_bear(bear_dir))
-    assert frame.columns == ["relation_id", "subject_id", "subject_label", "object_id", "object_label",
-                             "qualifiers", "source", "retrieved_at"]
+    assert frame.columns == [
+        "relation_id",
+        "subject_id",
+        "subject_label",
+        "object_id",
+        "object_label",
+        "qualifiers",
+        "source",
+        "retrieved_at",
+    ]
     assert frame.select("relation_id", "subject_id", "subject_label", "object_label").rows() == [
-        ("P19", "Q1", "Pelé", "São Paulo"), ("P19", "Q2", "Ursula Andress", "Zürich"),
-        ("P19", "Q3", "Édith Piaf", "Paris"), ("P36", "Q142", "France", "Paris"),
-        ("P36", "Q183", "Germany", "Berlin")]
+        ("P19", "Q1", "Pelé", "São Paulo"),
+        ("P19", "Q2", "Ursula Andress", "Zürich"),
+        ("P19", "Q3", "Édith Piaf", "Paris"),
+        ("P36", "Q142", "France", "Paris"),
+        ("P36", "Q183", "Germany", "Berlin"),
+    ]
     assert json.loads(frame["qualifiers"][0]) == {"sub_aliases": ["Edson Arantes do Nascimento", "O Rei"]}
     assert set(frame["source"]) == {"bear:BEAR-tiny"}
     assert frame["retrieved_at"].null_count() == frame.height
@@ -102,12 +140,18 @@ def test_import_round_trip(bear_dir, tmp_path, fresh_catalog):
     catalog_path, facts_paths = import_bear(bear_dir, home, prefix="", log=notes.append)
     assert catalog_path == home / "datasets" / "bear" / "catalog.toml"
     assert facts_paths == {r: home / "datasets" / "bear" / "facts" / f"{r}.parquet" for r in ("P19", "P36")}
-    assert notes[0] == "BEAR P19 -> P19: 3 facts, 3 options, dropped {'duplicate': 1, 'label_is_id': 1, " \
-                       "'missing_label': 1}"
+    assert (
+        notes[0] == "BEAR P19 -> P19: 3 facts, 3 options, dropped {'duplicate': 1, 'label_is_id': 1, "
+        "'missing_label': 1}"
+    )
     catalog = fresh_catalog(path=str(catalog_path))
     spec = catalog["P19"]
-    assert (spec.source, spec.answer_space, spec.domain, spec.kind) == \
-        ("bear", "fixed", "closed_set", "one_to_one")
+    assert (spec.source, spec.answer_space, spec.domain, spec.kind) == (
+        "bear",
+        "fixed",
+        "closed_set",
+        "one_to_one",
+    )
     assert spec.templates == tuple(METADATA["P19"]["templates"])
     assert spec.answer_space_labels == ("São Paulo", "Zürich", "Paris")
     assert spec.object_type == "P19" and spec.data == str(facts_paths["P19"])
@@ -143,16 +187,23 @@ def test_fixed_space_instances_have_every_option_and_the_gold(bear_dir, fresh_ca
 
 
 def test_fixed_space_resolves_duplicate_labels(bear_dir):
-    spec = RelationSpec(relation_id="P19", label="p", kind="n_to_1", object_type="P19",
-                        templates=("[X] [Y]",), source="bear", answer_space="fixed",
-                        answer_space_ids=("Q174", "Q72", "Q90"),
-                        answer_space_labels=("Paris", "Zürich", " paris"))
+    spec = RelationSpec(
+        relation_id="P19",
+        label="p",
+        kind="n_to_1",
+        object_type="P19",
+        templates=("[X] [Y]",),
+        source="bear",
+        answer_space="fixed",
+        answer_space_ids=("Q174", "Q72", "Q90"),
+        answer_space_labels=("Paris", "Zürich", " paris"),
+    )
     facts = facts_frame(read_bear(bear_dir))
     notes = []
     inst = instances_from_fixed_space(facts, spec, seed=1, dev_fraction=0.0, log=notes.append)
     by_subject = {r["subject_id"]: r for r in inst.iter_rows(named=True)}
-    assert by_subject["Q1"]["option_ids"] == ["Q174", "Q72"]    # gold Q174 kept, later twin Q90 gone
-    assert by_subject["Q3"]["option_ids"] == ["Q72", "Q90"]     # gold Q90 kept, its twin Q174 gone
+    assert by_subject["Q1"]["option_ids"] == ["Q174", "Q72"]  # gold Q174 kept, later twin Q90 gone
+    assert by_subject["Q3"]["option_ids"] == ["Q72", "Q90"]  # gold Q90 kept, its twin Q174 gone
     assert notes == ["relation P19: removed 3 duplicate-label option(s) across 3 instances"]
 
 
@@ -170,6 +221,7 @@ def test_fixed_space_refuses_objects_outside_the_space_and_empty_relations(bear_
 
 # --- malformed input ---------------------------------------------------------------------------
 
+
 def test_truncated_line_names_file_and_line(tmp_path):
     lines = FACTS["P36"][:1] + [FACTS["P36"][1][:25]]
     root = write_bear(tmp_path / "b", facts={**FACTS, "P36": lines})
@@ -179,21 +231,31 @@ def test_truncated_line_names_file_and_line(tmp_path):
 
 def test_bad_template_names_relation_and_template(tmp_path):
     meta = {**METADATA, "P36": {**METADATA["P36"], "templates": ["ok [X] [Y]", "The capital is [Y]."]}}
-    with pytest.raises(TemplateError, match=r"\[P36\] templates\[1\]: 'The capital is \[Y\]\.' must "
-                                            r"contain \[X\] exactly once"):
+    with pytest.raises(
+        TemplateError,
+        match=r"\[P36\] templates\[1\]: 'The capital is \[Y\]\.' must "
+        r"contain \[X\] exactly once",
+    ):
         read_bear(write_bear(tmp_path / "b", metadata=meta))
 
 
-@pytest.mark.parametrize("bad_line, message", [
-    (line("Q142", "France", "Q64", 0), r"P36\.jsonl:1: answer_idx 0 points to Q90 but obj_id is Q64"),
-    (line("Q142", "France", "Q90", 5), r"P36\.jsonl:1: answer_idx 5 is not an index into the 2"),
-    (line("Q142", "France", "Q90", True), r"P36\.jsonl:1: answer_idx True"),
-    (json.dumps({"sub_id": "Q142", "sub_label": "France"}),
-     r"P36\.jsonl:1: missing key\(s\) sub_aliases, obj_id"),
-    ("[1, 2]", r"P36\.jsonl:1: expected a JSON object"),
-    (line("Q142", "France", "Q90", 0).replace('"sub_aliases": []', '"sub_aliases": "x"'),
-     r"P36\.jsonl:1: sub_aliases must be a list"),
-])
+@pytest.mark.parametrize(
+    "bad_line, message",
+    [
+        (line("Q142", "France", "Q64", 0), r"P36\.jsonl:1: answer_idx 0 points to Q90 but obj_id is Q64"),
+        (line("Q142", "France", "Q90", 5), r"P36\.jsonl:1: answer_idx 5 is not an index into the 2"),
+        (line("Q142", "France", "Q90", True), r"P36\.jsonl:1: answer_idx True"),
+        (
+            json.dumps({"sub_id": "Q142", "sub_label": "France"}),
+            r"P36\.jsonl:1: missing key\(s\) sub_aliases, obj_id",
+        ),
+        ("[1, 2]", r"P36\.jsonl:1: expected a JSON object"),
+        (
+            line("Q142", "France", "Q90", 0).replace('"sub_aliases": []', '"sub_aliases": "x"'),
+            r"P36\.jsonl:1: sub_aliases must be a list",
+        ),
+    ],
+)
 def test_inconsistent_lines_are_errors(tmp_path, bad_line, message):
     root = write_bear(tmp_path / "b", facts={**FACTS, "P36": [bad_line]})
     with pytest.raises(BearFormatError, match=message):
@@ -207,21 +269,32 @@ def test_bad_entity_id_in_a_line(tmp_path):
 
 
 def test_duplicate_relation_ids_are_rejected(tmp_path):
-    raw = '{"P36": %s, "P19": %s, "P36": %s}' % (json.dumps(METADATA["P36"]), json.dumps(METADATA["P19"]),
-                                                 json.dumps(METADATA["P36"]))
+    raw = '{"P36": %s, "P19": %s, "P36": %s}' % (
+        json.dumps(METADATA["P36"]),
+        json.dumps(METADATA["P19"]),
+        json.dumps(METADATA["P36"]),
+    )
     with pytest.raises(BearFormatError, match=r"metadata_relations\.json: duplicate key\(s\) 'P36'"):
         read_bear(write_bear(tmp_path / "b", raw_metadata=raw))
 
 
-@pytest.mark.parametrize("meta, message", [
-    ({"P36": {**METADATA["P36"], "answer_space_labels": ["Paris"]}},
-     r"\[P36\]: answer_space_ids \(2\) and answer_space_labels \(1\) differ"),
-    ({"P36": {**METADATA["P36"], "templates": []}}, r"\[P36\]: templates must be a non-empty list"),
-    ({"P36": {**METADATA["P36"], "answer_space_ids": ["Q90", "Q90"]}}, r"answer_space_ids has duplicates"),
-    ({"P36": {**METADATA["P36"], "answer_space_labels": ["Paris", ""]}}, r"non-empty strings"),
-    ({"P36": ["not", "an", "object"]}, r"\[P36\]: expected an object"),
-    ({}, r"expected a non-empty object"),
-])
+@pytest.mark.parametrize(
+    "meta, message",
+    [
+        (
+            {"P36": {**METADATA["P36"], "answer_space_labels": ["Paris"]}},
+            r"\[P36\]: answer_space_ids \(2\) and answer_space_labels \(1\) differ",
+        ),
+        ({"P36": {**METADATA["P36"], "templates": []}}, r"\[P36\]: templates must be a non-empty list"),
+        (
+            {"P36": {**METADATA["P36"], "answer_space_ids": ["Q90", "Q90"]}},
+            r"answer_space_ids has duplicates",
+        ),
+        ({"P36": {**METADATA["P36"], "answer_space_labels": ["Paris", ""]}}, r"non-empty strings"),
+        ({"P36": ["not", "an", "object"]}, r"\[P36\]: expected an object"),
+        ({}, r"expected a non-empty object"),
+    ],
+)
 def test_bad_metadata(tmp_path, meta, message):
     root = write_bear(tmp_path / "b", raw_metadata=json.dumps(meta), facts={"P36": FACTS["P36"]})
     with pytest.raises(BearFormatError, match=message):
@@ -252,10 +325,14 @@ def test_missing_and_orphan_files(tmp_path):
 
 
 def test_a_relation_without_usable_facts_is_an_error(tmp_path):
-    root = write_bear(tmp_path / "b", metadata={"P36": METADATA["P36"]},
-                      facts={"P36": [line("Q142", "Q142", "Q90", 0)]})
-    with pytest.raises(BearFormatError, match=r"P36\.jsonl: no usable facts \(1 line\(s\) dropped: "
-                                              r"\{'label_is_id': 1\}\)"):
+    root = write_bear(
+        tmp_path / "b", metadata={"P36": METADATA["P36"]}, facts={"P36": [line("Q142", "Q142", "Q90", 0)]}
+    )
+    with pytest.raises(
+        BearFormatError,
+        match=r"P36\.jsonl: no usable facts \(1 line\(s\) dropped: "
+        r"\{'label_is_id': 1\}\)",
+    ):
         read_bear(root)
     (root / "P36.jsonl").write_text("\n", "utf-8")
     with pytest.raises(BearFormatError, match="no usable facts"):
@@ -264,8 +341,18 @@ def test_a_relation_without_usable_facts_is_an_error(tmp_path):
 
 # --- the TOML writer ----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("text", ['say "hi"', "back\\slash [X]", "tab\tnew\nline\r", "bell\x07 del\x7f",
-                                  "ünïcødé ✓ 北京", "'single' and \"\"\"triple\"\"\""])
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'say "hi"',
+        "back\\slash [X]",
+        "tab\tnew\nline\r",
+        "bell\x07 del\x7f",
+        "ünïcødé ✓ 北京",
+        '\'single\' and """triple"""',
+    ],
+)
 def test_toml_strings_round_trip(text):
     assert tomllib.loads(f"v = {toml_string(text)}")["v"] == text
 

@@ -1,5 +1,6 @@
 """The closed-set catalog against the real snapshot: every relation's query, run by a real oxigraph
 endpoint, returns enough labelled facts, and the curated fact files fail loudly when malformed."""
+
 from __future__ import annotations
 
 import re
@@ -25,8 +26,10 @@ def facts(tmp_path_factory) -> dict:
     info = ensure_store(tmp_path_factory.mktemp("closed-set"))
     with LocalEndpoint(info.store_dir) as endpoint:
         client = SparqlClient(endpoint.url)
-        return {spec.relation_id: parse_facts(client.select(relation_query(spec)), spec.relation_id)
-                for spec in CLOSED_SET}
+        return {
+            spec.relation_id: parse_facts(client.select(relation_query(spec)), spec.relation_id)
+            for spec in CLOSED_SET
+        }
 
 
 def test_at_least_25_closed_set_relations():
@@ -53,6 +56,7 @@ def test_at_least_5000_closed_set_facts(facts):
 
 def test_objects_link_across_sources(facts):
     """A curated birthplace is geo.py's city entity; a curated citizenship is geo.py's country."""
+
     def pairs(rid):
         return set(facts[rid].frame.select("subject_label", "object_id").iter_rows())
 
@@ -81,23 +85,29 @@ def test_curated_reader_accepts_the_documented_format():
     assert ("kcal:person-ada-lovelace", "P31", "Q5") in graph.facts
 
 
-@pytest.mark.parametrize("text, message", [
-    ("person\tP19\tP999\n", r"people_test\.tsv:1: unknown relation\(s\) P999"),
-    ("planet\tP19\n", r"people_test\.tsv:1: subject kind 'planet'"),
-    ("# c\nperson\tP19\n\tUlm@DE\n", r"people_test\.tsv:3: missing subject label"),
-    ("person\tP19\nA\tUlm@DE\textra\n", r"people_test\.tsv:2: 3 cells but the header has 2"),
-    ("", r"people_test\.tsv: no header line"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("person\tP19\tP999\n", r"people_test\.tsv:1: unknown relation\(s\) P999"),
+        ("planet\tP19\n", r"people_test\.tsv:1: subject kind 'planet'"),
+        ("# c\nperson\tP19\n\tUlm@DE\n", r"people_test\.tsv:3: missing subject label"),
+        ("person\tP19\nA\tUlm@DE\textra\n", r"people_test\.tsv:2: 3 cells but the header has 2"),
+        ("", r"people_test\.tsv: no header line"),
+    ],
+)
 def test_curated_reader_errors_name_file_and_line(text, message):
     with pytest.raises(CuratedDataError, match=message):
         _rows(text)
 
 
-@pytest.mark.parametrize("line, message", [
-    ("A\tUlm\tDE", r"people_test\.tsv:2: city 'Ulm' is not written as 'Name@ISO'"),
-    ("A\tUlm@XX\tDE", r"people_test\.tsv:2: unknown country code 'XX'"),
-    ("A\tUlm@DE\tGU", r"people_test\.tsv:2: unknown country code 'GU'"),  # Guam: not a country
-])
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ("A\tUlm\tDE", r"people_test\.tsv:2: city 'Ulm' is not written as 'Name@ISO'"),
+        ("A\tUlm@XX\tDE", r"people_test\.tsv:2: unknown country code 'XX'"),
+        ("A\tUlm@DE\tGU", r"people_test\.tsv:2: unknown country code 'GU'"),  # Guam: not a country
+    ],
+)
 def test_curated_objects_errors_name_file_and_line(line, message):
     kind, rows = _rows(f"person\tP19\tP27\n{line}\n")
     with pytest.raises(CuratedDataError, match=message):

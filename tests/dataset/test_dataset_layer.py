@@ -1,20 +1,28 @@
 """The dataset layer: which templates a run scores, one-shot statements, instances per kind."""
+
 import polars as pl
 import pytest
 
-from kcal_pipeline.dataset.instances.relation_probe import curated_and_variants, relation_instances, relation_statements, run_templates
 from kcal_pipeline.dataset.instances.probe import ProbeConfig, object_pools, templates_frame
+from kcal_pipeline.dataset.instances.relation_probe import (
+    curated_and_variants,
+    relation_instances,
+    relation_statements,
+    run_templates,
+)
 from kcal_pipeline.dataset.relations import get_relation, load_catalog
 
 CATALOG = load_catalog()
 TEMPLATES = curated_and_variants(templates_frame({"P36": CATALOG["P36"]}), seed=13)
-FACTS = pl.DataFrame({
-    "relation_id": ["P36"] * 5,
-    "subject_id": ["s1", "s2", "s3", "s4", "s5"],
-    "subject_label": ["France", "Germany", "Italy", "Spain", "Côte d'Ivoire"],
-    "object_id": ["o1", "o2", "o3", "o4", "o5"],
-    "object_label": ["Paris", "Berlin", "Rome", "Madrid", "Yamoussoukro"],
-})
+FACTS = pl.DataFrame(
+    {
+        "relation_id": ["P36"] * 5,
+        "subject_id": ["s1", "s2", "s3", "s4", "s5"],
+        "subject_label": ["France", "Germany", "Italy", "Spain", "Côte d'Ivoire"],
+        "object_id": ["o1", "o2", "o3", "o4", "o5"],
+        "object_label": ["Paris", "Berlin", "Rome", "Madrid", "Yamoussoukro"],
+    }
+)
 
 
 def test_default_run_scores_the_first_curated_templates_only():
@@ -36,21 +44,30 @@ def test_generated_kind_needs_generated_templates():
 
 
 def test_one_shot_statements_demonstrate_with_another_subject_and_keep_spans():
-    inst = relation_instances(CATALOG["P36"], FACTS, pl.DataFrame(), ProbeConfig(n_negatives=2, max_instances=None))
-    chosen = run_templates(TEMPLATES, None, ["perturbation"], 1, seed=13).filter(pl.col("variant") == "one-shot")
+    inst = relation_instances(
+        CATALOG["P36"], FACTS, pl.DataFrame(), ProbeConfig(n_negatives=2, max_instances=None)
+    )
+    chosen = run_templates(TEMPLATES, None, ["perturbation"], 1, seed=13).filter(
+        pl.col("variant") == "one-shot"
+    )
     st = relation_statements(inst, chosen, seed=13)
     assert st.height == int(inst["n_options"].sum())
     for row in st.iter_rows(named=True):
-        subject = row["text"][row["subject_start"]:row["subject_end"]]
+        subject = row["text"][row["subject_start"] : row["subject_end"]]
         own = inst.filter(pl.col("instance_id") == row["instance_id"])["subject_label"][0]
-        assert subject == own and row["text"][row["object_start"]:row["object_end"]] == row["object_label"]
-        demo = row["text"][:row["text"].index("The capital of " + own)]
+        assert subject == own and row["text"][row["object_start"] : row["object_end"]] == row["object_label"]
+        demo = row["text"][: row["text"].index("The capital of " + own)]
         assert demo.strip() and own not in demo and "[D]" not in row["text"]
 
 
 def test_answer_space_subsampling_adds_cut_instances():
-    inst = relation_instances(CATALOG["P36"], FACTS, pl.DataFrame(),
-                              ProbeConfig(n_negatives=4, max_instances=None), answer_space_k=2)
+    inst = relation_instances(
+        CATALOG["P36"],
+        FACTS,
+        pl.DataFrame(),
+        ProbeConfig(n_negatives=4, max_instances=None),
+        answer_space_k=2,
+    )
     cut = inst.filter(pl.col("instance_id").str.ends_with("#k2"))
     assert cut.height == 5 and cut["n_options"].to_list() == [2] * 5
     assert all(set(g) <= set(o) for g, o in zip(cut["gold_ids"], cut["option_ids"]))
@@ -58,8 +75,9 @@ def test_answer_space_subsampling_adds_cut_instances():
 
 def test_mace_instances_have_exact_gold_counts():
     facts = __import__("kcal_pipeline.dataset.sources.mace", fromlist=["math_facts"]).math_facts("mace-math")
-    inst = relation_instances(get_relation("mace-math"), facts, object_pools(facts, CATALOG),
-                              ProbeConfig(max_instances=40))
+    inst = relation_instances(
+        get_relation("mace-math"), facts, object_pools(facts, CATALOG), ProbeConfig(max_instances=40)
+    )
     counts = inst.group_by("n_gold").len().sort("n_gold")
     assert counts.rows() == [(1, 10), (2, 10), (4, 10), (6, 10)]
     assert all(len(g) == n for g, n in zip(inst["gold_ids"], inst["n_gold"]))
@@ -68,10 +86,15 @@ def test_mace_instances_have_exact_gold_counts():
 def test_one_to_one_relations_share_one_bear_style_answer_space():
     spec = get_relation("P1376")
     assert spec.answer_space == "fixed"
-    facts = pl.DataFrame({"relation_id": ["P1376"] * 4, "subject_id": ["c1", "c2", "c3", "c4"],
-                          "subject_label": ["Paris", "Berlin", "Rome", "Madrid"],
-                          "object_id": ["k1", "k2", "k3", "k4"],
-                          "object_label": ["France", "Germany", "Italy", "Spain"]})
+    facts = pl.DataFrame(
+        {
+            "relation_id": ["P1376"] * 4,
+            "subject_id": ["c1", "c2", "c3", "c4"],
+            "subject_label": ["Paris", "Berlin", "Rome", "Madrid"],
+            "object_id": ["k1", "k2", "k3", "k4"],
+            "object_label": ["France", "Germany", "Italy", "Spain"],
+        }
+    )
     inst = relation_instances(spec, facts, pl.DataFrame(), ProbeConfig(max_instances=3))
     assert inst.height == 3
     space = inst["option_ids"][0].to_list()
@@ -81,6 +104,7 @@ def test_one_to_one_relations_share_one_bear_style_answer_space():
 
 def test_generated_templates_join_the_run_with_their_variants():
     from kcal_pipeline.dataset.instances.paraphrases import Candidate, paraphrase_rows
+
     generated = paraphrase_rows([Candidate("P36", "[Y] serves as the capital of [X].", "m", "m@r", "prompt")])
     chosen = run_templates(TEMPLATES, generated, ["curated", "generated", "marker_verbal"], 1, seed=13)
     assert set(chosen.filter(pl.col("kind") != "marker_verbal")["template_id"]) == {"P36:c0", "P36:g0"}

@@ -1,5 +1,6 @@
 """MACE domains end to end: real queries on a local oxigraph over the embedded snapshot, exact
 gold counts, distractors, stable ids, validity filters and hand-checked answers."""
+
 import csv
 import json
 import re
@@ -10,15 +11,21 @@ import polars as pl
 import pycountry
 import pytest
 
-from kcal_pipeline.dataset.instances.probe import INSTANCE_COLUMNS
-from kcal_pipeline.dataset.sources import mace
 from kcal_pipeline.core.keys import InvalidIdError, check_entity_id
+from kcal_pipeline.dataset.instances.probe import INSTANCE_COLUMNS
 from kcal_pipeline.dataset.relations import load_catalog
+from kcal_pipeline.dataset.sources import mace
 from kcal_pipeline.dataset.sources.snapshot.build import ensure_store
 from kcal_pipeline.dataset.sources.sparql import LocalEndpoint, SparqlClient
 
-DOMAINS = {"mace-award": "award", "mace-office": "office", "mace-region": "region",
-           "mace-river": "river", "mace-language": "language", "mace-math": "math"}
+DOMAINS = {
+    "mace-award": "award",
+    "mace-office": "office",
+    "mace-region": "region",
+    "mace-river": "river",
+    "mace-language": "language",
+    "mace-math": "math",
+}
 DATA = Path(mace.__file__).parent / "snapshot" / "data"
 
 
@@ -65,8 +72,13 @@ def test_queries_are_portable_and_validate_ids(domain):
 
 
 def test_every_domain_returns_facts_with_qualifiers(facts):
-    qualifier = {"award": "year", "office": "start", "region": "area_km2", "language": "status",
-                 "math": "value"}
+    qualifier = {
+        "award": "year",
+        "office": "start",
+        "region": "area_km2",
+        "language": "status",
+        "math": "value",
+    }
     for rid, domain in DOMAINS.items():
         frame = facts[rid].frame
         assert frame.columns == list(mace.FACT_COLUMNS)
@@ -113,11 +125,13 @@ def test_question_ids_are_stable_and_the_seed_changes_only_distractors(facts):
 
 
 def test_math_distractors_are_false_and_golds_true():
-    rules = {"prime number": lambda n: n > 1 and all(n % d for d in range(2, int(n ** 0.5) + 1)),
-             "perfect square": lambda n: round(n ** 0.5) ** 2 == n,
-             "perfect cube": lambda n: round(n ** (1 / 3)) ** 3 == n,
-             "triangular number": lambda n: any(k * (k + 1) // 2 == n for k in range(n + 1)),
-             "Fibonacci number": lambda n: n in {1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144, 233, 377, 610, 987}}
+    rules = {
+        "prime number": lambda n: n > 1 and all(n % d for d in range(2, int(n**0.5) + 1)),
+        "perfect square": lambda n: round(n**0.5) ** 2 == n,
+        "perfect cube": lambda n: round(n ** (1 / 3)) ** 3 == n,
+        "triangular number": lambda n: any(k * (k + 1) // 2 == n for k in range(n + 1)),
+        "Fibonacci number": lambda n: n in {1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144, 233, 377, 610, 987},
+    }
     frame = mace.build_questions(mace.math_facts(), "mace-math", seed=13)
     for row in frame.iter_rows(named=True):
         kind, lo, hi = re.fullmatch(r"an? (.+) between (\d+) and (\d+)", row["subject_label"]).groups()
@@ -134,17 +148,22 @@ def test_hand_checked_answers(facts):
 
     assert gold("mace-award", "the Nobel Prize in Literature in 1995") == ["Seamus Heaney"]
     assert gold("mace-award", "the Nobel Prize in Physics in 1921") == ["Albert Einstein"]
-    assert gold("mace-award", "the Nobel Prize in Physics between 1921 and 1922") == ["Albert Einstein", "Niels Bohr"]
+    assert gold("mace-award", "the Nobel Prize in Physics between 1921 and 1922") == [
+        "Albert Einstein",
+        "Niels Bohr",
+    ]
     assert gold("mace-office", "President of the United States in 1994") == ["Bill Clinton"]
     assert gold("mace-office", "President of the United States in 1974") == ["Gerald Ford", "Richard Nixon"]
-    assert gold("mace-region", "a first-level administrative division of Germany with an area of less than "
-                               "800 km²") == ["Bremen", "Hamburg"]
+    assert gold(
+        "mace-region", "a first-level administrative division of Germany with an area of less than 800 km²"
+    ) == ["Bremen", "Hamburg"]
     assert gold("mace-river", "the Elbe") == ["Czechia", "Germany"]
     assert gold("mace-river", "the Loire or the Seine") == ["France"]
     assert gold("mace-language", "Japanese") == ["Japan"]
     math = mace.candidate_questions(mace.math_facts(), "math")
-    assert _label({f"kcal:number-{n}": str(n) for n in range(1001)}, math,
-                  "a prime number between 10 and 20") == ["11", "13", "17", "19"]
+    assert _label(
+        {f"kcal:number-{n}": str(n) for n in range(1001)}, math, "a prime number between 10 and 20"
+    ) == ["11", "13", "17", "19"]
 
 
 def test_validity_filters_drop_raw_ids_and_missing_labels_with_counts():
@@ -152,26 +171,48 @@ def test_validity_filters_drop_raw_ids_and_missing_labels_with_counts():
     lit = lambda text: {"type": "literal", "value": text}  # noqa: E731
     time = {"type": "literal", "value": "1995-01-01T00:00:00Z"}
     rows = [
-        {"subject": uri("award-a"), "subjectLabel": lit("Prize A"), "object": uri("person-b"),
-         "objectLabel": lit("Ann Bee"), "time": time},
-        {"subject": uri("award-a"), "subjectLabel": lit("Prize A"), "object": uri("person-c"),
-         "objectLabel": lit("Q42"), "time": time},
+        {
+            "subject": uri("award-a"),
+            "subjectLabel": lit("Prize A"),
+            "object": uri("person-b"),
+            "objectLabel": lit("Ann Bee"),
+            "time": time,
+        },
+        {
+            "subject": uri("award-a"),
+            "subjectLabel": lit("Prize A"),
+            "object": uri("person-c"),
+            "objectLabel": lit("Q42"),
+            "time": time,
+        },
         {"subject": uri("award-a"), "subjectLabel": lit("Prize A"), "object": uri("person-d"), "time": time},
-        {"subject": uri("award-a"), "subjectLabel": lit("Prize A"), "object": uri("person-e"),
-         "objectLabel": lit("Eve")},
+        {
+            "subject": uri("award-a"),
+            "subjectLabel": lit("Prize A"),
+            "object": uri("person-e"),
+            "objectLabel": lit("Eve"),
+        },
         {"subject": {"type": "uri", "value": "http://example.org/x"}, "object": uri("person-b")},
     ]
     parsed = mace.parse_mace_facts({"results": {"bindings": rows}}, "mace-award", "award")
     assert parsed.frame["object_label"].to_list() == ["Ann Bee"]
     assert parsed.frame["qualifiers"].to_list() == ['{"year": 1995}']
     assert {k: v for k, v in parsed.dropped.items() if v} == {
-        "label_is_id": 1, "missing_label": 1, "missing_qualifier": 1, "unknown_namespace": 1}
+        "label_is_id": 1,
+        "missing_label": 1,
+        "missing_qualifier": 1,
+        "unknown_namespace": 1,
+    }
 
-    frame = pl.DataFrame([
-        ("mace-river", "kcal:river-a", "A River", "kcal:country-X", "Xland", "{}"),
-        ("mace-river", "kcal:river-b", "B River", "kcal:country-Y", "country-Y", "{}"),
-        ("mace-river", "kcal:river-c", "", "kcal:country-X", "Xland", "{}"),
-    ], schema=mace.FACT_SCHEMA, orient="row")
+    frame = pl.DataFrame(
+        [
+            ("mace-river", "kcal:river-a", "A River", "kcal:country-X", "Xland", "{}"),
+            ("mace-river", "kcal:river-b", "B River", "kcal:country-Y", "country-Y", "{}"),
+            ("mace-river", "kcal:river-c", "", "kcal:country-X", "Xland", "{}"),
+        ],
+        schema=mace.FACT_SCHEMA,
+        orient="row",
+    )
     qs = mace.build_question_set(frame, "mace-river", seed=1, per_count=5, gold_counts=(1,))
     assert qs.dropped["label_is_id"] == 1 and qs.dropped["missing_label"] == 1
     assert qs.frame["subject_label"].to_list() == ["the A River"]
@@ -183,8 +224,11 @@ def test_region_table_lists_exactly_the_top_level_subdivisions():
     codes = {r["code"] for r in rows}
     assert len(codes) == len(rows)
     for country in {c[:2] for c in codes}:
-        top = {s.code for s in pycountry.subdivisions.get(country_code=country)
-               if s.parent_code is None and s.type != "Outlying area"}
+        top = {
+            s.code
+            for s in pycountry.subdivisions.get(country_code=country)
+            if s.parent_code is None and s.type != "Outlying area"
+        }
         assert {c for c in codes if c.startswith(f"{country}-")} == top, country
     assert all(float(r["area_km2"]) > 0 for r in rows)
 

@@ -3,14 +3,20 @@ import os
 import polars as pl
 import pytest
 
-from kcal_pipeline.scoring.models.loading import DEFAULT_MODEL, load_model
 from kcal_pipeline.dataset.instances.paraphrases import (
-    REASONS, Candidate, build_prompt, choose_templates, filter_candidates, generate_paraphrases,
-    paraphrase_rows, reason_counts,
+    REASONS,
+    Candidate,
+    build_prompt,
+    choose_templates,
+    filter_candidates,
+    generate_paraphrases,
+    paraphrase_rows,
+    reason_counts,
 )
 from kcal_pipeline.dataset.instances.probe import templates_frame
 from kcal_pipeline.dataset.relations import load_catalog
 from kcal_pipeline.dataset.templates import check_template
+from kcal_pipeline.scoring.models.loading import DEFAULT_MODEL, load_model
 
 CURATED = ["The capital of [X] is [Y].", "[Y] is the capital of [X]."]
 
@@ -40,8 +46,11 @@ def test_filter_hand_checked_cases():
         'He said "[X] is ruled from [Y]".': "chatter",
     }
     kept, rejected = filter_candidates([_cand(t) for t in cases], CURATED)
-    assert [c.text for c in kept] == ["[X] is governed from [Y].", "[Y] serves as the seat of government of [X]!",
-                                      "[X] in [Y]."]
+    assert [c.text for c in kept] == [
+        "[X] is governed from [Y].",
+        "[Y] serves as the seat of government of [X]!",
+        "[X] in [Y].",
+    ]
     assert {c.text: why for c, why in rejected} == {t: w for t, w in cases.items() if w}
     counts = reason_counts(rejected)
     assert list(counts) == list(REASONS) and sum(counts.values()) == len(rejected)
@@ -52,8 +61,14 @@ def test_filter_hand_checked_cases():
 
 
 def test_rows_are_generated_kind_with_provenance_and_a_run_chooses():
-    kept, _ = filter_candidates([_cand("[X] is governed from [Y]."), _cand("[X] is ruled from [Y]."),
-                                 _cand("[X] lies in [Y].", "P30")], CURATED)
+    kept, _ = filter_candidates(
+        [
+            _cand("[X] is governed from [Y]."),
+            _cand("[X] is ruled from [Y]."),
+            _cand("[X] lies in [Y].", "P30"),
+        ],
+        CURATED,
+    )
     generated = paraphrase_rows(kept)
     assert generated["template_id"].to_list() == ["P36:g0", "P36:g1", "P30:g0"]
     assert set(generated["kind"]) == {"generated"} and set(generated["source"]) == {"generated:org/model"}
@@ -66,7 +81,8 @@ def test_rows_are_generated_kind_with_provenance_and_a_run_chooses():
     assert set(only["kind"]) == {"generated"}
     assert only.filter(pl.col("rank") == 0)["template_id"].sort().to_list() == ["P30:g0", "P36:g0"]
     assert choose_templates(curated, generated, "curated").equals(
-        choose_templates(curated, generated.head(0), "curated"))
+        choose_templates(curated, generated.head(0), "curated")
+    )
     with pytest.raises(ValueError, match="no generated templates for relation"):
         choose_templates(curated, generated.head(2), "generated")
     with pytest.raises(ValueError, match="must be one of"):

@@ -2,10 +2,15 @@ import polars as pl
 import pytest
 
 from kcal_pipeline.dataset.instances.probe import (
-    EmptyRelationError, ProbeConfig, build_instances, build_statements, headline_estimates, templates_frame,
+    EmptyRelationError,
+    ProbeConfig,
+    build_instances,
+    build_statements,
+    headline_estimates,
+    templates_frame,
 )
-from kcal_pipeline.dataset.relations import load_catalog, parse_catalog
 from kcal_pipeline.dataset.instances.sampling import sample_negatives
+from kcal_pipeline.dataset.relations import load_catalog, parse_catalog
 from kcal_pipeline.dataset.templates import TemplateError, fill
 
 POOL = {f"o{i}": f"Object {i}" for i in range(20)}
@@ -14,8 +19,9 @@ POOL = {f"o{i}": f"Object {i}" for i in range(20)}
 def test_gold_never_among_negatives_and_labels_distinct():
     for subject in range(50):
         gold = [f"o{subject % 20}", f"o{(subject + 3) % 20}"]
-        neg = sample_negatives(gold_ids=gold, pool=POOL, k=8, seed=1, relation_id="P36",
-                               subject_id=f"s{subject}", labels=POOL)
+        neg = sample_negatives(
+            gold_ids=gold, pool=POOL, k=8, seed=1, relation_id="P36", subject_id=f"s{subject}", labels=POOL
+        )
         assert len(neg) == 8 and not set(neg) & set(gold) and len(set(neg)) == 8
 
 
@@ -29,24 +35,34 @@ def test_sampling_is_deterministic_and_independent_of_other_subjects():
 def test_duplicate_labels_never_share_an_answer_space():
     pool = {"a": "Paris", "b": "paris", "c": "Lyon", "d": "Nice"}
     for s in range(20):
-        neg = sample_negatives(gold_ids=["a"], pool=pool, k=3, seed=s, relation_id="P36",
-                               subject_id="x", labels=pool)
+        neg = sample_negatives(
+            gold_ids=["a"], pool=pool, k=3, seed=s, relation_id="P36", subject_id="x", labels=pool
+        )
         assert "b" not in neg and sorted(neg) == ["c", "d"]
 
 
 def test_topup_used_only_when_pool_is_short():
-    neg = sample_negatives(gold_ids=["o0"], pool={"o0": "A", "o1": "B"}, k=3, seed=1, relation_id="P1",
-                           subject_id="s", topup_pool={"t1": "C", "t2": "D", "t3": "E"})
+    neg = sample_negatives(
+        gold_ids=["o0"],
+        pool={"o0": "A", "o1": "B"},
+        k=3,
+        seed=1,
+        relation_id="P1",
+        subject_id="s",
+        topup_pool={"t1": "C", "t2": "D", "t3": "E"},
+    )
     assert neg[0] == "o1" and len(neg) == 3 and set(neg[1:]) <= {"t1", "t2", "t3"}
 
 
-FACTS = pl.DataFrame({
-    "relation_id": ["P36"] * 6,
-    "subject_id": ["s1", "s2", "s3", "s4", "s5", "s5"],
-    "subject_label": ["France", "Germany", "Italy", "Spain", "Bolivia", "Bolivia"],
-    "object_id": ["o1", "o2", "o3", "o4", "o5", "o6"],
-    "object_label": ["Paris", "Berlin", "Rome", "Madrid", "Sucre", "La Paz"],
-})
+FACTS = pl.DataFrame(
+    {
+        "relation_id": ["P36"] * 6,
+        "subject_id": ["s1", "s2", "s3", "s4", "s5", "s5"],
+        "subject_label": ["France", "Germany", "Italy", "Spain", "Bolivia", "Bolivia"],
+        "object_id": ["o1", "o2", "o3", "o4", "o5", "o6"],
+        "object_label": ["Paris", "Berlin", "Rome", "Madrid", "Sucre", "La Paz"],
+    }
+)
 
 
 def test_instances_options_and_gold_sets():
@@ -79,8 +95,8 @@ def test_statements_cover_instances_templates_options_with_spans():
     assert st.height == int(inst["n_options"].sum()) * 3
     assert st["statement_id"].n_unique() == st.height
     for r in st.iter_rows(named=True):
-        assert r["text"][r["subject_start"]:r["subject_end"]] in set(FACTS["subject_label"])
-        assert r["text"][r["object_start"]:r["object_end"]] == r["object_label"]
+        assert r["text"][r["subject_start"] : r["subject_end"]] in set(FACTS["subject_label"])
+        assert r["text"][r["object_start"] : r["object_end"]] == r["object_label"]
     gold_per_instance_template = st.group_by("instance_id", "template_id").agg(pl.col("is_gold").sum())
     assert gold_per_instance_template["is_gold"].min() >= 1
 
@@ -88,23 +104,43 @@ def test_statements_cover_instances_templates_options_with_spans():
 def test_fill_spans_when_object_precedes_subject():
     f = fill("[Y] is the capital of [X].", "Côte d'Ivoire", "Yamoussoukro")
     assert f.text == "Yamoussoukro is the capital of Côte d'Ivoire."
-    assert f.text[slice(*f.object_span)] == "Yamoussoukro" and f.text[slice(*f.subject_span)] == "Côte d'Ivoire"
+    assert (
+        f.text[slice(*f.object_span)] == "Yamoussoukro" and f.text[slice(*f.subject_span)] == "Côte d'Ivoire"
+    )
 
 
 @pytest.mark.parametrize("bad", ["The capital of [X] is Paris.", "[Y] [Y] in [X]", "", "[X] and [Y] and [X]"])
 def test_template_without_slots_names_relation_and_text(bad):
-    cat = {"P36": {"label": "capital", "kind": "n_to_1", "property": "P36", "object_type": "city",
-                   "templates": [bad]}}
+    cat = {
+        "P36": {
+            "label": "capital",
+            "kind": "n_to_1",
+            "property": "P36",
+            "object_type": "city",
+            "templates": [bad],
+        }
+    }
     with pytest.raises(TemplateError, match=r"\[P36\] template"):
         parse_catalog(cat)
 
 
 def test_catalog_errors_name_field():
     with pytest.raises(ValueError, match=r"\[P36\]: missing field\(s\) property"):
-        parse_catalog({"P36": {"label": "c", "kind": "n_to_1", "object_type": "city", "templates": ["[X] [Y]"]}})
+        parse_catalog(
+            {"P36": {"label": "c", "kind": "n_to_1", "object_type": "city", "templates": ["[X] [Y]"]}}
+        )
     with pytest.raises(ValueError, match="kind 'weird'"):
-        parse_catalog({"P36": {"label": "c", "kind": "weird", "property": "P36", "object_type": "city",
-                               "templates": ["[X] [Y]"]}})
+        parse_catalog(
+            {
+                "P36": {
+                    "label": "c",
+                    "kind": "weird",
+                    "property": "P36",
+                    "object_type": "city",
+                    "templates": ["[X] [Y]"],
+                }
+            }
+        )
 
 
 def test_packaged_catalog_has_three_templates_per_relation():
@@ -114,8 +150,9 @@ def test_packaged_catalog_has_three_templates_per_relation():
 
 
 def test_headline_keeps_rank_zero_only():
-    est = pl.DataFrame({"relation_id": ["P36", "P36", "P30"], "template_id": ["P36:c0", "P36:c1", "P30:c0"],
-                        "x": [1, 2, 3]})
+    est = pl.DataFrame(
+        {"relation_id": ["P36", "P36", "P30"], "template_id": ["P36:c0", "P36:c1", "P30:c0"], "x": [1, 2, 3]}
+    )
     tmpl = templates_frame(load_catalog(), 2)
     assert headline_estimates(est, tmpl)["x"].to_list() == [1, 3]
 
@@ -123,11 +160,16 @@ def test_headline_keeps_rank_zero_only():
 def test_short_pool_is_topped_up_from_same_type_and_stays_stable():
     from kcal_pipeline.dataset.instances.probe import object_pools, topup_pool_for
     from kcal_pipeline.dataset.relations import RelationSpec
-    facts = pl.DataFrame({
-        "relation_id": ["P30", "P30", "P36", "P36"],
-        "subject_id": ["a", "b", "c", "d"], "subject_label": ["A", "B", "C", "D"],
-        "object_id": ["x1", "x2", "x3", "x4"], "object_label": ["X1", "X2", "X3", "X4"],
-    })
+
+    facts = pl.DataFrame(
+        {
+            "relation_id": ["P30", "P30", "P36", "P36"],
+            "subject_id": ["a", "b", "c", "d"],
+            "subject_label": ["A", "B", "C", "D"],
+            "object_id": ["x1", "x2", "x3", "x4"],
+            "object_label": ["X1", "X2", "X3", "X4"],
+        }
+    )
     spec = dict(label="l", kind="n_to_1", object_type="thing", templates=("[X] [Y]",), property="P1")
     catalog = {"P30": RelationSpec(relation_id="P30", **spec), "P36": RelationSpec(relation_id="P36", **spec)}
     pools = object_pools(facts, catalog)
@@ -136,13 +178,23 @@ def test_short_pool_is_topped_up_from_same_type_and_stays_stable():
     inst = build_instances(facts, "P30", ProbeConfig(n_negatives=3, max_instances=None), topup_pool=topup)
     a = inst.filter(pl.col("subject_id") == "a").row(0, named=True)
     assert a["n_options"] == 4 and set(a["option_ids"]) == {"x1", "x2", "x3", "x4"}
-    assert a["option_labels"] == [{"x1": "X1", "x2": "X2", "x3": "X3", "x4": "X4"}[o] for o in a["option_ids"]]
+    assert a["option_labels"] == [
+        {"x1": "X1", "x2": "X2", "x3": "X3", "x4": "X4"}[o] for o in a["option_ids"]
+    ]
 
 
 def test_a_relation_id_defined_in_two_catalog_files_is_an_error():
     from kcal_pipeline.dataset.relations import merge_catalogs
-    entry = {"label": "c", "kind": "n_to_1", "property": "P36", "object_type": "city", "templates": ["[X] [Y]"]}
-    assert set(merge_catalogs([({"P36": entry}, "a.toml"), ({"P30": {**entry, "property": "P30"}}, "b.toml")])) \
-        == {"P36", "P30"}
+
+    entry = {
+        "label": "c",
+        "kind": "n_to_1",
+        "property": "P36",
+        "object_type": "city",
+        "templates": ["[X] [Y]"],
+    }
+    assert set(
+        merge_catalogs([({"P36": entry}, "a.toml"), ({"P30": {**entry, "property": "P30"}}, "b.toml")])
+    ) == {"P36", "P30"}
     with pytest.raises(ValueError, match=r"b\.toml: relation id\(s\) P36 already defined in a\.toml"):
         merge_catalogs([({"P36": entry}, "a.toml"), ({"P36": entry}, "b.toml")])

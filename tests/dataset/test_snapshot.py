@@ -1,4 +1,5 @@
 """The embedded snapshot: shape, determinism, labels, and the oxigraph store it is loaded into."""
+
 from __future__ import annotations
 
 import hashlib
@@ -89,9 +90,10 @@ def test_city_currency_border_and_curated_facts_are_present(lines):
 
 def test_one_city_entity_per_name_and_country(lines):
     """Capitals, large cities and curated birthplaces naming the same city share one entity."""
-    cities = [TRIPLE.match(line).group(1, 4) for line in lines
-              if line.startswith(f"<{K}city-") and LABEL in line]
-    keys = Counter((iri[len(K):].split("-")[1], fold(label)) for iri, label in cities)
+    cities = [
+        TRIPLE.match(line).group(1, 4) for line in lines if line.startswith(f"<{K}city-") and LABEL in line
+    ]
+    keys = Counter((iri[len(K) :].split("-")[1], fold(label)) for iri, label in cities)
     assert [key for key, n in keys.items() if n > 1] == []
 
 
@@ -121,9 +123,14 @@ def test_each_relation_has_at_least_100_facts(lines):
 def test_only_certain_qids_are_used(ntriples):
     assert set(re.findall(r"<http://www\.wikidata\.org/entity/(Q\d+)>", ntriples)) == CERTAIN_QIDS
     iris = set(re.findall(r"<(http[^>]+)>", ntriples))
-    allowed = (K, "https://kcal.invalid/statement/", "http://www.wikidata.org/prop/",
-               "http://www.w3.org/2000/01/rdf-schema#label", "http://www.w3.org/2001/XMLSchema#",
-               *(f"http://www.wikidata.org/entity/{q}" for q in CERTAIN_QIDS))
+    allowed = (
+        K,
+        "https://kcal.invalid/statement/",
+        "http://www.wikidata.org/prop/",
+        "http://www.w3.org/2000/01/rdf-schema#label",
+        "http://www.w3.org/2001/XMLSchema#",
+        *(f"http://www.wikidata.org/entity/{q}" for q in CERTAIN_QIDS),
+    )
     assert [i for i in iris if not i.startswith(allowed)] == []
 
 
@@ -141,17 +148,27 @@ def test_every_entity_has_exactly_one_clean_label(lines):
 def test_continent_labels(lines):
     continents = {
         line.split()[0]: TRIPLE.match(line).group(4)
-        for line in lines if line.startswith(f"<{K}continent-") and LABEL in line
+        for line in lines
+        if line.startswith(f"<{K}continent-") and LABEL in line
     }
     assert sorted(continents.values()) == [
-        "Africa", "Antarctica", "Asia", "Europe", "North America", "Oceania", "South America",
+        "Africa",
+        "Antarctica",
+        "Asia",
+        "Europe",
+        "North America",
+        "Oceania",
+        "South America",
     ]
 
 
 def test_language_labels_never_repeat_a_country_name(lines):
     def labels(prefix):
-        return {TRIPLE.match(line).group(4) for line in lines
-                if line.startswith(f"<{K}{prefix}") and LABEL in line}
+        return {
+            TRIPLE.match(line).group(4)
+            for line in lines
+            if line.startswith(f"<{K}{prefix}") and LABEL in line
+        }
 
     assert labels("lang-") & labels("country-") == set()
     assert "Tuvaluan" in labels("lang-")
@@ -187,7 +204,8 @@ def test_ensure_store_builds_a_store_named_by_hash(store_root, ntriples):
     assert (store_root / f"snapshot-{digest[:12]}.nt").read_text("utf-8") == ntriples
     assert (info.store_dir / "CURRENT").is_file()  # a RocksDB directory written by oxigraph
     assert sorted(p.name for p in store_root.iterdir()) == [
-        f"snapshot-{digest[:12]}.nt", f"store-{digest[:12]}",
+        f"snapshot-{digest[:12]}.nt",
+        f"store-{digest[:12]}",
     ]  # no temporary leftovers
 
 
@@ -221,7 +239,9 @@ def test_missing_oxigraph_binary_is_a_clear_error(tmp_path, monkeypatch):
 
 def test_typed_literals_follow_wikidata():
     assert typed_literal(1995) == '"1995-01-01T00:00:00Z"^^<http://www.w3.org/2001/XMLSchema#dateTime>'
-    assert typed_literal("2001-06-30") == '"2001-06-30T00:00:00Z"^^<http://www.w3.org/2001/XMLSchema#dateTime>'
+    assert (
+        typed_literal("2001-06-30") == '"2001-06-30T00:00:00Z"^^<http://www.w3.org/2001/XMLSchema#dateTime>'
+    )
     assert typed_literal(123.5) == '"123.5"^^<http://www.w3.org/2001/XMLSchema#decimal>'
     with pytest.raises(ValueError, match="no literal form"):
         typed_literal("June 2001")
@@ -234,7 +254,14 @@ def test_qualified_statement_shape():
     g.add_qualified("kcal:person-x", "P166", "kcal:award-y", {"P585": 1921})
     lines = g.ntriples().splitlines()
     node = [ln.split()[2] for ln in lines if "/prop/P166>" in ln][0]
-    assert f"{node} <http://www.wikidata.org/prop/statement/P166> <https://kcal.invalid/entity/award-y> ." in lines
-    assert any(ln.startswith(f"{node} <http://www.wikidata.org/prop/qualifier/P585> \"1921-01-01") for ln in lines)
-    assert ("<https://kcal.invalid/entity/person-x> <http://www.wikidata.org/prop/direct/P166> "
-            "<https://kcal.invalid/entity/award-y> .") in lines
+    assert (
+        f"{node} <http://www.wikidata.org/prop/statement/P166> <https://kcal.invalid/entity/award-y> ."
+        in lines
+    )
+    assert any(
+        ln.startswith(f'{node} <http://www.wikidata.org/prop/qualifier/P585> "1921-01-01') for ln in lines
+    )
+    assert (
+        "<https://kcal.invalid/entity/person-x> <http://www.wikidata.org/prop/direct/P166> "
+        "<https://kcal.invalid/entity/award-y> ."
+    ) in lines

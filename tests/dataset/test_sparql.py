@@ -1,4 +1,5 @@
 """SPARQL client behaviour against scripted local HTTP servers, and the real local oxigraph endpoint."""
+
 from __future__ import annotations
 
 import json
@@ -15,19 +16,28 @@ import pytest
 
 from kcal_pipeline.dataset.sources.snapshot.build import ensure_store
 from kcal_pipeline.dataset.sources.sparql import (
-    DEFAULT_USER_AGENT, LocalEndpoint, SparqlClient, SparqlError, find_oxigraph,
+    DEFAULT_USER_AGENT,
+    LocalEndpoint,
+    SparqlClient,
+    SparqlError,
+    find_oxigraph,
 )
 
 QUERY = "SELECT ?s WHERE { ?s ?p ?o } LIMIT 1"
-RESULT = {"head": {"vars": ["s"]},
-          "results": {"bindings": [{"s": {"type": "uri", "value": "http://example.org/a"}}]}}
+RESULT = {
+    "head": {"vars": ["s"]},
+    "results": {"bindings": [{"s": {"type": "uri", "value": "http://example.org/a"}}]},
+}
 JSON_TYPE = {"Content-Type": "application/sparql-results+json"}
 OK = (200, JSON_TYPE, json.dumps(RESULT).encode())
 
 
 def status(code: int, body: bytes = b"try later", **headers: str):
-    return (code, {"Content-Type": "text/plain", **{k.replace("_", "-"): v for k, v in headers.items()}},
-            body)
+    return (
+        code,
+        {"Content-Type": "text/plain", **{k.replace("_", "-"): v for k, v in headers.items()}},
+        body,
+    )
 
 
 class _Scripted(BaseHTTPRequestHandler):
@@ -192,6 +202,7 @@ def test_unreachable_endpoint_names_the_url_after_retries():
 
 # --- the real oxigraph endpoint ------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def store_dir(tmp_path_factory) -> Path:
     return ensure_store(tmp_path_factory.mktemp("sparql")).store_dir
@@ -210,8 +221,8 @@ def test_find_oxigraph_prefers_the_interpreters_directory():
 def test_local_endpoint_answers_queries(endpoint):
     assert re.fullmatch(r"http://127\.0\.0\.1:\d+/query", endpoint.url)
     result = SparqlClient(endpoint.url).select(
-        'SELECT ?label WHERE { <https://kcal.invalid/entity/country-FR> '
-        '<http://www.w3.org/2000/01/rdf-schema#label> ?label }'
+        "SELECT ?label WHERE { <https://kcal.invalid/entity/country-FR> "
+        "<http://www.w3.org/2000/01/rdf-schema#label> ?label }"
     )
     assert [b["label"]["value"] for b in result["results"]["bindings"]] == ["France"]
 

@@ -1,4 +1,5 @@
 """The raw-response cache in front of the SPARQL client, against a counting local HTTP server."""
+
 from __future__ import annotations
 
 import json
@@ -13,8 +14,10 @@ from kcal_pipeline.dataset.sources.sparql import SparqlClient, SparqlError
 from kcal_pipeline.dataset.sources.sparql_cache import CachedSparql, sha256_hex, snapshot_endpoint_id
 
 QUERY = "SELECT ?s WHERE { ?s ?p ?o } LIMIT 1"
-RESULT = {"head": {"vars": ["s"]},
-          "results": {"bindings": [{"s": {"type": "uri", "value": "http://example.org/ä"}}]}}
+RESULT = {
+    "head": {"vars": ["s"]},
+    "results": {"bindings": [{"s": {"type": "uri", "value": "http://example.org/ä"}}]},
+}
 
 
 class _Counting(BaseHTTPRequestHandler):
@@ -62,8 +65,11 @@ def test_second_select_comes_from_the_cache_with_the_same_provenance(server, tmp
     assert server.requests == 1
     assert (first.from_cache, second.from_cache) == (False, True)
     assert first.result == second.result == RESULT
-    assert (first.endpoint, first.query_hash, first.retrieved_at) == \
-        (second.endpoint, second.query_hash, second.retrieved_at)
+    assert (first.endpoint, first.query_hash, first.retrieved_at) == (
+        second.endpoint,
+        second.query_hash,
+        second.retrieved_at,
+    )
     assert first.endpoint == server.url and first.query_hash == sha256_hex(QUERY)
     assert datetime.fromisoformat(first.retrieved_at).utcoffset().total_seconds() == 0
 
@@ -80,8 +86,12 @@ def test_the_cache_file_keeps_endpoint_query_and_time(server, tmp_path):
     path = cache.path_for(QUERY)
     assert path.name == sha256_hex(server.url + "\n" + QUERY) + ".json"
     record = json.loads(path.read_text("utf-8"))
-    assert record == {"endpoint": server.url, "query": QUERY, "retrieved_at": got.retrieved_at,
-                      "result": RESULT}
+    assert record == {
+        "endpoint": server.url,
+        "query": QUERY,
+        "retrieved_at": got.retrieved_at,
+        "result": RESULT,
+    }
 
 
 def test_another_endpoint_or_query_is_a_miss(server, tmp_path):
@@ -92,11 +102,17 @@ def test_another_endpoint_or_query_is_a_miss(server, tmp_path):
     assert server.requests == 3
 
 
-@pytest.mark.parametrize("content", [
-    '{"endpoint": "trunc', "", "[]", "\udcff",
-    '{"endpoint": "ENDPOINT", "query": "other", "retrieved_at": "x", "result": {"results": {}}}',
-    '{"endpoint": "ENDPOINT", "query": "QUERY", "retrieved_at": "x", "result": {"error": 1}}',
-])
+@pytest.mark.parametrize(
+    "content",
+    [
+        '{"endpoint": "trunc',
+        "",
+        "[]",
+        "\udcff",
+        '{"endpoint": "ENDPOINT", "query": "other", "retrieved_at": "x", "result": {"results": {}}}',
+        '{"endpoint": "ENDPOINT", "query": "QUERY", "retrieved_at": "x", "result": {"error": 1}}',
+    ],
+)
 def test_a_corrupt_cache_file_is_refetched_and_replaced(server, tmp_path, caplog, content):
     cache = cached(server, tmp_path)
     cache.select(QUERY)

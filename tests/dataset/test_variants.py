@@ -4,27 +4,46 @@ import polars as pl
 import pytest
 
 from kcal_pipeline.dataset.instances.probe import templates_frame
+from kcal_pipeline.dataset.instances.variants import (
+    DEMO_SLOT,
+    NUMERIC_LEVELS,
+    VARIANT_COLUMNS,
+    VERBAL_MARKERS,
+    demonstration_for,
+    expand_demo,
+    marker_variants,
+    perturbation_variants,
+    subsample_answer_space,
+)
 from kcal_pipeline.dataset.relations import load_catalog
 from kcal_pipeline.dataset.templates import check_template, fill
-from kcal_pipeline.dataset.instances.variants import (
-    DEMO_SLOT, NUMERIC_LEVELS, VARIANT_COLUMNS, VERBAL_MARKERS, demonstration_for, expand_demo,
-    marker_variants, perturbation_variants, subsample_answer_space,
-)
 
 EXTRA = [  # edge shapes: object first, slots at both ends, adjacent slots, no long word, unicode
-    "[Y] is where [X] keeps its government.", "[X] [Y].", "In [X] one says [Y]!",
-    "Die Hauptstadt von [X] ist [Y].", "[X]: [Y]", "Ça, c'est [X] et [Y].", "THE capital of [X] is [Y].",
+    "[Y] is where [X] keeps its government.",
+    "[X] [Y].",
+    "In [X] one says [Y]!",
+    "Die Hauptstadt von [X] ist [Y].",
+    "[X]: [Y]",
+    "Ça, c'est [X] et [Y].",
+    "THE capital of [X] is [Y].",
 ]
-SUBJECTS = ["France", "Côte d'Ivoire", "São Tomé and Príncipe", "[Y]", "Ελλάδα", " spaced  out ",
-            "日本"]
+SUBJECTS = ["France", "Côte d'Ivoire", "São Tomé and Príncipe", "[Y]", "Ελλάδα", " spaced  out ", "日本"]
 OBJECTS = ["Paris", "Yamoussoukro", "[X]", "Αθήνα", "東京", "certainly", "I'm 50% confident that"]
 
 
 def _templates() -> pl.DataFrame:
     curated = templates_frame(load_catalog())
-    extra = pl.DataFrame({"relation_id": "PX", "template_id": [f"PX:c{i}" for i in range(len(EXTRA))],
-                          "text": EXTRA, "kind": "curated", "source": "test", "rank": range(len(EXTRA))},
-                         schema_overrides={"rank": pl.Int32})
+    extra = pl.DataFrame(
+        {
+            "relation_id": "PX",
+            "template_id": [f"PX:c{i}" for i in range(len(EXTRA))],
+            "text": EXTRA,
+            "kind": "curated",
+            "source": "test",
+            "rank": range(len(EXTRA)),
+        },
+        schema_overrides={"rank": pl.Int32},
+    )
     return pl.concat([curated, extra])
 
 
@@ -72,7 +91,7 @@ def _diff(parent: str, child: str) -> tuple[str, str]:
     j = 0
     while j < min(len(parent), len(child)) - i and parent[-1 - j] == child[-1 - j]:
         j += 1
-    return parent[i:len(parent) - j], child[i:len(child) - j]
+    return parent[i : len(parent) - j], child[i : len(child) - j]
 
 
 def test_non_slot_text_changes_only_as_the_variant_says():
@@ -131,13 +150,16 @@ def test_variants_of_variants_are_not_made():
     assert marker_variants(marker_variants(TEMPLATES)).height == 0
 
 
-INSTANCES = pl.DataFrame({
-    "instance_id": [f"P36:s{i}" for i in range(6)], "relation_id": "P36",
-    "subject_id": [f"s{i}" for i in range(6)],
-    "subject_label": ["France", "Germany", "Italy", "Georgia", "Georgia", "Bolivia"],
-    "gold_ids": [["o0"], ["o1"], ["o2"], ["o3"], ["o4"], ["o5", "o6"]],
-    "gold_labels": [["Paris"], ["Berlin"], ["Rome"], ["Tbilisi"], ["Atlanta"], ["La Paz", "Sucre"]],
-})
+INSTANCES = pl.DataFrame(
+    {
+        "instance_id": [f"P36:s{i}" for i in range(6)],
+        "relation_id": "P36",
+        "subject_id": [f"s{i}" for i in range(6)],
+        "subject_label": ["France", "Germany", "Italy", "Georgia", "Georgia", "Bolivia"],
+        "gold_ids": [["o0"], ["o1"], ["o2"], ["o3"], ["o4"], ["o5", "o6"]],
+        "gold_labels": [["Paris"], ["Berlin"], ["Rome"], ["Tbilisi"], ["Atlanta"], ["La Paz", "Sucre"]],
+    }
+)
 
 
 def test_demonstration_uses_another_subject_of_the_relation():
@@ -147,16 +169,24 @@ def test_demonstration_uses_another_subject_of_the_relation():
             demo = demonstration_for(sid, INSTANCES, template, seed)
             assert label not in demo  # neither itself nor a namesake
             assert demo == demonstration_for(sid, INSTANCES, template, seed)
-            assert demo in {f"The capital of {s} is {g[0]}." for s, g in
-                            INSTANCES.select("subject_label", "gold_labels").iter_rows()}
+            assert demo in {
+                f"The capital of {s} is {g[0]}."
+                for s, g in INSTANCES.select("subject_label", "gold_labels").iter_rows()
+            }
     demos = {demonstration_for("s0", INSTANCES, template, seed) for seed in range(30)}
     assert len(demos) > 1
 
 
 def test_demonstration_from_facts_and_expansion():
-    facts = pl.DataFrame({"relation_id": "P36", "subject_id": ["s1", "s2", "s2"],
-                          "subject_label": ["France", "Bolivia", "Bolivia"],
-                          "object_id": ["o1", "o3", "o2"], "object_label": ["Paris", "Sucre", "La Paz"]})
+    facts = pl.DataFrame(
+        {
+            "relation_id": "P36",
+            "subject_id": ["s1", "s2", "s2"],
+            "subject_label": ["France", "Bolivia", "Bolivia"],
+            "object_id": ["o1", "o3", "o2"],
+            "object_label": ["Paris", "Sucre", "La Paz"],
+        }
+    )
     demo = demonstration_for("s1", facts, "[Y] is the capital of [X].", 0)
     assert demo == "La Paz is the capital of Bolivia."
     template = expand_demo("[D] [Y] is the capital of [X].", demo)
@@ -166,7 +196,9 @@ def test_demonstration_from_facts_and_expansion():
     with pytest.raises(ValueError, match="no other subject"):
         demonstration_for("s1", facts.head(1), "[X] [Y]", 0)
     with pytest.raises(ValueError, match="one relation"):
-        demonstration_for("s1", facts.with_columns(relation_id=pl.Series(["P36", "P30", "P30"])), "[X] [Y]", 0)
+        demonstration_for(
+            "s1", facts.with_columns(relation_id=pl.Series(["P36", "P30", "P30"])), "[X] [Y]", 0
+        )
     with pytest.raises(ValueError, match=r"\[D\]"):
         expand_demo("[X] [Y]", demo)
 
@@ -175,9 +207,16 @@ def _instances() -> pl.DataFrame:
     rows = []
     for i in range(20):
         options = [f"o{j}" for j in range(i % 7 + 1)]
-        golds = options[i % len(options):][:1 + i % 3]
-        rows.append({"instance_id": f"P36:s{i}", "gold_ids": golds, "option_ids": options,
-                     "option_labels": [o.upper() for o in options], "n_options": len(options)})
+        golds = options[i % len(options) :][: 1 + i % 3]
+        rows.append(
+            {
+                "instance_id": f"P36:s{i}",
+                "gold_ids": golds,
+                "option_ids": options,
+                "option_labels": [o.upper() for o in options],
+                "n_options": len(options),
+            }
+        )
     return pl.DataFrame(rows, schema_overrides={"n_options": pl.Int32})
 
 
@@ -194,8 +233,13 @@ def test_subsampling_keeps_golds_order_and_size():
             assert row["n_options"] == len(row["option_ids"])
             expected = max(min(k, parent["n_options"]), len(parent["gold_ids"]))
             assert row["n_options"] == expected
-            status = ("golds_exceed_k" if len(parent["gold_ids"]) > k else
-                      "fewer_options_than_k" if parent["n_options"] < k else "ok")
+            status = (
+                "golds_exceed_k"
+                if len(parent["gold_ids"]) > k
+                else "fewer_options_than_k"
+                if parent["n_options"] < k
+                else "ok"
+            )
             assert row["subsample_status"] == status
 
 

@@ -1,4 +1,5 @@
 """Relation queries (text and a real oxigraph run) and the parsing of their results."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -12,8 +13,16 @@ from kcal_pipeline.dataset.sources.snapshot.build import ensure_store
 from kcal_pipeline.dataset.sources.sparql import LocalEndpoint, SparqlClient
 from kcal_pipeline.dataset.sources.sparql_cache import CachedSparql, snapshot_endpoint_id
 from kcal_pipeline.dataset.sources.wikidata import (
-    FACT_COLUMNS, PROVENANCE_COLUMNS, fetch_facts, looks_like_id, parse_facts, relation_queries,
-    relation_query, supports_sitelinks, values_queries, values_query,
+    FACT_COLUMNS,
+    PROVENANCE_COLUMNS,
+    fetch_facts,
+    looks_like_id,
+    parse_facts,
+    relation_queries,
+    relation_query,
+    supports_sitelinks,
+    values_queries,
+    values_query,
 )
 
 WD = "http://www.wikidata.org/entity/"
@@ -39,6 +48,7 @@ def row(s, sl, o, ol):
 
 # --- query text --------------------------------------------------------------------------------
 
+
 def test_query_text_for_capital():
     assert relation_query(load_catalog()["P36"], limit=5) == (
         "PREFIX wd: <http://www.wikidata.org/entity/>\n"
@@ -63,9 +73,14 @@ def test_query_without_subject_type_or_limit():
     assert "?subject wdt:P30 ?object ." in query
 
 
-@pytest.mark.parametrize("field, value", [
-    ("property", "P36 } ; DROP ALL"), ("property", "Q36"), ("subject_type", "Q6256> . ?s ?p ?o"),
-])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("property", "P36 } ; DROP ALL"),
+        ("property", "Q36"),
+        ("subject_type", "Q6256> . ?s ?p ?o"),
+    ],
+)
 def test_query_refuses_unsafe_ids(field, value):
     spec = dataclasses.replace(load_catalog()["P36"], **{field: value})
     with pytest.raises(InvalidIdError):
@@ -80,35 +95,53 @@ def test_query_refuses_bad_limits(limit):
 
 # --- parsing -----------------------------------------------------------------------------------
 
+
 def test_parse_facts_keeps_good_rows_and_counts_dropped_ones():
-    result = {"head": {"vars": []}, "results": {"bindings": [
-        row(WD + "Q142", "France", WD + "Q90", "Paris"),
-        row(WD + "Q142", "France", WD + "Q90", "Paris"),                 # duplicate
-        row(KC + "country-DE", "Germany", KC + "city-DE-berlin", "Berlin"),
-        row(WD + "Q183", None, WD + "Q64", "Berlin"),                    # missing_label
-        row(WD + "Q183", "Germany", WD + "Q64", "   "),                  # missing_label
-        row(WD + "Q30", "United States", WD + "Q61", "Q61"),             # label_is_id
-        row(KC + "country-XX", "country-XX", KC + "city-x", "X"),        # label_is_id
-        row("http://example.org/thing", "Thing", WD + "Q1", "Universe"),  # unknown_namespace
-        row(WD + "Q142", "France", lit("Paris"), "Paris"),               # not_an_entity
-        {"subjectLabel": lit("nothing bound")},                          # not_an_entity
-    ]}}
+    result = {
+        "head": {"vars": []},
+        "results": {
+            "bindings": [
+                row(WD + "Q142", "France", WD + "Q90", "Paris"),
+                row(WD + "Q142", "France", WD + "Q90", "Paris"),  # duplicate
+                row(KC + "country-DE", "Germany", KC + "city-DE-berlin", "Berlin"),
+                row(WD + "Q183", None, WD + "Q64", "Berlin"),  # missing_label
+                row(WD + "Q183", "Germany", WD + "Q64", "   "),  # missing_label
+                row(WD + "Q30", "United States", WD + "Q61", "Q61"),  # label_is_id
+                row(KC + "country-XX", "country-XX", KC + "city-x", "X"),  # label_is_id
+                row("http://example.org/thing", "Thing", WD + "Q1", "Universe"),  # unknown_namespace
+                row(WD + "Q142", "France", lit("Paris"), "Paris"),  # not_an_entity
+                {"subjectLabel": lit("nothing bound")},  # not_an_entity
+            ]
+        },
+    }
     facts = parse_facts(result, "P36")
     expected = pl.DataFrame(
-        [("P36", "Q142", "France", "Q90", "Paris"),
-         ("P36", "kcal:country-DE", "Germany", "kcal:city-DE-berlin", "Berlin")],
-        schema={c: pl.Utf8 for c in FACT_COLUMNS}, orient="row",
+        [
+            ("P36", "Q142", "France", "Q90", "Paris"),
+            ("P36", "kcal:country-DE", "Germany", "kcal:city-DE-berlin", "Berlin"),
+        ],
+        schema=dict.fromkeys(FACT_COLUMNS, pl.Utf8),
+        orient="row",
     )
     assert facts.frame.equals(expected)
-    assert facts.dropped == {"not_an_entity": 2, "unknown_namespace": 1, "missing_label": 2,
-                             "label_is_id": 2, "duplicate": 1}
+    assert facts.dropped == {
+        "not_an_entity": 2,
+        "unknown_namespace": 1,
+        "missing_label": 2,
+        "label_is_id": 2,
+        "duplicate": 1,
+    }
 
 
 def test_parse_facts_sorts_and_collapses_whitespace():
-    result = {"results": {"bindings": [
-        row(WD + "Q2", "B", WD + "Q20", "Y"),
-        row(WD + "Q1", " Côte  d'Ivoire ", WD + "Q10", "X"),
-    ]}}
+    result = {
+        "results": {
+            "bindings": [
+                row(WD + "Q2", "B", WD + "Q20", "Y"),
+                row(WD + "Q1", " Côte  d'Ivoire ", WD + "Q10", "X"),
+            ]
+        }
+    }
     frame = parse_facts(result, "P30").frame
     assert frame["subject_id"].to_list() == ["Q1", "Q2"]
     assert frame["subject_label"].to_list() == ["Côte d'Ivoire", "B"]
@@ -117,7 +150,7 @@ def test_parse_facts_sorts_and_collapses_whitespace():
 def test_parse_facts_on_no_rows_has_the_schema():
     facts = parse_facts({"results": {"bindings": []}}, "P37")
     assert facts.frame.height == 0
-    assert dict(facts.frame.schema) == {c: pl.Utf8 for c in FACT_COLUMNS}
+    assert dict(facts.frame.schema) == dict.fromkeys(FACT_COLUMNS, pl.Utf8)
 
 
 @pytest.mark.parametrize("bad", [{}, {"results": {}}, {"results": {"bindings": None}}, []])
@@ -139,6 +172,7 @@ def test_looks_like_id():
 
 # --- the same queries on the real local endpoint -----------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
     return ensure_store(tmp_path_factory.mktemp("wikidata"))
@@ -154,8 +188,9 @@ def client(store):
 def facts(client):
     # The relations checked below; the catalog also holds MACE and rule-based relations.
     catalog = load_catalog()
-    return {rid: parse_facts(client.select(relation_query(catalog[rid])), rid)
-            for rid in ("P36", "P30", "P37")}
+    return {
+        rid: parse_facts(client.select(relation_query(catalog[rid])), rid) for rid in ("P36", "P30", "P37")
+    }
 
 
 @pytest.mark.parametrize("relation_id", ["P36", "P30", "P37"])
@@ -192,14 +227,19 @@ def test_limit_runs_on_the_endpoint(client):
 
 # --- dropped rows stay visible -----------------------------------------------------------------
 
+
 def test_parse_facts_keeps_the_dropped_rows_with_their_reason():
-    result = {"results": {"bindings": [
-        row(WD + "Q142", "France", WD + "Q90", "Paris"),
-        row(WD + "Q142", "France", WD + "Q90", "Paris"),
-        row(WD + "Q183", None, WD + "Q64", "Berlin"),
-        row("http://example.org/thing", "Thing", WD + "Q1", "Universe"),
-        "not even a dict",
-    ]}}
+    result = {
+        "results": {
+            "bindings": [
+                row(WD + "Q142", "France", WD + "Q90", "Paris"),
+                row(WD + "Q142", "France", WD + "Q90", "Paris"),
+                row(WD + "Q183", None, WD + "Q64", "Berlin"),
+                row("http://example.org/thing", "Thing", WD + "Q1", "Universe"),
+                "not even a dict",
+            ]
+        }
+    }
     facts = parse_facts(result, "P36")
     dropped = facts.dropped_rows.sort("drop_reason")
     assert dropped.rows() == [
@@ -215,6 +255,7 @@ def test_parse_facts_keeps_the_dropped_rows_with_their_reason():
 
 # --- paging and VALUES batches: query text ------------------------------------------------------
 
+
 def test_pages_have_a_total_order_and_offsets():
     pages = relation_queries(load_catalog()["P36"], page_size=10)
     first, second = next(pages), next(pages)
@@ -223,8 +264,16 @@ def test_pages_have_a_total_order_and_offsets():
     assert list(relation_queries(load_catalog()["P36"])) == [relation_query(load_catalog()["P36"])]
 
 
-@pytest.mark.parametrize("kwargs", [{"page_size": 0}, {"page_size": True}, {"page_size": "5"},
-                                    {"min_sitelinks": -1}, {"min_sitelinks": 2.0}])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"page_size": 0},
+        {"page_size": True},
+        {"page_size": "5"},
+        {"min_sitelinks": -1},
+        {"min_sitelinks": 2.0},
+    ],
+)
 def test_paging_and_popularity_arguments_are_validated(kwargs):
     with pytest.raises(ValueError, match="must be an int"):
         next(relation_queries(load_catalog()["P36"], **kwargs))
@@ -243,14 +292,26 @@ def test_sitelinks_filter_text():
 
 def test_values_query_lists_validated_iris():
     query = values_query(load_catalog()["P36"], ["Q142", "kcal:country-DE", "Q142"])
-    assert ("  VALUES ?subject { <http://www.wikidata.org/entity/Q142> "
-            "<https://kcal.invalid/entity/country-DE> }\n") in query
+    assert (
+        "  VALUES ?subject { <http://www.wikidata.org/entity/Q142> "
+        "<https://kcal.invalid/entity/country-DE> }\n"
+    ) in query
     assert query.index("VALUES") < query.index("wdt:P36")
 
 
-@pytest.mark.parametrize("bad", [
-    "Q142> } ; DROP ALL ; <x", "Q1 Q2", "kcal:a b", "kcal:../x", "wd:Q1", "", None, "Q0",
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "Q142> } ; DROP ALL ; <x",
+        "Q1 Q2",
+        "kcal:a b",
+        "kcal:../x",
+        "wd:Q1",
+        "",
+        None,
+        "Q0",
+    ],
+)
 def test_values_query_refuses_injection(bad):
     with pytest.raises(InvalidIdError, match="subject id"):
         values_query(load_catalog()["P36"], ["Q142", bad])
@@ -276,6 +337,7 @@ def test_values_queries_batch():
 
 # --- fetch_facts through the cache ---------------------------------------------------------------
 
+
 class _Scripted:
     """A stand-in client: answers from a function of the query text and records every query."""
 
@@ -295,8 +357,12 @@ def test_sitelinks_filter_is_applied_where_the_endpoint_has_them(tmp_path):
 
     client = _Scripted(answer)
     notes = []
-    result = fetch_facts(CachedSparql(client, tmp_path, "https://query.wikidata.org/sparql"),
-                         load_catalog()["P36"], min_sitelinks=10, log=notes.append)
+    result = fetch_facts(
+        CachedSparql(client, tmp_path, "https://query.wikidata.org/sparql"),
+        load_catalog()["P36"],
+        min_sitelinks=10,
+        log=notes.append,
+    )
     assert notes == [] and result.frame.height == 1
     assert "FILTER(?links >= 10)" in client.queries[-1]
 
@@ -379,6 +445,7 @@ def test_sitelinks_are_skipped_with_a_note_on_the_snapshot(snapshot, tmp_path):
     assert supports_sitelinks(cache) is False
     notes = []
     result = fetch_facts(cache, load_catalog()["P36"], min_sitelinks=10, log=notes.append)
-    assert notes == [f"relation P36: popularity filter skipped: endpoint {endpoint_id} "
-                     "has no wikibase:sitelinks"]
+    assert notes == [
+        f"relation P36: popularity filter skipped: endpoint {endpoint_id} has no wikibase:sitelinks"
+    ]
     assert result.frame.height >= 100

@@ -1,4 +1,5 @@
 """Base and Margin on hand-computed examples, and compute_estimates' bookkeeping and validation."""
+
 import math
 
 import numpy as np
@@ -25,8 +26,8 @@ def test_base_and_margin_by_hand():
 def test_softmax_is_shift_invariant_and_does_not_overflow():
     # lls [-1000, -1001]: p = [1, e^-1] / (1 + e^-1)
     # → Base = 1/(1 + e^-1) = 0.731059; Margin = (1 − e^-1)/(1 + e^-1) = 0.462117
-    assert base(np.array([-1000.0, -1001.0]))[1] == pytest.approx(1 / (1 + math.e ** -1))
-    assert margin(np.array([-1000.0, -1001.0]))[1] == pytest.approx((1 - math.e ** -1) / (1 + math.e ** -1))
+    assert base(np.array([-1000.0, -1001.0]))[1] == pytest.approx(1 / (1 + math.e**-1))
+    assert margin(np.array([-1000.0, -1001.0]))[1] == pytest.approx((1 - math.e**-1) / (1 + math.e**-1))
     # +800 would overflow a naive exp(); the max-shift keeps it exact
     assert base(ll(0.5, 0.3, 0.2) + 800.0)[1] == pytest.approx(0.5)
 
@@ -34,7 +35,7 @@ def test_softmax_is_shift_invariant_and_does_not_overflow():
 def test_argmax_tie_goes_to_lowest_index():
     # lls [-1, -2, -1]: positions 0 and 2 tie; p0 = p2 = 1 / (2 + e^-1) = 0.42232; Margin = p0 − p2 = 0
     lls = np.array([-1.0, -2.0, -1.0])
-    assert base(lls) == (0, pytest.approx(1 / (2 + math.e ** -1)))
+    assert base(lls) == (0, pytest.approx(1 / (2 + math.e**-1)))
     assert margin(lls) == (0, pytest.approx(0.0))
 
 
@@ -58,29 +59,42 @@ def scores_frame():
     i2: options 1 (p=0.6), 2 (gold, p=0.4) → predicted option_index 1 (object 'Q20'), wrong;
         Base 0.6, Margin 0.2.
     """
-    return pl.DataFrame({
-        "model_id": ["m"] * 5,
-        "relation_id": ["P36"] * 5,
-        "instance_id": ["i2", "i1", "i1", "i2", "i1"],
-        "template_id": ["t0"] * 5,
-        "option_index": [2, 7, 0, 1, 3],
-        "object_id": ["Q21", "Q13", "Q10", "Q20", "Q12"],
-        "is_gold": [True, False, True, False, False],
-        "ll_sum": [math.log(0.4), math.log(0.3), math.log(0.5), math.log(0.6), math.log(0.2)],
-    })
+    return pl.DataFrame(
+        {
+            "model_id": ["m"] * 5,
+            "relation_id": ["P36"] * 5,
+            "instance_id": ["i2", "i1", "i1", "i2", "i1"],
+            "template_id": ["t0"] * 5,
+            "option_index": [2, 7, 0, 1, 3],
+            "object_id": ["Q21", "Q13", "Q10", "Q20", "Q12"],
+            "is_gold": [True, False, True, False, False],
+            "ll_sum": [math.log(0.4), math.log(0.3), math.log(0.5), math.log(0.6), math.log(0.2)],
+        }
+    )
 
 
 def test_compute_estimates_by_hand():
     out = compute_estimates(scores_frame())
-    assert out.columns == ["model_id", "relation_id", "instance_id", "template_id", "estimator",
-                           "predicted_index", "predicted_id", "confidence", "correct"]
+    assert out.columns == [
+        "model_id",
+        "relation_id",
+        "instance_id",
+        "template_id",
+        "estimator",
+        "predicted_index",
+        "predicted_id",
+        "confidence",
+        "correct",
+    ]
     assert out["predicted_index"].dtype == pl.Int32
     assert out["confidence"].dtype == pl.Float64
     assert out["correct"].dtype == pl.Boolean
     rows = out.select("instance_id", "estimator", "predicted_index", "predicted_id", "correct").rows()
     assert rows == [
-        ("i1", "base", 0, "Q10", True), ("i1", "margin", 0, "Q10", True),
-        ("i2", "base", 1, "Q20", False), ("i2", "margin", 1, "Q20", False),
+        ("i1", "base", 0, "Q10", True),
+        ("i1", "margin", 0, "Q10", True),
+        ("i2", "base", 1, "Q20", False),
+        ("i2", "margin", 1, "Q20", False),
     ]
     assert out["confidence"].to_list() == pytest.approx([0.5, 0.2, 0.6, 0.2])
 
@@ -107,11 +121,20 @@ def test_permuting_options_changes_nothing():
         for o in range(k):
             ll_sum = float(rng.normal(-20, 3))
             rows.append(("m", "P1", f"i{inst:02d}", "t0", o, f"Q{inst}_{o}", o == gold, ll_sum))
-    cols = ["model_id", "relation_id", "instance_id", "template_id", "option_index", "object_id",
-            "is_gold", "ll_sum"]
+    cols = [
+        "model_id",
+        "relation_id",
+        "instance_id",
+        "template_id",
+        "option_index",
+        "object_id",
+        "is_gold",
+        "ll_sum",
+    ]
     df = pl.DataFrame(rows, schema=cols, orient="row")
-    shuffled = (df.with_columns(option_index=pl.col("option_index").shuffle(seed=3).over("instance_id"))
-                .sample(fraction=1.0, shuffle=True, seed=5))
+    shuffled = df.with_columns(
+        option_index=pl.col("option_index").shuffle(seed=3).over("instance_id")
+    ).sample(fraction=1.0, shuffle=True, seed=5)
     keep = ["instance_id", "estimator", "predicted_id", "confidence", "correct"]
     a, b = compute_estimates(df).select(keep), compute_estimates(shuffled).select(keep)
     assert a["predicted_id"].to_list() == b["predicted_id"].to_list()
@@ -143,8 +166,9 @@ def test_duplicate_option_rows_are_rejected():
 
 
 def test_non_finite_log_likelihood_is_rejected():
-    df = scores_frame().with_columns(ll_sum=pl.when(pl.col("option_index") == 3).then(float("nan"))
-                                     .otherwise(pl.col("ll_sum")))
+    df = scores_frame().with_columns(
+        ll_sum=pl.when(pl.col("option_index") == 3).then(float("nan")).otherwise(pl.col("ll_sum"))
+    )
     with pytest.raises(ValueError, match=r"'ll_sum' has a non-finite value nan \(instance 'i1'"):
         compute_estimates(df)
 

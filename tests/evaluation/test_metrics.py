@@ -1,12 +1,23 @@
 """Metrics on examples computed by hand (the arithmetic is in the comments)."""
+
 import itertools
 
 import numpy as np
 import polars as pl
 import pytest
 
-from kcal_pipeline.evaluation.registry import (METRICS, accuracy, ace, aurc, auroc, brier, calibration_curve,
-                                   compute_curves, compute_metrics, ece)
+from kcal_pipeline.evaluation.registry import (
+    METRICS,
+    accuracy,
+    ace,
+    aurc,
+    auroc,
+    brier,
+    calibration_curve,
+    compute_curves,
+    compute_metrics,
+    ece,
+)
 
 # Three points, fewer than the 20 bins.
 C3 = np.array([0.9, 0.6, 0.3])
@@ -59,7 +70,7 @@ def test_ace_ties_keep_input_order():
     # 40 identical confidences 0.5: the stable sort keeps input order, so bins are input pairs.
     c = np.full(40, 0.5)
     blocks = np.array([True] * 20 + [False] * 20)  # pairs (1,1)…(0,0): every |acc − 0.5| = 0.5
-    alternating = np.arange(40) % 2 == 0           # pairs (1,0): every |acc − 0.5| = 0
+    alternating = np.arange(40) % 2 == 0  # pairs (1,0): every |acc − 0.5| = 0
     assert ace(c, blocks) == pytest.approx(0.5)
     assert ace(c, alternating) == pytest.approx(0.0)
 
@@ -157,8 +168,19 @@ def estimates_frame():
             for est in ("base", "margin"):
                 c = float(np.round(rng.random(), 2))
                 rows.append(("m1", rel, f"Q{i:03d}", "t0", est, c, bool(rng.random() < c)))
-    return pl.DataFrame(rows, orient="row", schema=["model_id", "relation_id", "instance_id", "template_id",
-                                                    "estimator", "confidence", "correct"])
+    return pl.DataFrame(
+        rows,
+        orient="row",
+        schema=[
+            "model_id",
+            "relation_id",
+            "instance_id",
+            "template_id",
+            "estimator",
+            "confidence",
+            "correct",
+        ],
+    )
 
 
 def test_compute_metrics_matches_the_metric_functions():

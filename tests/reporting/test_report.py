@@ -1,4 +1,5 @@
 """Summary table, terminal text, HTML page and atomic write."""
+
 import os
 import re
 
@@ -16,10 +17,20 @@ def estimates(model_id="m1"):
     conf = {"base": [0.9, 0.6, 0.3, 0.8, 0.4], "margin": [0.8, 0.2, 0.1, 0.6, 0.0]}
     correct = [True, False, False, True, True]
     rel = ["P17", "P17", "P17", "P36", "P36"]
-    return pl.concat(pl.DataFrame({
-        "model_id": model_id, "relation_id": rel, "instance_id": [f"Q{i}" for i in range(5)],
-        "template_id": "t0", "estimator": est, "confidence": c, "correct": correct})
-        for est, c in conf.items())
+    return pl.concat(
+        pl.DataFrame(
+            {
+                "model_id": model_id,
+                "relation_id": rel,
+                "instance_id": [f"Q{i}" for i in range(5)],
+                "template_id": "t0",
+                "estimator": est,
+                "confidence": c,
+                "correct": correct,
+            }
+        )
+        for est, c in conf.items()
+    )
 
 
 @pytest.fixture
@@ -31,8 +42,15 @@ def tables():
 
 def test_summary_table_by_hand(tables):
     summary, _, _ = tables
-    assert summary.columns == ["relation", "instances", "accuracy", "ace_base", "brier_base",
-                               "ace_margin", "brier_margin"]
+    assert summary.columns == [
+        "relation",
+        "instances",
+        "accuracy",
+        "ace_base",
+        "brier_base",
+        "ace_margin",
+        "brier_margin",
+    ]
     assert summary["relation"].to_list() == ["P17", "P36", "all"]
     assert summary["instances"].to_list() == [3, 2, 5]
     # P17: correct 1,0,0 → accuracy 1/3; base Brier (0.01 + 0.36 + 0.09)/3 = 0.46/3;
@@ -74,8 +92,15 @@ def test_format_summary_is_aligned_with_three_decimals(tables):
     text = format_summary(tables[0])
     lines = text.splitlines()
     assert len(lines) == 2 + 3
-    assert lines[0].split() == ["relation", "instances", "accuracy", "ace_base", "brier_base",
-                                "ace_margin", "brier_margin"]
+    assert lines[0].split() == [
+        "relation",
+        "instances",
+        "accuracy",
+        "ace_base",
+        "brier_base",
+        "ace_margin",
+        "brier_margin",
+    ]
     assert lines[2].split()[:5] == ["P17", "3", "0.333", "0.333", "0.153"]
     # the text column is left-aligned, the numeric ones right-aligned: each numeric column ends
     # at the same offset in every line (header and rule included)
@@ -86,8 +111,12 @@ def test_format_summary_is_aligned_with_three_decimals(tables):
 def test_html_is_self_contained_escaped_and_has_diagrams():
     est = estimates(EVIL)
     m = compute_metrics(est)
-    page = render_html(summary_table(m), m, compute_curves(est),
-                       {"model_id": EVIL, "revision": "abc123", "KCAL_HOME": "/data/kcal & co", "instances": 5})
+    page = render_html(
+        summary_table(m),
+        m,
+        compute_curves(est),
+        {"model_id": EVIL, "revision": "abc123", "KCAL_HOME": "/data/kcal & co", "instances": 5},
+    )
     assert "<script" not in page
     assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in page
     assert "/data/kcal &amp; co" in page and "abc123" in page
@@ -96,7 +125,7 @@ def test_html_is_self_contained_escaped_and_has_diagrams():
     assert "20 equal-width bins on [0, 1]" in page  # the metrics table says which binning ECE uses
     assert not re.search(r"<link|src=|@import|url\(", page)  # no external assets
     # the summary numbers appear as shown in the table
-    assert "<td class=\"num\">0.153</td>" in page
+    assert '<td class="num">0.153</td>' in page
 
 
 def test_write_report_is_atomic(tmp_path):

@@ -1,4 +1,5 @@
 """Batches with out-of-memory recovery (faults injected: this machine has no GPU to run out of)."""
+
 import pytest
 import torch
 
@@ -13,13 +14,15 @@ def squares_failing_above(limit: int, sizes: list):
         if len(batch) > limit:
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (injected)")
         return [x * x for x in batch]
+
     return run
 
 
 def test_batches_in_order_with_progress():
     seen, sizes = [], []
-    assert map_batches(list(range(7)), 3, squares_failing_above(99, sizes),
-                       lambda d, t: seen.append((d, t))) == [0, 1, 4, 9, 16, 25, 36]
+    assert map_batches(
+        list(range(7)), 3, squares_failing_above(99, sizes), lambda d, t: seen.append((d, t))
+    ) == [0, 1, 4, 9, 16, 25, 36]
     assert sizes == [3, 3, 1] and seen == [(3, 7), (6, 7), (7, 7)]
 
 

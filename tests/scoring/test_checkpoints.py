@@ -1,4 +1,5 @@
 """Chunked, resumable scoring: a killed run loses at most one chunk and never duplicates a row."""
+
 import polars as pl
 import pytest
 
@@ -6,8 +7,9 @@ from kcal_pipeline.scoring.checkpoints import FINGERPRINT_FILE, score_in_chunks
 
 
 def statements(n: int = 10) -> pl.DataFrame:
-    return pl.DataFrame({"statement_id": [f"s{i:02d}" for i in range(n)],
-                         "text": [f"statement number {i}" for i in range(n)]})
+    return pl.DataFrame(
+        {"statement_id": [f"s{i:02d}" for i in range(n)], "text": [f"statement number {i}" for i in range(n)]}
+    )
 
 
 class Scorer:
@@ -26,14 +28,24 @@ class Scorer:
 
 def test_chunks_cover_every_row_once_in_order(tmp_path):
     seen = []
-    frame, report = score_in_chunks(statements(), Scorer(), tmp_path / "ck", "fp1", chunk_size=4,
-                                    on_chunk=lambda d, t: seen.append((d, t)))
+    frame, report = score_in_chunks(
+        statements(),
+        Scorer(),
+        tmp_path / "ck",
+        "fp1",
+        chunk_size=4,
+        on_chunk=lambda d, t: seen.append((d, t)),
+    )
     assert seen == [(4, 10), (8, 10), (10, 10)]
     assert (report.chunks, report.scored, report.resumed) == (3, 3, 0)
     assert frame["statement_id"].to_list() == statements()["statement_id"].to_list()
     assert frame["n_chars"].to_list() == [18] * 10  # "statement number 0" … all 18 characters
     assert sorted(p.name for p in (tmp_path / "ck").iterdir()) == [
-        "chunk-000000.parquet", "chunk-000001.parquet", "chunk-000002.parquet", FINGERPRINT_FILE]
+        "chunk-000000.parquet",
+        "chunk-000001.parquet",
+        "chunk-000002.parquet",
+        FINGERPRINT_FILE,
+    ]
 
 
 def test_a_killed_run_resumes_without_losing_or_duplicating_rows(tmp_path):
@@ -60,7 +72,9 @@ def test_other_inputs_discard_the_checkpoints(tmp_path):
 
 def test_a_chunk_file_for_other_statements_is_rescored(tmp_path):
     score_in_chunks(statements(), Scorer(), tmp_path, "fp", chunk_size=5)
-    pl.DataFrame({"statement_id": ["x"] * 5, "n_chars": [0] * 5}).write_parquet(tmp_path / "chunk-000001.parquet")
+    pl.DataFrame({"statement_id": ["x"] * 5, "n_chars": [0] * 5}).write_parquet(
+        tmp_path / "chunk-000001.parquet"
+    )
     (tmp_path / "chunk-000000.parquet").write_bytes(b"not parquet")
     again = Scorer()
     frame, report = score_in_chunks(statements(), again, tmp_path, "fp", chunk_size=5)

@@ -1,4 +1,5 @@
 """CLM scoring against a slow one-statement-at-a-time reference, batching invariance and token roles."""
+
 import copy
 import os
 import random
@@ -9,25 +10,30 @@ import polars as pl
 import pytest
 import torch
 
-from kcal_pipeline.scoring.models.loading import DEFAULT_MODEL, load_model
+from kcal_pipeline.dataset.templates import fill
 from kcal_pipeline.scoring import ROLE_OBJECT, ROLE_SUBJECT, ROLE_TEMPLATE, score_clm, token_roles
 from kcal_pipeline.scoring.clm import SCHEMA
-from kcal_pipeline.dataset.templates import fill
+from kcal_pipeline.scoring.models.loading import DEFAULT_MODEL, load_model
 
 T, S, O = ROLE_TEMPLATE, ROLE_SUBJECT, ROLE_OBJECT
 
 TEMPLATES = [
-    "The capital of [X] is [Y].",                      # object at the end
-    "[Y] is the capital of [X].",                      # object first
+    "The capital of [X] is [Y].",  # object at the end
+    "[Y] is the capital of [X].",  # object first
     "Everyone who has studied the geography of [X] knows that its capital city is called [Y], a fact "
-    "taught in schools.",                              # long, object in the middle
-    "[X]: [Y]",                                        # short, no final punctuation
-    "[X][Y]",                                          # adjacent spans, no space
+    "taught in schools.",  # long, object in the middle
+    "[X]: [Y]",  # short, no final punctuation
+    "[X][Y]",  # adjacent spans, no space
 ]
 PAIRS = [
-    ("France", "Paris"), ("Switzerland", "Zürich"), ("São Tomé and Príncipe", "São Tomé"),
-    ("Côte d'Ivoire", "Yamoussoukro"), ("Bosnia and Herzegovina", "Sarajevo"), ("Iceland", "Reykjavík"),
-    ("Paraguay", "Asunción"), ("United Arab Emirates", "Abu Dhabi"),
+    ("France", "Paris"),
+    ("Switzerland", "Zürich"),
+    ("São Tomé and Príncipe", "São Tomé"),
+    ("Côte d'Ivoire", "Yamoussoukro"),
+    ("Bosnia and Herzegovina", "Sarajevo"),
+    ("Iceland", "Reykjavík"),
+    ("Paraguay", "Asunción"),
+    ("United Arab Emirates", "Abu Dhabi"),
 ]
 FILLED = [fill(t, x, y) for t in TEMPLATES for x, y in PAIRS]  # 40 statements
 
@@ -42,8 +48,13 @@ def loaded():
 
 
 def score(loaded, filled, **kw) -> pl.DataFrame:
-    return score_clm(loaded, [f.text for f in filled], [f.subject_span for f in filled],
-                     [f.object_span for f in filled], **kw)
+    return score_clm(
+        loaded,
+        [f.text for f in filled],
+        [f.subject_span for f in filled],
+        [f.object_span for f in filled],
+        **kw,
+    )
 
 
 def reference_logprobs(model, tokenizer, start_token_id: int, text: str) -> np.ndarray:
@@ -80,8 +91,9 @@ def test_tiny_statements_are_scored_like_any_other(loaded, batched):
     in_batch = batched.row(index, named=True)
     assert alone["n_tokens"][0] == in_batch["n_tokens"] == 2
     np.testing.assert_allclose(alone["token_logprobs"][0], in_batch["token_logprobs"], atol=1e-5, rtol=0)
-    exact = reference_logprobs(copy.deepcopy(loaded.model).double(), loaded.tokenizer, loaded.start_token_id,
-                               "FranceParis")
+    exact = reference_logprobs(
+        copy.deepcopy(loaded.model).double(), loaded.tokenizer, loaded.start_token_id, "FranceParis"
+    )
     np.testing.assert_allclose(in_batch["token_logprobs"], exact, atol=1e-4, rtol=0)
 
 
@@ -115,8 +127,9 @@ def test_same_inputs_give_identical_scores(loaded, batched):
 
 
 def test_model_prefers_the_true_capital(loaded):
-    good, bad = score(loaded, [fill(TEMPLATES[0], "France", "Paris"), fill(TEMPLATES[0], "France", "Berlin")])[
-        "ll_sum"]
+    good, bad = score(
+        loaded, [fill(TEMPLATES[0], "France", "Paris"), fill(TEMPLATES[0], "France", "Berlin")]
+    )["ll_sum"]
     assert good > bad
 
 
@@ -141,6 +154,7 @@ def test_bad_inputs_are_rejected(loaded):
 
 # --- token roles ----------------------------------------------------------------------------------
 
+
 def test_token_roles_pure_cases():
     # "Paris is the capital of France." with a leading-space subject token " France"
     offsets = [(0, 5), (5, 8), (8, 12), (12, 20), (20, 23), (23, 30), (30, 31)]
@@ -161,16 +175,70 @@ def roles_of(loaded, template, subject, obj):
 def test_roles_with_the_real_tokenizer(loaded):
     """Hand-checked against the SmolLM2 tokenizer's pieces."""
     assert roles_of(loaded, "The capital of [X] is [Y].", "France", "Paris") == [
-        ("The", T), (" capital", T), (" of", T), (" France", S), (" is", T), (" Paris", O), (".", T)]
+        ("The", T),
+        (" capital", T),
+        (" of", T),
+        (" France", S),
+        (" is", T),
+        (" Paris", O),
+        (".", T),
+    ]
     assert roles_of(loaded, "[Y] is the capital of [X].", "France", "Paris") == [
-        ("Paris", O), (" is", T), (" the", T), (" capital", T), (" of", T), (" France", S), (".", T)]
+        ("Paris", O),
+        (" is", T),
+        (" the", T),
+        (" capital", T),
+        (" of", T),
+        (" France", S),
+        (".", T),
+    ]
     assert roles_of(loaded, "[X][Y] is cold.", "Ice", "land") == [  # BPE merges across the boundary
-        ("I", S), ("celand", O), (" is", T), (" cold", T), (".", T)]
+        ("I", S),
+        ("celand", O),
+        (" is", T),
+        (" cold", T),
+        (".", T),
+    ]
     assert roles_of(loaded, "[X]: [Y].", "Zürich", "Switzerland") == [
-        ("Z", S), ("ü", S), ("rich", S), (":", T), (" Switzerland", O), (".", T)]
+        ("Z", S),
+        ("ü", S),
+        ("rich", S),
+        (":", T),
+        (" Switzerland", O),
+        (".", T),
+    ]
     assert roles_of(loaded, "The capital of [X] is [Y].", "São Tomé and Príncipe", "São Tomé") == [
-        ("The", T), (" capital", T), (" of", T), (" São", S), (" Tom", S), ("é", S), (" and", S), (" Pr", S),
-        ("ín", S), ("cipe", S), (" is", T), (" São", O), (" Tom", O), ("é", O), (".", T)]
+        ("The", T),
+        (" capital", T),
+        (" of", T),
+        (" São", S),
+        (" Tom", S),
+        ("é", S),
+        (" and", S),
+        (" Pr", S),
+        ("ín", S),
+        ("cipe", S),
+        (" is", T),
+        (" São", O),
+        (" Tom", O),
+        ("é", O),
+        (".", T),
+    ]
     assert roles_of(loaded, "[X] ([Y])", "Côte d'Ivoire", "Yamoussoukro") == [
-        ("C", S), ("ô", S), ("te", S), (" d", S), ("'", S), ("I", S), ("vo", S), ("ire", S), (" (", T),
-        ("Y", O), ("amous", O), ("s", O), ("ou", O), ("k", O), ("ro", O), (")", T)]
+        ("C", S),
+        ("ô", S),
+        ("te", S),
+        (" d", S),
+        ("'", S),
+        ("I", S),
+        ("vo", S),
+        ("ire", S),
+        (" (", T),
+        ("Y", O),
+        ("amous", O),
+        ("s", O),
+        ("ou", O),
+        ("k", O),
+        ("ro", O),
+        (")", T),
+    ]

@@ -1,4 +1,5 @@
 """MLM pseudo-log-likelihood scoring against a slow plain reference, on a tiny real BERT (tests/tiny_mlm.py)."""
+
 import random
 import shutil
 import threading
@@ -9,28 +10,56 @@ import pytest
 import torch
 from transformers import AutoConfig, AutoTokenizer, BartConfig, BertConfig, GPT2Config
 
-from kcal_pipeline.scoring.models.loading import ModelConfigError, ModelEntry, ModelLoadError, detect_kind, load_model
+from kcal_pipeline.dataset.templates import fill
 from kcal_pipeline.scoring import ROLE_OBJECT, ROLE_SUBJECT, ROLE_TEMPLATE
 from kcal_pipeline.scoring.clm import SCHEMA
 from kcal_pipeline.scoring.mlm import score_mlm
-from kcal_pipeline.dataset.templates import fill
+from kcal_pipeline.scoring.models.loading import (
+    ModelConfigError,
+    ModelEntry,
+    ModelLoadError,
+    detect_kind,
+    load_model,
+)
 from tests.scoring.tiny_mlm import build_tiny_mlm
 
 T, S, O = ROLE_TEMPLATE, ROLE_SUBJECT, ROLE_OBJECT
 VARIANTS = ("original", "within_word_l2r")
 
 TEMPLATES = [
-    "The capital of [X] is [Y].",                                   # object at the end
-    "[Y] is the capital of [X].",                                   # object first
-    "People in [X] speak [Y], they say.",                           # object in the middle
+    "The capital of [X] is [Y].",  # object at the end
+    "[Y] is the capital of [X].",  # object first
+    "People in [X] speak [Y], they say.",  # object in the middle
     "Everyone who has studied [X] knows that its capital city is called [Y], a fact taught in schools.",
     "[X]: [Y]",
-    "[X][Y]",                                                       # adjacent spans, glued into one word
+    "[X][Y]",  # adjacent spans, glued into one word
 ]
-SUBJECTS = ["France", "Switzerland", "Côte d'Ivoire", "São Tomé and Príncipe", "Iceland", "Paraguay",
-            "Bosnia and Herzegovina", "United Arab Emirates", "Marie Curie", "Québec"]
-OBJECTS = ["Paris", "Bern", "Zürich", "Yamoussoukro", "São Tomé", "Reykjavík", "Asunción", "Abu Dhabi",
-           "Sarajevo", "Warsaw", "Portuguese", "French"]
+SUBJECTS = [
+    "France",
+    "Switzerland",
+    "Côte d'Ivoire",
+    "São Tomé and Príncipe",
+    "Iceland",
+    "Paraguay",
+    "Bosnia and Herzegovina",
+    "United Arab Emirates",
+    "Marie Curie",
+    "Québec",
+]
+OBJECTS = [
+    "Paris",
+    "Bern",
+    "Zürich",
+    "Yamoussoukro",
+    "São Tomé",
+    "Reykjavík",
+    "Asunción",
+    "Abu Dhabi",
+    "Sarajevo",
+    "Warsaw",
+    "Portuguese",
+    "French",
+]
 
 
 def random_statements(n: int, seed: int):
@@ -58,13 +87,20 @@ def tiny_dir(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def loaded(tiny_dir, tmp_path_factory):
-    return load_model(ModelEntry(id="kcal-test/tiny-bert", source="local", path=str(tiny_dir)),
-                      tmp_path_factory.mktemp("cache"))
+    return load_model(
+        ModelEntry(id="kcal-test/tiny-bert", source="local", path=str(tiny_dir)),
+        tmp_path_factory.mktemp("cache"),
+    )
 
 
 def score(loaded, filled, **kw) -> pl.DataFrame:
-    return score_mlm(loaded, [f.text for f in filled], [f.subject_span for f in filled],
-                     [f.object_span for f in filled], **kw)
+    return score_mlm(
+        loaded,
+        [f.text for f in filled],
+        [f.subject_span for f in filled],
+        [f.object_span for f in filled],
+        **kw,
+    )
 
 
 def reference_pll(model, tokenizer, text: str, variant: str) -> np.ndarray:
@@ -118,19 +154,27 @@ def test_reductions_follow_the_token_roles(batched):
 def test_within_word_equals_original_exactly_where_words_are_single_tokens(loaded):
     texts = ["The capital of Québec is Paris.", "Iceland: Bern", "IcelandParis is the capital of Iceland."]
     spans = [((15, 21), (25, 30)), ((0, 7), (9, 13)), ((0, 7), (7, 12))]
-    frames = {v: score_mlm(loaded, texts, [s for s, _ in spans], [o for _, o in spans], variant=v) for v in VARIANTS}
+    frames = {
+        v: score_mlm(loaded, texts, [s for s, _ in spans], [o for _, o in spans], variant=v) for v in VARIANTS
+    }
     for i in (0, 1):  # every word one token (tests/tiny_mlm.py WHOLE_WORDS): nothing else to mask
-        assert len(loaded.tokenizer.tokenize(texts[i])) == len(texts[i].replace(":", " :").replace(".", " .").split())
+        assert len(loaded.tokenizer.tokenize(texts[i])) == len(
+            texts[i].replace(":", " :").replace(".", " .").split()
+        )
         original, l2r = (frames[v]["token_logprobs"][i].to_list() for v in VARIANTS)
         assert original == l2r
     # "IcelandParis" = Iceland ##P… (one word): its pieces but the last are predicted without the later
     # ones; the last piece and the single-token words that follow are scored exactly as before.
     pieces = loaded.tokenizer.tokenize("IcelandParis")
-    assert pieces[0] == "Iceland" and len(pieces) >= 2 and loaded.tokenizer.tokenize(texts[2])[len(pieces)] == "is"
+    assert (
+        pieces[0] == "Iceland"
+        and len(pieces) >= 2
+        and loaded.tokenizer.tokenize(texts[2])[len(pieces)] == "is"
+    )
     pieces = len(pieces)
     original, l2r = (np.array(frames[v]["token_logprobs"][2]) for v in VARIANTS)
-    assert np.all(np.abs(original[:pieces - 1] - l2r[:pieces - 1]) > 1e-6)  # exact elsewhere, so not noise
-    assert np.array_equal(original[pieces - 1:], l2r[pieces - 1:])
+    assert np.all(np.abs(original[: pieces - 1] - l2r[: pieces - 1]) > 1e-6)  # exact elsewhere, so not noise
+    assert np.array_equal(original[pieces - 1 :], l2r[pieces - 1 :])
 
 
 def test_one_token_statement_is_log_softmax_at_the_mask(loaded):
@@ -157,21 +201,28 @@ def test_scores_do_not_depend_on_batch_size_or_order(loaded, batched):
             shuffled = score(loaded, [FILLED[i] for i in order], variant=variant, batch_size=bs)
             for i, row in zip(order, shuffled.iter_rows(named=True)):
                 assert row["token_roles"] == expected[i]["token_roles"]
-                np.testing.assert_allclose(row["token_logprobs"], expected[i]["token_logprobs"], atol=1e-5, rtol=0)
+                np.testing.assert_allclose(
+                    row["token_logprobs"], expected[i]["token_logprobs"], atol=1e-5, rtol=0
+                )
                 assert abs(row["ll_sum"] - expected[i]["ll_sum"]) < 1e-5
 
 
 def forward_sizes(model):
     """Record the number of rows of every forward pass; returns (sizes, hook handle)."""
     sizes = []
-    handle = model.register_forward_pre_hook(lambda _m, args, kw: sizes.append(kw["input_ids"].shape[0]),
-                                             with_kwargs=True)
+    handle = model.register_forward_pre_hook(
+        lambda _m, args, kw: sizes.append(kw["input_ids"].shape[0]), with_kwargs=True
+    )
     return sizes, handle
 
 
 def test_chunks_are_bounded_and_repeated_statements_scored_once(loaded):
-    long = fill("Everyone who has studied [X] knows that its capital is [Y], a fact taught in schools "
-                "from Paraguay to Iceland.", "São Tomé and Príncipe", "Yamoussoukro")
+    long = fill(
+        "Everyone who has studied [X] knows that its capital is [Y], a fact taught in schools "
+        "from Paraguay to Iceland.",
+        "São Tomé and Príncipe",
+        "Yamoussoukro",
+    )
     n_tokens = len(loaded.tokenizer.tokenize(long.text))
     assert n_tokens > 40
     sizes, handle = forward_sizes(loaded.model)
@@ -224,8 +275,10 @@ def test_vocabulary_projection_runs_on_the_scored_positions_only(loaded, batched
             worker.start()
             worker.join()
 
-    handles = [projection.register_forward_hook(lambda _m, _args, out: seen.append(tuple(out.shape))),
-               loaded.model.register_forward_pre_hook(in_another_thread, with_kwargs=True)]
+    handles = [
+        projection.register_forward_hook(lambda _m, _args, out: seen.append(tuple(out.shape))),
+        loaded.model.register_forward_pre_hook(in_another_thread, with_kwargs=True),
+    ]
     try:
         restricted = score(loaded, FILLED[:8], variant="within_word_l2r", batch_size=16)
     finally:
@@ -235,17 +288,23 @@ def test_vocabulary_projection_runs_on_the_scored_positions_only(loaded, batched
     assert seen and all(shape[1] == 1 for shape in seen[1:])  # seen[0] is the other thread's
     monkeypatch.setattr(loaded.model, "get_output_embeddings", lambda: None)
     whole = score(loaded, FILLED[:8], variant="within_word_l2r", batch_size=16)
-    for a, b, c in zip(restricted.iter_rows(named=True), whole.iter_rows(named=True),
-                       batched["within_word_l2r"].iter_rows(named=True)):
+    for a, b, c in zip(
+        restricted.iter_rows(named=True),
+        whole.iter_rows(named=True),
+        batched["within_word_l2r"].iter_rows(named=True),
+    ):
         np.testing.assert_allclose(a["token_logprobs"], b["token_logprobs"], atol=1e-5, rtol=0)
         np.testing.assert_allclose(a["token_logprobs"], c["token_logprobs"], atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("text,subject,obj,roles", [
-    ("The capital of Québec is Paris.", (15, 21), (25, 30), [T, T, T, S, T, O, T]),
-    ("Paris is the capital of Québec.", (24, 30), (0, 5), [O, T, T, T, T, S, T]),  # object first
-    ("Québec Paris", (0, 6), (7, 12), [S, O]),                                   # no template tokens
-])
+@pytest.mark.parametrize(
+    "text,subject,obj,roles",
+    [
+        ("The capital of Québec is Paris.", (15, 21), (25, 30), [T, T, T, S, T, O, T]),
+        ("Paris is the capital of Québec.", (24, 30), (0, 5), [O, T, T, T, T, S, T]),  # object first
+        ("Québec Paris", (0, 6), (7, 12), [S, O]),  # no template tokens
+    ],
+)
 def test_token_roles_by_hand(loaded, text, subject, obj, roles):
     row = score_mlm(loaded, [text], [subject], [obj]).row(0, named=True)
     assert row["token_roles"] == roles
@@ -264,9 +323,13 @@ def test_token_roles_on_tricky_spans(loaded):
     subject = pieces_of(tok, middle.text, *middle.subject_span)
     obj = pieces_of(tok, middle.text, *middle.object_span)
     roles = score(loaded, [middle])["token_roles"][0].to_list()
-    assert roles == [T] * before + [S] * subject + [T] + [O] * obj + [T] * (len(roles) - before - subject - 1 - obj)
+    assert roles == [T] * before + [S] * subject + [T] + [O] * obj + [T] * (
+        len(roles) - before - subject - 1 - obj
+    )
     assert obj >= 4  # "Côte d'Ivoire" is four words (punctuation is a word of its own)
-    glued = fill("[X][Y]", "Iceland", "Paris")  # one word: Iceland ##P…; a piece across the boundary is the object's
+    glued = fill(
+        "[X][Y]", "Iceland", "Paris"
+    )  # one word: Iceland ##P…; a piece across the boundary is the object's
     roles = score(loaded, [glued])["token_roles"][0].to_list()
     assert tok.tokenize(glued.text)[0] == "Iceland"
     assert roles == [S] + [O] * (len(tok.tokenize(glued.text)) - 1)
@@ -274,7 +337,12 @@ def test_token_roles_on_tricky_spans(loaded):
 
 def test_progress_counts_input_statements(loaded):
     calls = []
-    score(loaded, FILLED[:4] + FILLED[:1], batch_size=7, progress=lambda done, total: calls.append((done, total)))
+    score(
+        loaded,
+        FILLED[:4] + FILLED[:1],
+        batch_size=7,
+        progress=lambda done, total: calls.append((done, total)),
+    )
     assert calls[-1] == (5, 5) and all(t == 5 for _, t in calls)
     assert [d for d, _ in calls] == sorted(d for d, _ in calls)
 
@@ -302,43 +370,53 @@ def test_a_causal_model_is_refused(loaded):
 
 # --- kinds in the registry ------------------------------------------------------------------------
 
+
 def test_tiny_bert_directory_is_detected_as_mlm(loaded, tiny_dir):
     assert loaded.kind == "mlm" and not loaded.model.training
     assert loaded.start_token_id == loaded.tokenizer.cls_token_id  # informational for an MLM
     assert detect_kind(AutoConfig.from_pretrained(tiny_dir), "x") == "mlm"
 
 
-@pytest.mark.parametrize("config,kind", [
-    (BertConfig(), "mlm"),                                           # encoder-only family, no architectures
-    (BertConfig(is_decoder=True), "clm"),                            # BERT trained as a decoder
-    (BertConfig(architectures=["BertLMHeadModel"]), "clm"),
-    (GPT2Config(), "clm"),                                           # only a causal head exists for gpt2
-    (GPT2Config(architectures=["GPT2LMHeadModel"]), "clm"),
-    (BertConfig(architectures=["BertForMaskedLM"]), "mlm"),
-])
+@pytest.mark.parametrize(
+    "config,kind",
+    [
+        (BertConfig(), "mlm"),  # encoder-only family, no architectures
+        (BertConfig(is_decoder=True), "clm"),  # BERT trained as a decoder
+        (BertConfig(architectures=["BertLMHeadModel"]), "clm"),
+        (GPT2Config(), "clm"),  # only a causal head exists for gpt2
+        (GPT2Config(architectures=["GPT2LMHeadModel"]), "clm"),
+        (BertConfig(architectures=["BertForMaskedLM"]), "mlm"),
+    ],
+)
 def test_kind_detection_from_config(config, kind):
     assert detect_kind(config, "org/model") == kind
 
 
 def test_undecidable_kind_names_the_model_and_says_to_set_kind():
-    with pytest.raises(ModelLoadError, match=r"model 'org/seq2seq': cannot tell .* set kind to 'clm' or 'mlm'"):
+    with pytest.raises(
+        ModelLoadError, match=r"model 'org/seq2seq': cannot tell .* set kind to 'clm' or 'mlm'"
+    ):
         detect_kind(BartConfig(architectures=["BartForConditionalGeneration"]), "org/seq2seq")
 
 
 def test_explicit_kind_overrides_detection(tiny_dir, tmp_path):
     """BERT also has a causal head class; an explicit kind is obeyed (detection is a heuristic)."""
-    entry = ModelEntry(id="kcal-test/tiny-bert-as-clm", source="local", path=str(tiny_dir), kind="clm",
-                       start_token="[CLS]")
+    entry = ModelEntry(
+        id="kcal-test/tiny-bert-as-clm", source="local", path=str(tiny_dir), kind="clm", start_token="[CLS]"
+    )
     forced = load_model(entry, tmp_path)
     assert forced.kind == "clm" and type(forced.model).__name__ == "BertLMHeadModel"
 
 
-@pytest.mark.parametrize("kw,field,value", [
-    ({"kind": "seq2seq"}, "kind", "seq2seq"),
-    ({"kind": None}, "kind", None),
-    ({"kind": "mlm", "start_token": "[CLS]"}, "start_token", "[CLS]"),
-    ({"kind": "mlm", "source": "gguf_package", "package": "pkg", "file": "m.gguf"}, "kind", "mlm"),
-])
+@pytest.mark.parametrize(
+    "kw,field,value",
+    [
+        ({"kind": "seq2seq"}, "kind", "seq2seq"),
+        ({"kind": None}, "kind", None),
+        ({"kind": "mlm", "start_token": "[CLS]"}, "start_token", "[CLS]"),
+        ({"kind": "mlm", "source": "gguf_package", "package": "pkg", "file": "m.gguf"}, "kind", "mlm"),
+    ],
+)
 def test_registry_rejects_bad_kinds_naming_field_and_value(kw, field, value):
     with pytest.raises(ModelConfigError) as err:
         ModelEntry(**{"id": "org/model", "source": "hf", **kw})
@@ -346,7 +424,9 @@ def test_registry_rejects_bad_kinds_naming_field_and_value(kw, field, value):
 
 
 def test_detected_mlm_with_a_start_token_is_an_error(tiny_dir, tmp_path):
-    entry = ModelEntry(id="kcal-test/tiny-bert-start", source="local", path=str(tiny_dir), start_token="[CLS]")
+    entry = ModelEntry(
+        id="kcal-test/tiny-bert-start", source="local", path=str(tiny_dir), start_token="[CLS]"
+    )
     with pytest.raises(ModelLoadError, match=r"start_token '\[CLS\]' does not apply to a masked LM"):
         load_model(entry, tmp_path)
 
@@ -357,5 +437,7 @@ def test_mlm_tokenizer_without_mask_token_is_an_error(tiny_dir, tmp_path):
     tokenizer = AutoTokenizer.from_pretrained(tiny_dir)
     tokenizer.mask_token = None
     tokenizer.save_pretrained(folder)
-    with pytest.raises(ModelLoadError, match="'kcal-test/no-mask': kind 'mlm' needs a tokenizer with a mask token"):
+    with pytest.raises(
+        ModelLoadError, match="'kcal-test/no-mask': kind 'mlm' needs a tokenizer with a mask token"
+    ):
         load_model(ModelEntry(id="kcal-test/no-mask", source="local", path=str(folder)), tmp_path)

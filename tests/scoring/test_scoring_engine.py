@@ -1,5 +1,6 @@
 """The scoring engine and one partition's scoring: scorer choice, optional columns, fingerprints,
 conditional answer scores, skip-if-unchanged and resume after a crash (real SmolLM2, real Parquet)."""
+
 import dataclasses
 
 import numpy as np
@@ -7,33 +8,49 @@ import polars as pl
 import pytest
 import torch
 
-from kcal_pipeline.scoring.models.loading import DEFAULT_MODEL, ModelEntry, load_model
-from kcal_pipeline.scoring import partition as partition_mod
-from kcal_pipeline.scoring.clm import SCHEMA, score_clm
-from kcal_pipeline.scoring.engine import OPTIONAL_SCHEMA, ScoringOptions, fingerprint, score_statements, scorer_for
-from kcal_pipeline.scoring.mlm import score_mlm
-from kcal_pipeline.scoring.partition import FINGERPRINT_COLUMN, score_partition
-from kcal_pipeline.scoring.subject_mask import mask_subjects
 from kcal_pipeline.core.storage import partition_path, write_parquet_atomic
 from kcal_pipeline.dataset.templates import fill
+from kcal_pipeline.scoring import partition as partition_mod
+from kcal_pipeline.scoring.clm import SCHEMA, score_clm
+from kcal_pipeline.scoring.engine import (
+    OPTIONAL_SCHEMA,
+    ScoringOptions,
+    fingerprint,
+    score_statements,
+    scorer_for,
+)
+from kcal_pipeline.scoring.mlm import score_mlm
+from kcal_pipeline.scoring.models.loading import DEFAULT_MODEL, ModelEntry, load_model
+from kcal_pipeline.scoring.partition import FINGERPRINT_COLUMN, score_partition
+from kcal_pipeline.scoring.subject_mask import mask_subjects
 from tests.scoring.test_clm_scoring import model_cache
 from tests.scoring.tiny_mlm import build_tiny_mlm
 
-TEMPLATES = ["The capital of [X] is [Y].", "[Y] is the capital of [X].", "In [X], the seat of government is [Y]."]
+TEMPLATES = [
+    "The capital of [X] is [Y].",
+    "[Y] is the capital of [X].",
+    "In [X], the seat of government is [Y].",
+]
 PAIRS = [("France", o) for o in ("Paris", "Lyon", "Zürich")] + [("Iceland", o) for o in ("Reykjavík", "Oslo")]
 
 
 def statements_frame(filled) -> pl.DataFrame:
-    return pl.DataFrame({
-        "statement_id": [f"st{i:03d}" for i in range(len(filled))],
-        "instance_id": [f"i{i // 3}" for i in range(len(filled))],
-        "relation_id": ["P36"] * len(filled), "template_id": ["t0"] * len(filled),
-        "option_index": [i % 3 for i in range(len(filled))], "object_id": ["Q1"] * len(filled),
-        "is_gold": [i % 3 == 0 for i in range(len(filled))],
-        "text": [f.text for f in filled],
-        "subject_start": [f.subject_span[0] for f in filled], "subject_end": [f.subject_span[1] for f in filled],
-        "object_start": [f.object_span[0] for f in filled], "object_end": [f.object_span[1] for f in filled],
-    })
+    return pl.DataFrame(
+        {
+            "statement_id": [f"st{i:03d}" for i in range(len(filled))],
+            "instance_id": [f"i{i // 3}" for i in range(len(filled))],
+            "relation_id": ["P36"] * len(filled),
+            "template_id": ["t0"] * len(filled),
+            "option_index": [i % 3 for i in range(len(filled))],
+            "object_id": ["Q1"] * len(filled),
+            "is_gold": [i % 3 == 0 for i in range(len(filled))],
+            "text": [f.text for f in filled],
+            "subject_start": [f.subject_span[0] for f in filled],
+            "subject_end": [f.subject_span[1] for f in filled],
+            "object_start": [f.object_span[0] for f in filled],
+            "object_end": [f.object_span[1] for f in filled],
+        }
+    )
 
 
 STATEMENTS = statements_frame([fill(t, s, o) for t in TEMPLATES for s, o in PAIRS])  # 15
@@ -49,8 +66,12 @@ def spans(frame, a, b):
 
 
 def plain_scores(loaded, frame):
-    return score_clm(loaded, frame["text"].to_list(), spans(frame, "subject_start", "subject_end"),
-                     spans(frame, "object_start", "object_end"))
+    return score_clm(
+        loaded,
+        frame["text"].to_list(),
+        spans(frame, "subject_start", "subject_end"),
+        spans(frame, "object_start", "object_end"),
+    )
 
 
 def test_default_scoring_is_the_packed_path_with_null_optional_columns(loaded):
@@ -69,8 +90,8 @@ def test_answer_scores_are_conditional_on_the_prefix(loaded):
     f = fill("The capital of [X] is [Y].", "France", "Paris")
     row = score_statements(loaded, statements_frame([f]), ScoringOptions()).row(0, named=True)
     tok = loaded.tokenizer
-    prefix = tok(f.text[:f.object_span[0]].rstrip(), add_special_tokens=False)["input_ids"]
-    answer = tok(f.text, add_special_tokens=False)["input_ids"][len(prefix):][:1]  # " Paris"
+    prefix = tok(f.text[: f.object_span[0]].rstrip(), add_special_tokens=False)["input_ids"]
+    answer = tok(f.text, add_special_tokens=False)["input_ids"][len(prefix) :][:1]  # " Paris"
     assert tok.decode(answer) == " Paris"
     ids = torch.tensor([[loaded.start_token_id] + prefix + answer])
     with torch.inference_mode():
@@ -88,14 +109,22 @@ def test_dropout_passes_and_subject_masked_columns(loaded):
     assert not any(m.training for m in loaded.model.modules())  # dropout switched off again
     masked = mask_subjects(STATEMENTS)
     assert masked["text"][0] == "The capital of something is Paris."
-    np.testing.assert_allclose(first["ll_sum_masked"].to_numpy(), plain_scores(loaded, masked)["ll_sum"].to_numpy(),
-                               atol=1e-4, rtol=0)
+    np.testing.assert_allclose(
+        first["ll_sum_masked"].to_numpy(),
+        plain_scores(loaded, masked)["ll_sum"].to_numpy(),
+        atol=1e-4,
+        rtol=0,
+    )
 
 
 def test_progress_counts_every_pass(loaded):
     calls = []
-    score_statements(loaded, STATEMENTS.head(3), ScoringOptions(dropout_passes=2, subject_mask=True),
-                     progress=lambda d, t: calls.append((d, t)))
+    score_statements(
+        loaded,
+        STATEMENTS.head(3),
+        ScoringOptions(dropout_passes=2, subject_mask=True),
+        progress=lambda d, t: calls.append((d, t)),
+    )
     assert calls[-1] == (12, 12) and all(t == 12 for _, t in calls)  # 3 statements × (1 + 2 + 1)
     assert [d for d, _ in calls] == sorted(d for d, _ in calls)
 
@@ -103,19 +132,23 @@ def test_progress_counts_every_pass(loaded):
 def test_fingerprint_follows_statements_options_and_weights(loaded):
     base = fingerprint(loaded, STATEMENTS, ScoringOptions())
     assert base == fingerprint(loaded, STATEMENTS.with_columns(is_gold=pl.lit(True)), ScoringOptions())
-    assert base != fingerprint(loaded, STATEMENTS.with_columns(pl.col("text").str.replace("France", "Spain")),
-                               ScoringOptions())
+    assert base != fingerprint(
+        loaded, STATEMENTS.with_columns(pl.col("text").str.replace("France", "Spain")), ScoringOptions()
+    )
     assert base != fingerprint(loaded, STATEMENTS, ScoringOptions(subject_mask=True))
     other = dataclasses.replace(loaded, revision=loaded.revision + "-other")
     assert base != fingerprint(other, STATEMENTS, ScoringOptions())
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"mlm_variant": "l2r"}, "mlm_variant must be one of original, within_word_l2r, got 'l2r'"),
-    ({"dropout_passes": -1}, "dropout_passes must be an integer >= 0, got -1"),
-    ({"dropout_passes": 2, "dropout_rate": 1.5}, "rate"),
-    ({"subject_mask": True, "placeholder": ""}, "placeholder"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"mlm_variant": "l2r"}, "mlm_variant must be one of original, within_word_l2r, got 'l2r'"),
+        ({"dropout_passes": -1}, "dropout_passes must be an integer >= 0, got -1"),
+        ({"dropout_passes": 2, "dropout_rate": 1.5}, "rate"),
+        ({"subject_mask": True, "placeholder": ""}, "placeholder"),
+    ],
+)
 def test_bad_options_are_rejected(kwargs, message):
     with pytest.raises(ValueError, match=message):
         ScoringOptions(**kwargs)
@@ -125,14 +158,21 @@ def test_masked_lms_take_the_pseudo_log_likelihood(tmp_path):
     torch_threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        mlm = load_model(ModelEntry(id="kcal-test/tiny-bert", source="local",
-                                    path=str(build_tiny_mlm(tmp_path / "bert"))), tmp_path / "cache")
+        mlm = load_model(
+            ModelEntry(id="kcal-test/tiny-bert", source="local", path=str(build_tiny_mlm(tmp_path / "bert"))),
+            tmp_path / "cache",
+        )
         for variant in ("original", "within_word_l2r"):
             name, _ = scorer_for(mlm, ScoringOptions(mlm_variant=variant))
             assert name == f"mlm-{variant}"
             got = score_statements(mlm, STATEMENTS, ScoringOptions(mlm_variant=variant))
-            want = score_mlm(mlm, STATEMENTS["text"].to_list(), spans(STATEMENTS, "subject_start", "subject_end"),
-                             spans(STATEMENTS, "object_start", "object_end"), variant=variant)
+            want = score_mlm(
+                mlm,
+                STATEMENTS["text"].to_list(),
+                spans(STATEMENTS, "subject_start", "subject_end"),
+                spans(STATEMENTS, "object_start", "object_end"),
+                variant=variant,
+            )
             assert got.select(list(SCHEMA)).equals(want)
     finally:
         torch.set_num_threads(torch_threads)
@@ -140,9 +180,18 @@ def test_masked_lms_take_the_pseudo_log_likelihood(tmp_path):
 
 # --- one partition -----------------------------------------------------------------------------
 
+
 def run_partition(loaded, home, **kw):
-    return score_partition(loaded, DEFAULT_MODEL.id, STATEMENTS, ScoringOptions(), home, "P36",
-                           chunk_size=kw.pop("chunk_size", 4), **kw)
+    return score_partition(
+        loaded,
+        DEFAULT_MODEL.id,
+        STATEMENTS,
+        ScoringOptions(),
+        home,
+        "P36",
+        chunk_size=kw.pop("chunk_size", 4),
+        **kw,
+    )
 
 
 def store(home, frame, key):
@@ -182,8 +231,15 @@ def test_partition_progress_goes_to_the_log_and_the_bar(loaded, tmp_path):
 
 def test_an_unchanged_partition_is_not_rescored(loaded, tmp_path, monkeypatch):
     first = run_partition(loaded, tmp_path)
-    assert first.frame.columns[:7] == ["statement_id", "instance_id", "relation_id", "template_id",
-                                       "option_index", "object_id", "is_gold"]
+    assert first.frame.columns[:7] == [
+        "statement_id",
+        "instance_id",
+        "relation_id",
+        "template_id",
+        "option_index",
+        "object_id",
+        "is_gold",
+    ]
     assert first.frame["model_id"].unique().to_list() == [DEFAULT_MODEL.id]
     store(tmp_path, first.frame, loaded.key)
     monkeypatch.setattr(partition_mod, "score_statements", lambda *a, **k: pytest.fail("rescored"))
@@ -197,6 +253,8 @@ def test_changed_statements_are_rescored(loaded, tmp_path):
     first = run_partition(loaded, tmp_path)
     store(tmp_path, first.frame, loaded.key)
     changed = STATEMENTS.with_columns(pl.col("text").str.replace("Lyon", "Nice"))
-    second = score_partition(loaded, DEFAULT_MODEL.id, changed, ScoringOptions(), tmp_path, "P36", chunk_size=4)
+    second = score_partition(
+        loaded, DEFAULT_MODEL.id, changed, ScoringOptions(), tmp_path, "P36", chunk_size=4
+    )
     assert second.metadata["rescored"] is True
     assert second.frame[FINGERPRINT_COLUMN][0] != first.frame[FINGERPRINT_COLUMN][0]

@@ -1,14 +1,20 @@
 """Subject masking for TemplateDiff: span arithmetic by hand, capitalisation, validation."""
+
 import os
 from pathlib import Path
 
 import polars as pl
 import pytest
 
-from kcal_pipeline.scoring.models.loading import DEFAULT_MODEL, load_model
-from kcal_pipeline.scoring.clm import score_clm
-from kcal_pipeline.scoring.subject_mask import mask_subject, mask_subjects, starts_sentence, subject_masked_scores
 from kcal_pipeline.dataset.templates import fill
+from kcal_pipeline.scoring.clm import score_clm
+from kcal_pipeline.scoring.models.loading import DEFAULT_MODEL, load_model
+from kcal_pipeline.scoring.subject_mask import (
+    mask_subject,
+    mask_subjects,
+    starts_sentence,
+    subject_masked_scores,
+)
 
 
 def test_subject_before_object_shifts_the_object():
@@ -70,11 +76,19 @@ def test_adjacent_spans_are_fine_overlapping_ones_are_not():
 
 
 def statements_frame(rows) -> pl.DataFrame:
-    return pl.DataFrame({
-        "statement_id": [chr(ord("a") + i) for i in range(len(rows))], "text": [f.text for f in rows],
-        "subject_start": [f.subject_span[0] for f in rows], "subject_end": [f.subject_span[1] for f in rows],
-        "object_start": [f.object_span[0] for f in rows], "object_end": [f.object_span[1] for f in rows],
-    }, schema_overrides={c: pl.Int32 for c in ("subject_start", "subject_end", "object_start", "object_end")})
+    return pl.DataFrame(
+        {
+            "statement_id": [chr(ord("a") + i) for i in range(len(rows))],
+            "text": [f.text for f in rows],
+            "subject_start": [f.subject_span[0] for f in rows],
+            "subject_end": [f.subject_span[1] for f in rows],
+            "object_start": [f.object_span[0] for f in rows],
+            "object_end": [f.object_span[1] for f in rows],
+        },
+        schema_overrides=dict.fromkeys(
+            ("subject_start", "subject_end", "object_start", "object_end"), pl.Int32
+        ),
+    )
 
 
 TWO = [fill("The capital of [X] is [Y].", "France", "Paris"), fill("[Y] is in [X].", "Peru", "Lima")]
@@ -84,8 +98,10 @@ def test_frame_helper_keeps_rows_columns_and_dtypes():
     frame = statements_frame(TWO)
     masked = mask_subjects(frame)
     assert masked.schema == frame.schema
-    assert masked.rows() == [("a", "The capital of something is Paris.", 15, 24, 28, 33),
-                             ("b", "Lima is in something.", 11, 20, 0, 4)]
+    assert masked.rows() == [
+        ("a", "The capital of something is Paris.", 15, 24, 28, 33),
+        ("b", "Lima is in something.", 11, 20, 0, 4),
+    ]
     bad = frame.with_columns(object_start=pl.Series([16, 0], dtype=pl.Int32))
     with pytest.raises(ValueError, match="statement_id 'a'.*overlap"):
         mask_subjects(bad)
@@ -99,11 +115,19 @@ def test_masked_scores_are_the_scores_of_the_masked_statements():
     frame = statements_frame(TWO)
     out = subject_masked_scores(loaded, frame)
     assert out.schema == {"ll_sum_masked": pl.Float64, "ll_answer_sum_masked": pl.Float64}
-    expected = score_clm(loaded, ["The capital of something is Paris.", "Lima is in something."],
-                         [(15, 24), (11, 20)], [(28, 33), (0, 4)])
+    expected = score_clm(
+        loaded,
+        ["The capital of something is Paris.", "Lima is in something."],
+        [(15, 24), (11, 20)],
+        [(28, 33), (0, 4)],
+    )
     assert out["ll_sum_masked"].to_list() == expected["ll_sum"].to_list()
     assert out["ll_answer_sum_masked"].to_list() == expected["ll_answer_sum"].to_list()
-    plain = score_clm(loaded, frame["text"].to_list(), list(zip(frame["subject_start"], frame["subject_end"])),
-                      list(zip(frame["object_start"], frame["object_end"])))
+    plain = score_clm(
+        loaded,
+        frame["text"].to_list(),
+        list(zip(frame["subject_start"], frame["subject_end"])),
+        list(zip(frame["object_start"], frame["object_end"])),
+    )
     # Knowing the subject is France makes "Paris" likelier than knowing nothing about it.
     assert plain["ll_answer_sum"][0] > out["ll_answer_sum_masked"][0]

@@ -6,6 +6,7 @@ into several word pieces (the case within_word_l2r is about). The initialiser ra
 that context visibly moves the predictions; with BERT's default 0.02 every log-probability is
 ≈ −log(vocab) and a wrong mask would change scores by less than the test tolerances.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -45,10 +46,19 @@ def build_tiny_mlm(folder: str | Path) -> Path:
     folder = Path(folder)
     trained = BertWordPieceTokenizer(lowercase=False, strip_accents=False)
     trained.train_from_iterator(CORPUS, vocab_size=VOCAB_SIZE, min_frequency=1, show_progress=False)
-    tokenizer = BertTokenizer(vocab=_sorted_vocab(trained.get_vocab()), do_lower_case=False, strip_accents=False)
-    config = BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2,
-                        num_attention_heads=2, intermediate_size=64, max_position_embeddings=256,
-                        initializer_range=0.3, pad_token_id=tokenizer.pad_token_id)
+    tokenizer = BertTokenizer(
+        vocab=_sorted_vocab(trained.get_vocab()), do_lower_case=False, strip_accents=False
+    )
+    config = BertConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=256,
+        initializer_range=0.3,
+        pad_token_id=tokenizer.pad_token_id,
+    )
     torch.manual_seed(SEED)
     model = BertForMaskedLM(config).eval()
     model.save_pretrained(folder, safe_serialization=True)

@@ -6,6 +6,7 @@ each rejection is counted by reason; the filter cannot judge meaning, which is w
 templates stay distinguishable (kind "generated") and a run chooses which set it uses.
 Each kept template records its generator (model id @ revision) and the exact prompt.
 """
+
 from __future__ import annotations
 
 import re
@@ -16,10 +17,18 @@ import polars as pl
 
 from kcal_pipeline.dataset.templates import OBJECT_SLOT, SUBJECT_SLOT
 
-MIN_CHARS = 10    # "[X] in [Y]." is about the shortest sentence that can state a relation
-MAX_CHARS = 120   # longer lines are chatter, not a template
-REASONS = ("newline", "slots", "too_short", "too_long", "not_a_sentence", "chatter", "duplicate_of_curated",
-           "duplicate")
+MIN_CHARS = 10  # "[X] in [Y]." is about the shortest sentence that can state a relation
+MAX_CHARS = 120  # longer lines are chatter, not a template
+REASONS = (
+    "newline",
+    "slots",
+    "too_short",
+    "too_long",
+    "not_a_sentence",
+    "chatter",
+    "duplicate_of_curated",
+    "duplicate",
+)
 TEMPLATE_SETS = ("curated", "generated", "both")
 _LIST_MARK = re.compile(r"^\s*(?:\d+[.)]|[-*•])\s*")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
@@ -41,12 +50,15 @@ def build_prompt(relation_label: str, examples: list[str], n: int, tokenizer=Non
     follow instructions only in the format they were tuned on). A bulleted list invites the model
     to continue it, which gave SmolLM2-135M more usable lines than asking for a rewrite."""
     listing = "\n".join(f"- {e}" for e in examples)
-    instruction = (f"List {n} different ways to say that [Y] is the {relation_label} of [X], one per line. "
-                   f"Use [X] and [Y] as placeholders.\n{listing}")
+    instruction = (
+        f"List {n} different ways to say that [Y] is the {relation_label} of [X], one per line. "
+        f"Use [X] and [Y] as placeholders.\n{listing}"
+    )
     if tokenizer is None or not getattr(tokenizer, "chat_template", None):
         return instruction
-    return tokenizer.apply_chat_template([{"role": "user", "content": instruction}], tokenize=False,
-                                         add_generation_prompt=True)
+    return tokenizer.apply_chat_template(
+        [{"role": "user", "content": instruction}], tokenize=False, add_generation_prompt=True
+    )
 
 
 def _lines(output: str) -> list[str]:
@@ -56,9 +68,18 @@ def _lines(output: str) -> list[str]:
     return [p for p in cleaned if p]
 
 
-def generate_paraphrases(loaded, relation_id: str, relation_label: str, curated: list[str], *,
-                         model_id: str, n: int = 8, seed: int = 0, max_new_tokens: int = 48,
-                         samples: int = 8) -> list[Candidate]:
+def generate_paraphrases(
+    loaded,
+    relation_id: str,
+    relation_label: str,
+    curated: list[str],
+    *,
+    model_id: str,
+    n: int = 8,
+    seed: int = 0,
+    max_new_tokens: int = 48,
+    samples: int = 8,
+) -> list[Candidate]:
     """Unfiltered candidates from `samples` seeded completions of one prompt.
 
     Sampling (not greedy) because greedy decoding of a small model mostly repeats the examples;
@@ -72,11 +93,20 @@ def generate_paraphrases(loaded, relation_id: str, relation_label: str, curated:
     pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        out = loaded.model.generate(**inputs, do_sample=True, temperature=0.9, top_p=0.95, pad_token_id=pad,
-                                    num_return_sequences=samples, max_new_tokens=max_new_tokens)
+        out = loaded.model.generate(
+            **inputs,
+            do_sample=True,
+            temperature=0.9,
+            top_p=0.95,
+            pad_token_id=pad,
+            num_return_sequences=samples,
+            max_new_tokens=max_new_tokens,
+        )
     generator = f"{model_id}@{loaded.revision}"
-    texts = tok.batch_decode(out[:, inputs["input_ids"].shape[1]:], skip_special_tokens=True)
-    return [Candidate(relation_id, line, model_id, generator, prompt) for text in texts for line in _lines(text)]
+    texts = tok.batch_decode(out[:, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
+    return [
+        Candidate(relation_id, line, model_id, generator, prompt) for text in texts for line in _lines(text)
+    ]
 
 
 def _normal(text: str) -> str:
@@ -102,8 +132,9 @@ def _form_problem(text: str) -> str | None:
     return None
 
 
-def filter_candidates(candidates: list[Candidate], curated: list[str]
-                      ) -> tuple[list[Candidate], list[tuple[Candidate, str]]]:
+def filter_candidates(
+    candidates: list[Candidate], curated: list[str]
+) -> tuple[list[Candidate], list[tuple[Candidate, str]]]:
     """(kept, [(rejected, reason)]): well-formed, sane length, new to curated and to each other.
 
     Kept texts are stripped of surrounding whitespace; the first of several duplicates is kept.
@@ -113,8 +144,11 @@ def filter_candidates(candidates: list[Candidate], curated: list[str]
     kept, rejected = [], []
     for cand in candidates:
         key = _normal(cand.text)
-        reason = (_form_problem(cand.text) or ("duplicate_of_curated" if key in seen_curated else None)
-                  or ("duplicate" if key in seen else None))
+        reason = (
+            _form_problem(cand.text)
+            or ("duplicate_of_curated" if key in seen_curated else None)
+            or ("duplicate" if key in seen else None)
+        )
         if reason:
             rejected.append((cand, reason))
             continue
@@ -135,10 +169,19 @@ def paraphrase_rows(kept: list[Candidate]) -> pl.DataFrame:
     for cand in kept:
         rank = per_relation[cand.relation_id]
         per_relation[cand.relation_id] += 1
-        rows.append({"relation_id": cand.relation_id, "template_id": f"{cand.relation_id}:g{rank}",
-                     "text": cand.text, "kind": "generated", "source": f"generated:{cand.model_id}",
-                     "rank": rank, "generator": cand.generator, "prompt": cand.prompt})
-    schema = {c: pl.Utf8 for c in ("relation_id", "template_id", "text", "kind", "source")}
+        rows.append(
+            {
+                "relation_id": cand.relation_id,
+                "template_id": f"{cand.relation_id}:g{rank}",
+                "text": cand.text,
+                "kind": "generated",
+                "source": f"generated:{cand.model_id}",
+                "rank": rank,
+                "generator": cand.generator,
+                "prompt": cand.prompt,
+            }
+        )
+    schema = dict.fromkeys(("relation_id", "template_id", "text", "kind", "source"), pl.Utf8)
     return pl.DataFrame(rows, schema=schema | {"rank": pl.Int32, "generator": pl.Utf8, "prompt": pl.Utf8})
 
 
@@ -156,5 +199,6 @@ def choose_templates(curated: pl.DataFrame, generated: pl.DataFrame, which: str)
     if missing:
         raise ValueError(f"no {which} templates for relation(s) {', '.join(missing)}")
     order = pl.when(pl.col("kind") == "curated").then(0).otherwise(1)
-    return (chosen.sort("relation_id", order, "rank").with_columns(
-        rank=pl.int_range(pl.len(), dtype=pl.Int32).over("relation_id")))
+    return chosen.sort("relation_id", order, "rank").with_columns(
+        rank=pl.int_range(pl.len(), dtype=pl.Int32).over("relation_id")
+    )

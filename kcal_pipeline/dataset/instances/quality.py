@@ -5,6 +5,7 @@ by a model, a label that is a raw id is no name at all, and an instance with few
 is no question. The report counts each of these, and the facts each filter dropped, so nothing that
 was lost or is suspect goes unseen.
 """
+
 from __future__ import annotations
 
 import polars as pl
@@ -26,8 +27,9 @@ def dedupe_answer_space(instance: dict) -> tuple[dict, int]:
     very string that is right. Two golds sharing a label both stay (either is a correct answer).
     """
     gold = set(instance["gold_ids"])
-    gold_keys = {label_key(lab) for oid, lab in zip(instance["option_ids"], instance["option_labels"])
-                 if oid in gold}
+    gold_keys = {
+        label_key(lab) for oid, lab in zip(instance["option_ids"], instance["option_labels"]) if oid in gold
+    }
     seen: set[str] = set()
     ids, labels = [], []
     for oid, lab in zip(instance["option_ids"], instance["option_labels"]):
@@ -48,8 +50,7 @@ def _duplicates_in(labels: list[str]) -> int:
 def _fact_checks(facts: pl.DataFrame) -> dict[str, float]:
     reason = facts["drop_reason"] if "drop_reason" in facts.columns else pl.Series([None] * facts.height)
     kept = facts.filter(reason.is_null())
-    reasons = dict.fromkeys(DROP_REASONS, 0) | dict(
-        reason.drop_nulls().value_counts().iter_rows())
+    reasons = dict.fromkeys(DROP_REASONS, 0) | dict(reason.drop_nulls().value_counts().iter_rows())
     labels = pl.concat([kept["subject_label"], kept["object_label"]]).drop_nulls().unique()
     return {
         "facts": kept.height,
@@ -86,7 +87,8 @@ def quality_report(facts: pl.DataFrame, instances: pl.DataFrame) -> pl.DataFrame
     relations = sorted(set(facts["relation_id"].to_list()) | set(instances["relation_id"].to_list()))
     rows = []
     for rid in relations:
-        checks = (_fact_checks(facts.filter(pl.col("relation_id") == rid))
-                  | _instance_checks(instances.filter(pl.col("relation_id") == rid)))
+        checks = _fact_checks(facts.filter(pl.col("relation_id") == rid)) | _instance_checks(
+            instances.filter(pl.col("relation_id") == rid)
+        )
         rows += [(rid, check, None if value is None else float(value)) for check, value in checks.items()]
     return pl.DataFrame(rows, schema=REPORT_SCHEMA, orient="row")

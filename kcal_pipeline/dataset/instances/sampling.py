@@ -4,6 +4,7 @@ Each subject gets its own random stream derived from (seed, relation, subject), 
 one subject never change when other subjects are added or removed: the answer space stays stable
 across experiments, as the method requires.
 """
+
 from __future__ import annotations
 
 import hashlib

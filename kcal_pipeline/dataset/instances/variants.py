@@ -7,6 +7,7 @@ the `[X]`/`[Y]` slots, before filling: fill() then reports correct spans for the
 Seeded choices use derived_rng(seed, template_id, variant), so a variant never depends on which
 other templates are in the table.
 """
+
 from __future__ import annotations
 
 import re
@@ -29,10 +30,11 @@ _COPULA = re.compile(r"(?<= )(is|are|was|were)(?= )")
 _WORD = re.compile(r"[^\W\d_]+")
 # Typos replace a letter by a neighbouring key, the commonest kind of real typing error.
 _QWERTY_ROWS = ("qwertyuiop", "asdfghjkl", "zxcvbnm")
-_NEIGHBOURS = {c: row[i - 1:i] + row[i + 1:i + 2] for row in _QWERTY_ROWS for i, c in enumerate(row)}
+_NEIGHBOURS = {c: row[i - 1 : i] + row[i + 1 : i + 2] for row in _QWERTY_ROWS for i, c in enumerate(row)}
 
 
 # --- text edits ---------------------------------------------------------------------------------
+
 
 def _lower_first(text: str) -> str:
     """Lower a sentence-initial word so it can follow a prefix; slots and acronyms keep their case."""
@@ -45,7 +47,7 @@ def verbal_marker(text: str, marker: str) -> str:
     """'… is certainly [Y]' after the first copula (the claim itself); else a sentence prefix."""
     match = _COPULA.search(text)
     if match:
-        return f"{text[:match.end()]} {marker}{text[match.end():]}"
+        return f"{text[: match.end()]} {marker}{text[match.end() :]}"
     return f"{marker.capitalize()}, {_lower_first(text)}"
 
 
@@ -62,7 +64,7 @@ def _template_spans(text: str) -> list[tuple[int, int]]:
 def extra_space(text: str, seed: int, template_id: str) -> str | None:
     """Double one space, preferring one between two template words; None if there is no space."""
     spaces = [i for a, b in _template_spans(text) for i in range(a, b) if text[i] == " " and i > 0]
-    between_words = [i for i in spaces if text[i - 1].isalpha() and text[i + 1:i + 2].isalpha()]
+    between_words = [i for i in spaces if text[i - 1].isalpha() and text[i + 1 : i + 2].isalpha()]
     choices = between_words or spaces
     if not choices:
         return None
@@ -75,15 +77,20 @@ def typo(text: str, seed: int, template_id: str) -> str | None:
 
     None when the template has no such word (then it gets no typo variant).
     """
-    positions = [i for a, b in _template_spans(text) for m in _WORD.finditer(text, a, b)
-                 if len(m.group()) >= 4 for i in range(m.start() + 1, m.end())
-                 if text[i].lower() in _NEIGHBOURS]
+    positions = [
+        i
+        for a, b in _template_spans(text)
+        for m in _WORD.finditer(text, a, b)
+        if len(m.group()) >= 4
+        for i in range(m.start() + 1, m.end())
+        if text[i].lower() in _NEIGHBOURS
+    ]
     if not positions:
         return None
     rng = derived_rng(seed, template_id, "typo")
     i = rng.choice(positions)
     new = rng.choice(_NEIGHBOURS[text[i].lower()])
-    return text[:i] + (new.upper() if text[i].isupper() else new) + text[i + 1:]
+    return text[:i] + (new.upper() if text[i].isupper() else new) + text[i + 1 :]
 
 
 def one_shot(text: str) -> str:
@@ -93,6 +100,7 @@ def one_shot(text: str) -> str:
 
 # --- variant tables -----------------------------------------------------------------------------
 
+
 def _base_rows(templates: pl.DataFrame) -> list[dict]:
     return templates.filter(pl.col("kind").is_in(BASE_KINDS)).select(TEMPLATE_COLUMNS).to_dicts()
 
@@ -100,12 +108,19 @@ def _base_rows(templates: pl.DataFrame) -> list[dict]:
 def _variant_row(parent: dict, variant: str, kind: str, text: str) -> dict:
     template_id = f"{parent['template_id']}:{variant}"
     check_template(text, f"variant {template_id}")
-    return {**parent, "template_id": template_id, "text": text, "kind": kind, "source": "variant",
-            "parent_id": parent["template_id"], "variant": variant}
+    return {
+        **parent,
+        "template_id": template_id,
+        "text": text,
+        "kind": kind,
+        "source": "variant",
+        "parent_id": parent["template_id"],
+        "variant": variant,
+    }
 
 
 def _frame(rows: list[dict]) -> pl.DataFrame:
-    schema = {c: pl.Utf8 for c in VARIANT_COLUMNS} | {"rank": pl.Int32}
+    schema = dict.fromkeys(VARIANT_COLUMNS, pl.Utf8) | {"rank": pl.Int32}
     return pl.DataFrame(rows, schema=schema)
 
 
@@ -119,8 +134,10 @@ def marker_variants(templates: pl.DataFrame) -> pl.DataFrame:
     for parent in _base_rows(templates):
         text = parent["text"]
         rows += [_variant_row(parent, m, "marker_verbal", verbal_marker(text, m)) for m in VERBAL_MARKERS]
-        rows += [_variant_row(parent, f"numeric-{p}", "marker_numeric", numeric_marker(text, p))
-                 for p in NUMERIC_LEVELS]
+        rows += [
+            _variant_row(parent, f"numeric-{p}", "marker_numeric", numeric_marker(text, p))
+            for p in NUMERIC_LEVELS
+        ]
     return _frame(rows)
 
 
@@ -130,24 +147,30 @@ def perturbation_variants(templates: pl.DataFrame, seed: int) -> pl.DataFrame:
     rows = []
     for parent in _base_rows(templates):
         text, tid = parent["text"], parent["template_id"]
-        edits = {"extra-space": extra_space(text, seed, tid), "typo": typo(text, seed, tid),
-                 "one-shot": one_shot(text)}
+        edits = {
+            "extra-space": extra_space(text, seed, tid),
+            "typo": typo(text, seed, tid),
+            "one-shot": one_shot(text),
+        }
         rows += [_variant_row(parent, name, "perturbation", new) for name, new in edits.items() if new]
     return _frame(rows)
 
 
 # --- one-shot demonstrations --------------------------------------------------------------------
 
+
 def _demo_pool(rows: pl.DataFrame) -> list[tuple[str, str, str]]:
     """(subject_id, subject_label, gold object label), sorted, from instances or facts of one relation."""
     if "relation_id" in rows.columns and rows["relation_id"].n_unique() > 1:
-        raise ValueError("demonstrations must come from one relation; got rows of "
-                         f"{sorted(rows['relation_id'].unique())}")
+        raise ValueError(
+            f"demonstrations must come from one relation; got rows of {sorted(rows['relation_id'].unique())}"
+        )
     if "gold_labels" in rows.columns:
         pairs = rows.select("subject_id", "subject_label", pl.col("gold_labels").list.first())
     else:
-        pairs = rows.group_by("subject_id").agg(pl.col("subject_label").first(),
-                                                pl.col("object_label").sort_by("object_id").first())
+        pairs = rows.group_by("subject_id").agg(
+            pl.col("subject_label").first(), pl.col("object_label").sort_by("object_id").first()
+        )
     return sorted(pairs.drop_nulls().iter_rows())
 
 
@@ -175,18 +198,25 @@ def expand_demo(template: str, demo: str) -> str:
 
 # --- answer-space subsampling -------------------------------------------------------------------
 
+
 def _subsample(row: dict, k: int, seed: int) -> dict:
     gold = set(row["gold_ids"])
     distractors = sorted(o for o in row["option_ids"] if o not in gold)
     # One seeded order per instance, independent of k: smaller answer spaces nest in larger ones.
     derived_rng(seed, row["instance_id"], "subsample").shuffle(distractors)
-    keep = gold | set(distractors[:max(k - len(gold), 0)])
+    keep = gold | set(distractors[: max(k - len(gold), 0)])
     idx = [i for i, o in enumerate(row["option_ids"]) if o in keep]
-    status = ("golds_exceed_k" if len(gold) > k else "fewer_options_than_k" if len(idx) < k else "ok")
-    return {**row, "instance_id": f"{row['instance_id']}#k{k}", "parent_instance_id": row["instance_id"],
-            "option_ids": [row["option_ids"][i] for i in idx],
-            "option_labels": [row["option_labels"][i] for i in idx], "n_options": len(idx),
-            "subsample_k": k, "subsample_status": status}
+    status = "golds_exceed_k" if len(gold) > k else "fewer_options_than_k" if len(idx) < k else "ok"
+    return {
+        **row,
+        "instance_id": f"{row['instance_id']}#k{k}",
+        "parent_instance_id": row["instance_id"],
+        "option_ids": [row["option_ids"][i] for i in idx],
+        "option_labels": [row["option_labels"][i] for i in idx],
+        "n_options": len(idx),
+        "subsample_k": k,
+        "subsample_status": status,
+    }
 
 
 def subsample_answer_space(instances: pl.DataFrame, k: int, seed: int) -> pl.DataFrame:
@@ -199,6 +229,9 @@ def subsample_answer_space(instances: pl.DataFrame, k: int, seed: int) -> pl.Dat
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
     rows = [_subsample(row, k, seed) for row in instances.iter_rows(named=True)]
-    schema = dict(instances.schema) | {"parent_instance_id": pl.Utf8, "subsample_k": pl.Int32,
-                                 "subsample_status": pl.Utf8}
+    schema = dict(instances.schema) | {
+        "parent_instance_id": pl.Utf8,
+        "subsample_k": pl.Int32,
+        "subsample_status": pl.Utf8,
+    }
     return pl.DataFrame(rows, schema=schema)

@@ -10,6 +10,7 @@ drop — it means the dataset is inconsistent, and guessing which side is right 
 data loss. A fact's object label is the answer space's label, so facts and options always agree.
 Rows that are merely unusable (empty or id-like subject label, a repeated fact) are counted drops.
 """
+
 from __future__ import annotations
 
 import json
@@ -22,18 +23,24 @@ from pathlib import Path
 import polars as pl
 
 from kcal_pipeline.core.keys import check_entity_id, check_relation_id
+from kcal_pipeline.core.storage import write_parquet_atomic, write_text_atomic
 from kcal_pipeline.dataset.instances.probe import EmptyRelationError, instance_row, instances_frame
 from kcal_pipeline.dataset.instances.quality import dedupe_answer_space
 from kcal_pipeline.dataset.relations import RelationSpec, parse_catalog
-from kcal_pipeline.core.storage import write_parquet_atomic, write_text_atomic
-from kcal_pipeline.dataset.templates import check_template
 from kcal_pipeline.dataset.sources.wikidata import looks_like_id
+from kcal_pipeline.dataset.templates import check_template
 
 METADATA = "metadata_relations.json"
 LINE_KEYS = ("sub_id", "sub_label", "sub_aliases", "obj_id", "obj_label", "answer_idx")
 BEAR_FACT_SCHEMA = {
-    "relation_id": pl.Utf8, "subject_id": pl.Utf8, "subject_label": pl.Utf8, "object_id": pl.Utf8,
-    "object_label": pl.Utf8, "qualifiers": pl.Utf8, "source": pl.Utf8, "retrieved_at": pl.Utf8,
+    "relation_id": pl.Utf8,
+    "subject_id": pl.Utf8,
+    "subject_label": pl.Utf8,
+    "object_id": pl.Utf8,
+    "object_label": pl.Utf8,
+    "qualifiers": pl.Utf8,
+    "source": pl.Utf8,
+    "retrieved_at": pl.Utf8,
 }
 
 
@@ -49,8 +56,8 @@ class BearRelation:
     templates: tuple[str, ...]
     answer_space_ids: tuple[str, ...]
     answer_space_labels: tuple[str, ...]
-    facts: tuple[dict, ...]           # kept rows: subject_id, subject_label, object_id, object_label, aliases
-    dropped: tuple[dict, ...]         # the same keys plus line and drop_reason
+    facts: tuple[dict, ...]  # kept rows: subject_id, subject_label, object_id, object_label, aliases
+    dropped: tuple[dict, ...]  # the same keys plus line and drop_reason
 
     def dropped_counts(self) -> dict[str, int]:
         return dict(Counter(d["drop_reason"] for d in self.dropped))
@@ -65,12 +72,14 @@ class BearDataset:
 
 # --- reading -----------------------------------------------------------------------------------
 
+
 def _no_duplicate_keys(pairs: list) -> dict:
     keys = [k for k, _ in pairs]
     dup = sorted({k for k in keys if keys.count(k) > 1})
     if dup:
-        raise BearFormatError(f"duplicate key(s) {', '.join(map(repr, dup))} "
-                              "(a relation id or field given twice)")
+        raise BearFormatError(
+            f"duplicate key(s) {', '.join(map(repr, dup))} (a relation id or field given twice)"
+        )
     return dict(pairs)
 
 
@@ -80,8 +89,9 @@ def _read_metadata(path: Path) -> dict:
     try:
         data = json.loads(path.read_text("utf-8"), object_pairs_hook=_no_duplicate_keys)
     except json.JSONDecodeError as exc:
-        raise BearFormatError(f"{path}: malformed JSON at line {exc.lineno} column {exc.colno}: "
-                              f"{exc.msg}") from exc
+        raise BearFormatError(
+            f"{path}: malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
+        ) from exc
     except BearFormatError as exc:
         raise BearFormatError(f"{path}: {exc}") from exc
     if not isinstance(data, dict) or not data:
@@ -111,22 +121,27 @@ def _relation_meta(rid: str, entry: object, meta_path: Path) -> dict:
     if not isinstance(labels, list) or not all(isinstance(v, str) and v.strip() for v in labels):
         raise BearFormatError(f"{where}: answer_space_labels must be a list of non-empty strings")
     if len(ids) != len(labels):
-        raise BearFormatError(f"{where}: answer_space_ids ({len(ids)}) and answer_space_labels "
-                              f"({len(labels)}) differ in length")
+        raise BearFormatError(
+            f"{where}: answer_space_ids ({len(ids)}) and answer_space_labels ({len(labels)}) differ in length"
+        )
     for i, oid in enumerate(ids):
         check_entity_id(oid, f"{where} answer_space_ids[{i}]")
     label = entry.get("label")
-    return {"label": label if isinstance(label, str) and label.strip() else rid,
-            "templates": tuple(templates), "answer_space_ids": tuple(ids),
-            "answer_space_labels": tuple(" ".join(lab.split()) for lab in labels)}
+    return {
+        "label": label if isinstance(label, str) and label.strip() else rid,
+        "templates": tuple(templates),
+        "answer_space_ids": tuple(ids),
+        "answer_space_labels": tuple(" ".join(lab.split()) for lab in labels),
+    }
 
 
 def _parse_line(text: str, where: str, ids: tuple[str, ...]) -> dict:
     try:
         line = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise BearFormatError(f"{where}: malformed or truncated JSON line: {exc.msg} "
-                              f"(column {exc.colno})") from exc
+        raise BearFormatError(
+            f"{where}: malformed or truncated JSON line: {exc.msg} (column {exc.colno})"
+        ) from exc
     if not isinstance(line, dict):
         raise BearFormatError(f"{where}: expected a JSON object, got {type(line).__name__}")
     missing = [k for k in LINE_KEYS if k not in line]
@@ -141,11 +156,13 @@ def _parse_line(text: str, where: str, ids: tuple[str, ...]) -> dict:
         raise BearFormatError(f"{where}: sub_label must be a string")
     idx = line["answer_idx"]
     if isinstance(idx, bool) or not isinstance(idx, int) or not 0 <= idx < len(ids):
-        raise BearFormatError(f"{where}: answer_idx {idx!r} is not an index into the "
-                              f"{len(ids)} answer-space options")
+        raise BearFormatError(
+            f"{where}: answer_idx {idx!r} is not an index into the {len(ids)} answer-space options"
+        )
     if ids[idx] != line["obj_id"]:
-        raise BearFormatError(f"{where}: answer_idx {idx} points to {ids[idx]} but obj_id is "
-                              f"{line['obj_id']}")
+        raise BearFormatError(
+            f"{where}: answer_idx {idx} points to {ids[idx]} but obj_id is {line['obj_id']}"
+        )
     return line
 
 
@@ -167,9 +184,13 @@ def _read_facts(path: Path, meta: dict) -> tuple[list[dict], list[dict]]:
             if not text.strip():
                 continue
             line = _parse_line(text, f"{path}:{lineno}", ids)
-            row = {"subject_id": line["sub_id"], "subject_label": " ".join(line["sub_label"].split()),
-                   "object_id": line["obj_id"], "object_label": labels[line["answer_idx"]],
-                   "aliases": tuple(line["sub_aliases"])}
+            row = {
+                "subject_id": line["sub_id"],
+                "subject_label": " ".join(line["sub_label"].split()),
+                "object_id": line["obj_id"],
+                "object_label": labels[line["answer_idx"]],
+                "aliases": tuple(line["sub_aliases"]),
+            }
             key = (row["subject_id"], row["object_id"])
             why = _drop_reason(row["subject_label"], seen, key)
             if why:
@@ -178,8 +199,10 @@ def _read_facts(path: Path, meta: dict) -> tuple[list[dict], list[dict]]:
                 seen.add(key)
                 kept.append(row)
     if not kept:
-        raise BearFormatError(f"{path}: no usable facts ({len(dropped)} line(s) dropped: "
-                              f"{dict(Counter(d['drop_reason'] for d in dropped))})")
+        raise BearFormatError(
+            f"{path}: no usable facts ({len(dropped)} line(s) dropped: "
+            f"{dict(Counter(d['drop_reason'] for d in dropped))})"
+        )
     return kept, dropped
 
 
@@ -195,56 +218,76 @@ def read_bear(directory: Path | str) -> BearDataset:
     if not root.is_dir():
         raise BearFormatError(f"{root}: not a directory")
     meta_path = root / METADATA
-    metadata = {rid: _relation_meta(rid, entry, meta_path)
-                for rid, entry in _read_metadata(meta_path).items()}
+    metadata = {
+        rid: _relation_meta(rid, entry, meta_path) for rid, entry in _read_metadata(meta_path).items()
+    }
     orphans = sorted(p.name for p in root.glob("*.jsonl") if p.stem not in metadata)
     if orphans:
         raise BearFormatError(f"{root}: {', '.join(orphans)} have no entry in {METADATA}")
     relations = {}
     for rid, meta in metadata.items():
         kept, dropped = _read_facts(root / f"{rid}.jsonl", meta)
-        relations[rid] = BearRelation(relation_id=rid, kind=_kind(kept), facts=tuple(kept),
-                                      dropped=tuple(dropped), **meta)
+        relations[rid] = BearRelation(
+            relation_id=rid, kind=_kind(kept), facts=tuple(kept), dropped=tuple(dropped), **meta
+        )
     return BearDataset(name=root.resolve().name, root=root, relations=relations)
 
 
 # --- converting --------------------------------------------------------------------------------
 
+
 def _fact_rows(ds: BearDataset, rows_of: Callable[[BearRelation], tuple[dict, ...]]) -> list[dict]:
-    return [{"relation_id": rel.relation_id, "subject_id": r["subject_id"],
-             "subject_label": r["subject_label"], "object_id": r["object_id"],
-             "object_label": r["object_label"],
-             "qualifiers": json.dumps({"sub_aliases": list(r["aliases"])}, ensure_ascii=False),
-             "source": f"bear:{ds.name}", "retrieved_at": None,
-             **({"drop_reason": r["drop_reason"]} if "drop_reason" in r else {})}
-            for rel in ds.relations.values() for r in rows_of(rel)]
+    return [
+        {
+            "relation_id": rel.relation_id,
+            "subject_id": r["subject_id"],
+            "subject_label": r["subject_label"],
+            "object_id": r["object_id"],
+            "object_label": r["object_label"],
+            "qualifiers": json.dumps({"sub_aliases": list(r["aliases"])}, ensure_ascii=False),
+            "source": f"bear:{ds.name}",
+            "retrieved_at": None,
+            **({"drop_reason": r["drop_reason"]} if "drop_reason" in r else {}),
+        }
+        for rel in ds.relations.values()
+        for r in rows_of(rel)
+    ]
 
 
 def facts_frame(ds: BearDataset) -> pl.DataFrame:
     """The kept facts of every relation, in the facts-table layout, sorted."""
-    return (pl.DataFrame(_fact_rows(ds, lambda rel: rel.facts), schema=BEAR_FACT_SCHEMA)
-            .sort(["relation_id", "subject_id", "object_id"]))
+    return pl.DataFrame(_fact_rows(ds, lambda rel: rel.facts), schema=BEAR_FACT_SCHEMA).sort(
+        ["relation_id", "subject_id", "object_id"]
+    )
 
 
 def dropped_frame(ds: BearDataset) -> pl.DataFrame:
     """The dropped lines, same layout plus drop_reason, for the quality report."""
-    return pl.DataFrame(_fact_rows(ds, lambda rel: rel.dropped),
-                        schema={**BEAR_FACT_SCHEMA, "drop_reason": pl.Utf8})
+    return pl.DataFrame(
+        _fact_rows(ds, lambda rel: rel.dropped), schema={**BEAR_FACT_SCHEMA, "drop_reason": pl.Utf8}
+    )
 
 
 def catalog_entries(ds: BearDataset, facts_dir: Path | str) -> dict[str, dict]:
     """relations.toml entries for the dataset; `data` is each relation's facts parquet."""
-    return {rid: {
-        "label": rel.label, "kind": rel.kind, "domain": "closed_set", "source": "bear",
-        "answer_space": "fixed", "object_type": rid, "templates": list(rel.templates),
-        "answer_space_ids": list(rel.answer_space_ids),
-        "answer_space_labels": list(rel.answer_space_labels),
-        "data": str(Path(facts_dir) / f"{rid}.parquet"),
-    } for rid, rel in ds.relations.items()}
+    return {
+        rid: {
+            "label": rel.label,
+            "kind": rel.kind,
+            "domain": "closed_set",
+            "source": "bear",
+            "answer_space": "fixed",
+            "object_type": rid,
+            "templates": list(rel.templates),
+            "answer_space_ids": list(rel.answer_space_ids),
+            "answer_space_labels": list(rel.answer_space_labels),
+            "data": str(Path(facts_dir) / f"{rid}.parquet"),
+        }
+        for rid, rel in ds.relations.items()
+    }
 
 
-_TOML_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f",
-                 "\r": "\\r"}
+_TOML_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
 
 
 def toml_string(text: str) -> str:
@@ -265,8 +308,9 @@ def _toml_value(value: object, where: str) -> str:
         return toml_string(value)
     if isinstance(value, list) and all(isinstance(v, str) for v in value):
         return "[\n" + "".join(f"    {toml_string(v)},\n" for v in value) + "]"
-    raise TypeError(f"{where}: cannot write {type(value).__name__} to the catalog (strings and "
-                    "lists of strings only)")
+    raise TypeError(
+        f"{where}: cannot write {type(value).__name__} to the catalog (strings and lists of strings only)"
+    )
 
 
 def catalog_toml(entries: dict[str, dict]) -> str:
@@ -287,8 +331,9 @@ def write_catalog_toml(entries: dict[str, dict], path: Path | str) -> Path:
     return write_text_atomic(Path(path), text)
 
 
-def import_bear(directory: Path | str, home: Path | str, prefix: str = "bear-",
-                log: Callable[[str], None] = print) -> tuple[Path, dict[str, Path]]:
+def import_bear(
+    directory: Path | str, home: Path | str, prefix: str = "bear-", log: Callable[[str], None] = print
+) -> tuple[Path, dict[str, Path]]:
     """BEAR directory -> home/datasets/bear/{catalog.toml, facts/<prefix><rel>.parquet}.
 
     Relation ids get `prefix` so an imported P19 never replaces the packaged P19 (the catalog
@@ -303,16 +348,24 @@ def import_bear(directory: Path | str, home: Path | str, prefix: str = "bear-",
         new_id = check_relation_id(prefix + rid, "prefixed BEAR relation id")
         paths[new_id] = base / "facts" / f"{new_id}.parquet"
         write_parquet_atomic(facts.filter(pl.col("relation_id") == new_id), paths[new_id])
-        log(f"BEAR {rid} -> {new_id}: {len(rel.facts)} facts, {len(rel.answer_space_ids)} options, "
-            f"dropped {rel.dropped_counts() or 'none'}")
-    entries = {prefix + rid: {**entry, "object_type": prefix + rid,
-                              "data": str(base / "facts" / f"{prefix}{rid}.parquet")}
-               for rid, entry in catalog_entries(ds, base / "facts").items()}
+        log(
+            f"BEAR {rid} -> {new_id}: {len(rel.facts)} facts, {len(rel.answer_space_ids)} options, "
+            f"dropped {rel.dropped_counts() or 'none'}"
+        )
+    entries = {
+        prefix + rid: {
+            **entry,
+            "object_type": prefix + rid,
+            "data": str(base / "facts" / f"{prefix}{rid}.parquet"),
+        }
+        for rid, entry in catalog_entries(ds, base / "facts").items()
+    }
     catalog = write_catalog_toml(entries, base / "catalog.toml")
     return catalog, paths
 
 
 # --- probe instances over a fixed answer space -------------------------------------------------
+
 
 def _fixed_space(spec: RelationSpec) -> dict[str, str]:
     if spec.answer_space != "fixed" or not spec.answer_space_ids:
@@ -320,8 +373,13 @@ def _fixed_space(spec: RelationSpec) -> dict[str, str]:
     return dict(zip(spec.answer_space_ids, spec.answer_space_labels))
 
 
-def instances_from_fixed_space(facts: pl.DataFrame, spec: RelationSpec, seed: int,
-                               dev_fraction: float, log: Callable[[str], None] = print) -> pl.DataFrame:
+def instances_from_fixed_space(
+    facts: pl.DataFrame,
+    spec: RelationSpec,
+    seed: int,
+    dev_fraction: float,
+    log: Callable[[str], None] = print,
+) -> pl.DataFrame:
     """One instance per subject whose options are the relation's whole fixed answer space.
 
     Gold = the subject's object(s). Options with a label that repeats another option's are removed
@@ -335,16 +393,31 @@ def instances_from_fixed_space(facts: pl.DataFrame, spec: RelationSpec, seed: in
         raise EmptyRelationError(f"relation {rid!r} has no facts: cannot build a probe for it")
     outside = sorted(set(facts["object_id"].to_list()) - set(space))
     if outside:
-        raise ValueError(f"relation {rid}: object(s) {', '.join(outside[:5])} are not in its "
-                         f"fixed answer space ({len(outside)} in all)")
+        raise ValueError(
+            f"relation {rid}: object(s) {', '.join(outside[:5])} are not in its "
+            f"fixed answer space ({len(outside)} in all)"
+        )
     order = {oid: i for i, oid in enumerate(space)}
-    per_subject = (facts.group_by("subject_id").agg(pl.col("subject_label").first(), pl.col("object_id"))
-                   .sort("subject_id"))
+    per_subject = (
+        facts.group_by("subject_id")
+        .agg(pl.col("subject_label").first(), pl.col("object_id"))
+        .sort("subject_id")
+    )
     rows, removed = [], 0
     for subject_id, subject_label, objects in per_subject.iter_rows():
         gold = sorted(set(objects), key=order.__getitem__)
-        row, n = dedupe_answer_space(instance_row(rid, subject_id, subject_label, gold, list(space), space,
-                                                  split_seed=seed, dev_fraction=dev_fraction))
+        row, n = dedupe_answer_space(
+            instance_row(
+                rid,
+                subject_id,
+                subject_label,
+                gold,
+                list(space),
+                space,
+                split_seed=seed,
+                dev_fraction=dev_fraction,
+            )
+        )
         rows.append(row)
         removed += n
     if removed:

@@ -5,6 +5,7 @@ MACE domains from their own qualifier-aware queries, Math from rules, imported B
 their facts file. Every row carries endpoint, query_hash and retrieved_at; dropped rows are kept
 in a second frame with their reason, so nothing is lost silently.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -13,20 +14,29 @@ from pathlib import Path
 
 import polars as pl
 
-from kcal_pipeline.dataset.sources import mace
 from kcal_pipeline.dataset.relations import RelationSpec
+from kcal_pipeline.dataset.sources import mace
 from kcal_pipeline.dataset.sources.sparql_cache import CachedSparql
 from kcal_pipeline.dataset.sources.wikidata import DROPPED_SCHEMA, fetch_facts
 
-COLUMNS = ["relation_id", "subject_id", "subject_label", "object_id", "object_label", "qualifiers",
-           "endpoint", "query_hash", "retrieved_at"]
-SCHEMA = {c: pl.Utf8 for c in COLUMNS}
+COLUMNS = [
+    "relation_id",
+    "subject_id",
+    "subject_label",
+    "object_id",
+    "object_label",
+    "qualifiers",
+    "endpoint",
+    "query_hash",
+    "retrieved_at",
+]
+SCHEMA = dict.fromkeys(COLUMNS, pl.Utf8)
 DROPPED_COLUMNS = [*COLUMNS, "drop_reason"]
 
 
 @dataclass(frozen=True)
 class RelationFacts:
-    facts: pl.DataFrame    # COLUMNS
+    facts: pl.DataFrame  # COLUMNS
     dropped: pl.DataFrame  # DROPPED_COLUMNS (rows), where the source can return them
     drop_counts: dict[str, int]
 
@@ -42,14 +52,24 @@ def _no_drops() -> pl.DataFrame:
     return _shape(pl.DataFrame(schema=DROPPED_SCHEMA), DROPPED_COLUMNS)
 
 
-def _provenance(frame: pl.DataFrame, endpoint: str | None, query_hash: str | None,
-                retrieved_at: str | None) -> pl.DataFrame:
-    return frame.with_columns(endpoint=pl.lit(endpoint, pl.Utf8), query_hash=pl.lit(query_hash, pl.Utf8),
-                              retrieved_at=pl.lit(retrieved_at, pl.Utf8))
+def _provenance(
+    frame: pl.DataFrame, endpoint: str | None, query_hash: str | None, retrieved_at: str | None
+) -> pl.DataFrame:
+    return frame.with_columns(
+        endpoint=pl.lit(endpoint, pl.Utf8),
+        query_hash=pl.lit(query_hash, pl.Utf8),
+        retrieved_at=pl.lit(retrieved_at, pl.Utf8),
+    )
 
 
-def relation_facts(spec: RelationSpec, cached: CachedSparql | None, *, page_size: int | None = None,
-                   min_sitelinks: int | None = None, log: Callable[[str], None] = print) -> RelationFacts:
+def relation_facts(
+    spec: RelationSpec,
+    cached: CachedSparql | None,
+    *,
+    page_size: int | None = None,
+    min_sitelinks: int | None = None,
+    log: Callable[[str], None] = print,
+) -> RelationFacts:
     if spec.source == "bear":
         facts = pl.read_parquet(Path(spec.data))
         return RelationFacts(_shape(facts, COLUMNS), _no_drops(), {})
@@ -62,14 +82,18 @@ def relation_facts(spec: RelationSpec, cached: CachedSparql | None, *, page_size
         page = cached.select(mace.domain_query(spec))
         parsed = mace.parse_mace_facts(page.result, spec.relation_id, spec.query)
         facts = _provenance(parsed.frame, page.endpoint, page.query_hash, page.retrieved_at)
-        return RelationFacts(_shape(facts, COLUMNS), _no_drops(),
-                             parsed.dropped)
+        return RelationFacts(_shape(facts, COLUMNS), _no_drops(), parsed.dropped)
     parsed = fetch_facts(cached, spec, page_size=page_size, min_sitelinks=min_sitelinks, log=log)
-    return RelationFacts(_shape(parsed.frame, COLUMNS), _shape(parsed.dropped_rows, DROPPED_COLUMNS),
-                         parsed.dropped)
+    return RelationFacts(
+        _shape(parsed.frame, COLUMNS), _shape(parsed.dropped_rows, DROPPED_COLUMNS), parsed.dropped
+    )
 
 
 def kept_counts(result: RelationFacts) -> dict[str, int]:
     f = result.facts
-    return {"facts": f.height, "subjects": f["subject_id"].n_unique(), "objects": f["object_id"].n_unique(),
-            "dropped": sum(result.drop_counts.values())}
+    return {
+        "facts": f.height,
+        "subjects": f["subject_id"].n_unique(),
+        "objects": f["object_id"].n_unique(),
+        "dropped": sum(result.drop_counts.values()),
+    }

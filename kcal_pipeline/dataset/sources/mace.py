@@ -10,6 +10,7 @@ Questions come from *constraint relaxation*: one year → a year range (Award, O
 (Math). Only questions whose gold set has exactly the wanted size are kept. A question's id hashes
 its constraint, so it is stable across runs; the seed changes only the distractors and their order.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -25,11 +26,13 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from kcal_pipeline.core.keys import (
-    check_entity_id, check_relation_id, entity_iri,
+    check_entity_id,
+    check_relation_id,
+    entity_iri,
 )
 from kcal_pipeline.dataset.instances.probe import instance_row, instances_frame
-from kcal_pipeline.dataset.relations import RelationSpec, get_relation
 from kcal_pipeline.dataset.instances.sampling import derived_rng, sample_negatives, stable_rank
+from kcal_pipeline.dataset.relations import RelationSpec, get_relation
 from kcal_pipeline.dataset.sources.wikidata import FactsResult, entity_of, looks_like_id
 
 log = logging.getLogger(__name__)
@@ -43,10 +46,16 @@ PREFIXES = (
     "PREFIX rdfs: <http://www.w3.org/2000/01/rdf-schema#>\n"
 )
 FACT_COLUMNS = ("relation_id", "subject_id", "subject_label", "object_id", "object_label", "qualifiers")
-FACT_SCHEMA = {name: pl.Utf8 for name in FACT_COLUMNS}
+FACT_SCHEMA = dict.fromkeys(FACT_COLUMNS, pl.Utf8)
 GOLD_COUNTS = (1, 2, 4, 6)
-FACT_DROPS = ("not_an_entity", "unknown_namespace", "missing_label", "label_is_id",
-              "missing_qualifier", "duplicate")
+FACT_DROPS = (
+    "not_an_entity",
+    "unknown_namespace",
+    "missing_label",
+    "label_is_id",
+    "missing_qualifier",
+    "duplicate",
+)
 QUESTION_DROPS = ("duplicate_gold_label", "ambiguous_bound")
 # A region's area range must clear its nearest outside neighbours by this factor, so that an area
 # a few per cent off (sources differ) cannot move a division across a bound.
@@ -55,6 +64,7 @@ AREA_MARGIN = 1.02  # and the bound itself keeps 2 % from either neighbour
 
 
 # ---------------------------------------------------------------- queries
+
 
 def _values(subjects: Sequence[str] | None) -> str:
     """Optional restriction to given subjects (e.g. real QIDs on Wikidata); ids are validated."""
@@ -67,68 +77,101 @@ def _values(subjects: Sequence[str] | None) -> str:
 def _select(extra_vars: str, body: str, subjects: Sequence[str] | None) -> str:
     labels = "".join(
         f'  OPTIONAL {{ ?{v} rdfs:label ?{v}Label . FILTER(LANG(?{v}Label) = "en") }}\n'
-        for v in ("subject", "object"))
-    return (PREFIXES + f"SELECT ?subject ?subjectLabel ?object ?objectLabel {extra_vars} WHERE {{\n"
-            + _values(subjects) + body + labels + "}\n")
+        for v in ("subject", "object")
+    )
+    return (
+        PREFIXES
+        + f"SELECT ?subject ?subjectLabel ?object ?objectLabel {extra_vars} WHERE {{\n"
+        + _values(subjects)
+        + body
+        + labels
+        + "}\n"
+    )
 
 
 def award_query(subjects: Sequence[str] | None = None) -> str:
     """Award → human laureates with the year (P166 statement, point in time P585)."""
-    return _select("?time", (
-        "  ?object p:P166 ?statement .\n"
-        "  ?statement ps:P166 ?subject .\n"
-        "  ?object wdt:P31 wd:Q5 .\n"
-        "  OPTIONAL { ?statement pq:P585 ?time }\n"), subjects)
+    return _select(
+        "?time",
+        (
+            "  ?object p:P166 ?statement .\n"
+            "  ?statement ps:P166 ?subject .\n"
+            "  ?object wdt:P31 wd:Q5 .\n"
+            "  OPTIONAL { ?statement pq:P585 ?time }\n"
+        ),
+        subjects,
+    )
 
 
 def office_query(subjects: Sequence[str] | None = None) -> str:
     """Position → human holders with their term (P39 statement, start P580, end P582)."""
-    return _select("?start ?end", (
-        "  ?object p:P39 ?statement .\n"
-        "  ?statement ps:P39 ?subject .\n"
-        "  ?object wdt:P31 wd:Q5 .\n"
-        "  OPTIONAL { ?statement pq:P580 ?start }\n"
-        "  OPTIONAL { ?statement pq:P582 ?end }\n"), subjects)
+    return _select(
+        "?start ?end",
+        (
+            "  ?object p:P39 ?statement .\n"
+            "  ?statement ps:P39 ?subject .\n"
+            "  ?object wdt:P31 wd:Q5 .\n"
+            "  OPTIONAL { ?statement pq:P580 ?start }\n"
+            "  OPTIONAL { ?statement pq:P582 ?end }\n"
+        ),
+        subjects,
+    )
 
 
 def region_query(subjects: Sequence[str] | None = None) -> str:
     """Country → first-level divisions (P150) with their area (P2046)."""
-    return _select("?area", (
-        "  ?subject wdt:P31 wd:Q6256 .\n"
-        "  ?subject wdt:P150 ?object .\n"
-        "  OPTIONAL { ?object wdt:P2046 ?area }\n"), subjects)
+    return _select(
+        "?area",
+        (
+            "  ?subject wdt:P31 wd:Q6256 .\n"
+            "  ?subject wdt:P150 ?object .\n"
+            "  OPTIONAL { ?object wdt:P2046 ?area }\n"
+        ),
+        subjects,
+    )
 
 
 def river_query(subjects: Sequence[str] | None = None) -> str:
     """River (Q4022) → countries it flows through (P17)."""
-    return _select("", (
-        "  ?subject wdt:P31 wd:Q4022 .\n"
-        "  ?subject wdt:P17 ?object .\n"
-        "  ?object wdt:P31 wd:Q6256 .\n"), subjects)
+    return _select(
+        "",
+        ("  ?subject wdt:P31 wd:Q4022 .\n  ?subject wdt:P17 ?object .\n  ?object wdt:P31 wd:Q6256 .\n"),
+        subjects,
+    )
 
 
 def language_query(subjects: Sequence[str] | None = None) -> str:
     """Language → countries where it is official (P37) or used (P2936), read from the country side."""
-    return _select("?status", (
-        "  ?object wdt:P31 wd:Q6256 .\n"
-        '  { ?object wdt:P37 ?subject . BIND("official" AS ?status) }\n'
-        '  UNION { ?object wdt:P2936 ?subject . BIND("used" AS ?status) }\n'), subjects)
+    return _select(
+        "?status",
+        (
+            "  ?object wdt:P31 wd:Q6256 .\n"
+            '  { ?object wdt:P37 ?subject . BIND("official" AS ?status) }\n'
+            '  UNION { ?object wdt:P2936 ?subject . BIND("used" AS ?status) }\n'
+        ),
+        subjects,
+    )
 
 
 QUERIES: dict[str, Callable[..., str]] = {
-    "award": award_query, "office": office_query, "region": region_query,
-    "river": river_query, "language": language_query,
+    "award": award_query,
+    "office": office_query,
+    "region": region_query,
+    "river": river_query,
+    "language": language_query,
 }
 
 
 def domain_query(spec: RelationSpec, subjects: Sequence[str] | None = None) -> str:
     if spec.query not in QUERIES:
-        raise ValueError(f"relation {spec.relation_id}: no MACE query named {spec.query!r}; "
-                         f"known: {', '.join(QUERIES)}")
+        raise ValueError(
+            f"relation {spec.relation_id}: no MACE query named {spec.query!r}; known: {', '.join(QUERIES)}"
+        )
     return QUERIES[spec.query](subjects)
 
 
 # ---------------------------------------------------------------- parsing
+
 
 def _year(term: dict | None) -> int | None:
     """The year of an xsd:dateTime value ('1995-01-01T00:00:00Z'; BCE years start with '-')."""
@@ -163,8 +206,11 @@ def _language_qualifiers(b: dict) -> dict:
 
 
 QUALIFIERS: dict[str, Callable[[dict], dict | None]] = {
-    "award": _award_qualifiers, "office": _office_qualifiers, "region": _region_qualifiers,
-    "river": lambda b: {}, "language": _language_qualifiers,
+    "award": _award_qualifiers,
+    "office": _office_qualifiers,
+    "region": _region_qualifiers,
+    "river": lambda b: {},
+    "language": _language_qualifiers,
 }
 # Award and Office keep one row per statement (a second prize or term is a second fact); the
 # others keep one row per (subject, object), whatever the number of values the endpoint returns.
@@ -206,7 +252,7 @@ def parse_mace_facts(result: dict, relation_id: str, domain: str) -> FactsResult
     bindings = (result.get("results") or {}).get("bindings") if isinstance(result, dict) else None
     if not isinstance(bindings, list):
         raise ValueError("SPARQL result has no 'results.bindings' list")
-    dropped = Counter({reason: 0 for reason in FACT_DROPS})
+    dropped = Counter(dict.fromkeys(FACT_DROPS, 0))
     rows = []
     for binding in bindings:
         row, why = _row(binding if isinstance(binding, dict) else {}, domain)
@@ -224,8 +270,11 @@ def parse_mace_facts(result: dict, relation_id: str, domain: str) -> FactsResult
 # ---------------------------------------------------------------- math (rule-based facts)
 
 MATH_CLASSES = {
-    "prime": "prime number", "square": "perfect square", "cube": "perfect cube",
-    "fibonacci": "Fibonacci number", "triangular": "triangular number",
+    "prime": "prime number",
+    "square": "perfect square",
+    "cube": "perfect cube",
+    "fibonacci": "Fibonacci number",
+    "triangular": "triangular number",
 }
 
 
@@ -239,14 +288,17 @@ def _members(kind: str, limit: int) -> list[int]:
             out.append(b)
             a, b = b, a + b
         return out
-    step = {"square": lambda i: i * i, "cube": lambda i: i ** 3, "triangular": lambda i: i * (i + 1) // 2}[kind]
+    step = {"square": lambda i: i * i, "cube": lambda i: i**3, "triangular": lambda i: i * (i + 1) // 2}[kind]
     return list(itertools.takewhile(lambda n: n <= limit, (step(i) for i in itertools.count(1))))
 
 
 def math_facts(relation_id: str = "mace-math", limit: int = 1000) -> pl.DataFrame:
     """Number class → its members up to limit; numbers are entities `kcal:number-<n>` labelled by digits."""
-    rows = [(relation_id, f"kcal:math-{kind}", label, f"kcal:number-{n}", str(n), json.dumps({"value": n}))
-            for kind, label in MATH_CLASSES.items() for n in _members(kind, limit)]
+    rows = [
+        (relation_id, f"kcal:math-{kind}", label, f"kcal:number-{n}", str(n), json.dumps({"value": n}))
+        for kind, label in MATH_CLASSES.items()
+        for n in _members(kind, limit)
+    ]
     return pl.DataFrame(rows, schema=FACT_SCHEMA, orient="row")
 
 
@@ -261,9 +313,11 @@ def domain_facts(spec: RelationSpec, select: Callable[[str], dict] | None = None
 
 # ---------------------------------------------------------------- questions
 
+
 @dataclass(frozen=True)
 class Question:
     """One relaxed constraint and its exact gold set; `base` names the distractor pool it prefers."""
+
     key: str
     label: str
     gold: frozenset[str]
@@ -288,8 +342,12 @@ class _Item:
 
 
 # The qualifier keys each ranged domain relaxes over: (start, end) of the interval a fact covers.
-_INTERVAL = {"award": ("year", "year"), "office": ("start", "end"), "region": ("area_km2", "area_km2"),
-             "math": ("value", "value")}
+_INTERVAL = {
+    "award": ("year", "year"),
+    "office": ("start", "end"),
+    "region": ("area_km2", "area_km2"),
+    "math": ("value", "value"),
+}
 
 
 def _items(facts: pl.DataFrame, domain: str) -> list[_Item]:
@@ -299,8 +357,15 @@ def _items(facts: pl.DataFrame, domain: str) -> list[_Item]:
     for row in facts.iter_rows(named=True):
         q = json.loads(row["qualifiers"])
         end = q.get(last)
-        out.append(_Item(row["subject_id"], row["subject_label"], row["object_id"], q[first],
-                         math.inf if end is None else end))
+        out.append(
+            _Item(
+                row["subject_id"],
+                row["subject_label"],
+                row["object_id"],
+                q[first],
+                math.inf if end is None else end,
+            )
+        )
     return out
 
 
@@ -385,9 +450,12 @@ def _area_windows(items: list[_Item], counts: set[int], drops: Counter) -> Itera
                 span = f"an area of more than {_fmt(lo)} km²"
             else:
                 span = f"an area between {_fmt(lo)} and {_fmt(hi)} km²"
-            yield Question(f"{items[0].base}|{lo}|{hi}",
-                           f"a first-level administrative division of {country} with {span}",
-                           frozenset(i.obj for i in items[a:b + 1]), items[0].base)
+            yield Question(
+                f"{items[0].base}|{lo}|{hi}",
+                f"a first-level administrative division of {country} with {span}",
+                frozenset(i.obj for i in items[a : b + 1]),
+                items[0].base,
+            )
 
 
 def _bound(below: float, above: float) -> float | None:
@@ -416,8 +484,12 @@ def _number_windows(items: list[_Item], counts: set[int], drops: Counter) -> Ite
             if lo is None or hi is None:
                 drops["ambiguous_bound"] += 1
                 continue
-            yield Question(f"{items[0].base}|{lo}|{hi}", f"a {items[0].base_label} between {lo} and {hi}",
-                           frozenset(i.obj for i in items[a:b + 1]), items[0].base)
+            yield Question(
+                f"{items[0].base}|{lo}|{hi}",
+                f"a {items[0].base_label} between {lo} and {hi}",
+                frozenset(i.obj for i in items[a : b + 1]),
+                items[0].base,
+            )
 
 
 def _or_questions(facts: pl.DataFrame, domain: str, counts: set[int], max_parts: int) -> Iterator[Question]:
@@ -433,8 +505,13 @@ def _or_questions(facts: pl.DataFrame, domain: str, counts: set[int], max_parts:
                 yield Question("|".join(combo), " or ".join(names), gold, parts=n)
 
 
-def candidate_questions(facts: pl.DataFrame, domain: str, counts: Sequence[int] = GOLD_COUNTS,
-                        drops: Counter | None = None, max_parts: int = 2) -> list[Question]:
+def candidate_questions(
+    facts: pl.DataFrame,
+    domain: str,
+    counts: Sequence[int] = GOLD_COUNTS,
+    drops: Counter | None = None,
+    max_parts: int = 2,
+) -> list[Question]:
     """Every question of the domain whose gold set size is one of `counts`."""
     counts, drops = set(counts), drops if drops is not None else Counter()
     if domain in ("river", "language"):
@@ -457,9 +534,14 @@ def clean_facts(facts: pl.DataFrame, relation_id: str, domain: str, drops: Count
     facts = facts.filter(pl.col("relation_id") == relation_id)
     keep = []
     for row in facts.iter_rows(named=True):
-        why = (label_problem(row["subject_label"], row["subject_id"])
-               or label_problem(row["object_label"], row["object_id"]))
-        if why is None and domain in _INTERVAL and _INTERVAL[domain][0] not in json.loads(row["qualifiers"] or "{}"):
+        why = label_problem(row["subject_label"], row["subject_id"]) or label_problem(
+            row["object_label"], row["object_id"]
+        )
+        if (
+            why is None
+            and domain in _INTERVAL
+            and _INTERVAL[domain][0] not in json.loads(row["qualifiers"] or "{}")
+        ):
             why = "missing_qualifier"
         if why:
             drops[why] += 1
@@ -479,13 +561,20 @@ def _pick(cands: list[Question], relation_id: str, count: int, per_count: int) -
     return pool[:per_count]
 
 
-def build_question_set(facts: pl.DataFrame, relation_id: str, *, seed: int, per_count: int = 50,
-                       gold_counts: Sequence[int] = GOLD_COUNTS, n_negatives: int = 5,
-                       domain: str | None = None, dev_fraction: float = 0.2) -> QuestionSet:
+def build_question_set(
+    facts: pl.DataFrame,
+    relation_id: str,
+    *,
+    seed: int,
+    per_count: int = 50,
+    gold_counts: Sequence[int] = GOLD_COUNTS,
+    n_negatives: int = 5,
+    domain: str | None = None,
+    dev_fraction: float = 0.2,
+) -> QuestionSet:
     """Probe instances (probe.INSTANCE_COLUMNS) for one MACE relation, with drops and shortfalls."""
     domain = domain or get_relation(relation_id).query
-    drops = Counter({reason: 0 for reason in ("missing_label", "label_is_id", "missing_qualifier",
-                                              *QUESTION_DROPS)})
+    drops = Counter(dict.fromkeys(("missing_label", "label_is_id", "missing_qualifier", *QUESTION_DROPS), 0))
     facts = clean_facts(facts, relation_id, domain, drops)
     labels = dict(facts.select("object_id", "object_label").unique("object_id", keep="first").iter_rows())
     pools: dict[str, dict[str, str]] = {}
@@ -510,24 +599,47 @@ def build_question_set(facts: pl.DataFrame, relation_id: str, *, seed: int, per_
     return QuestionSet(frame=frame, dropped=dict(drops), shortfall=shortfall)
 
 
-def _instance(q: Question, relation_id: str, labels: dict[str, str], pools: dict[str, dict[str, str]],
-              seed: int, n_negatives: int, dev_fraction: float) -> dict:
+def _instance(
+    q: Question,
+    relation_id: str,
+    labels: dict[str, str],
+    pools: dict[str, dict[str, str]],
+    seed: int,
+    n_negatives: int,
+    dev_fraction: float,
+) -> dict:
     """Distractors: answers of the same award/position/country/class first (near misses), then
     of the whole domain; never a gold, never a repeated label; seeded per question."""
     subject_id = question_id(relation_id, q.key)
     gold = sorted(q.gold, key=lambda g: (labels[g], g))
-    negatives = sample_negatives(gold_ids=gold, pool=pools.get(q.base, {}) if q.base else labels,
-                                 k=n_negatives, seed=seed, relation_id=relation_id, subject_id=subject_id,
-                                 topup_pool=labels, labels=labels)
+    negatives = sample_negatives(
+        gold_ids=gold,
+        pool=pools.get(q.base, {}) if q.base else labels,
+        k=n_negatives,
+        seed=seed,
+        relation_id=relation_id,
+        subject_id=subject_id,
+        topup_pool=labels,
+        labels=labels,
+    )
     options = gold + negatives
     derived_rng(seed, relation_id, subject_id, "order").shuffle(options)
     # Split seed 0: a question's split does not depend on the distractor seed.
-    return instance_row(relation_id, subject_id, q.label, gold, options, labels, split_seed=0,
-                        dev_fraction=dev_fraction)
+    return instance_row(
+        relation_id, subject_id, q.label, gold, options, labels, split_seed=0, dev_fraction=dev_fraction
+    )
 
 
-def build_questions(facts: pl.DataFrame, relation_id: str, *, seed: int, per_count: int = 50,
-                    gold_counts: Sequence[int] = GOLD_COUNTS, n_negatives: int = 5) -> pl.DataFrame:
+def build_questions(
+    facts: pl.DataFrame,
+    relation_id: str,
+    *,
+    seed: int,
+    per_count: int = 50,
+    gold_counts: Sequence[int] = GOLD_COUNTS,
+    n_negatives: int = 5,
+) -> pl.DataFrame:
     """Probe instances for one MACE relation; drops and shortfalls are logged (see build_question_set)."""
-    return build_question_set(facts, relation_id, seed=seed, per_count=per_count,
-                              gold_counts=gold_counts, n_negatives=n_negatives).frame
+    return build_question_set(
+        facts, relation_id, seed=seed, per_count=per_count, gold_counts=gold_counts, n_negatives=n_negatives
+    ).frame

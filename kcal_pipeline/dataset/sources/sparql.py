@@ -4,6 +4,7 @@ The client is what talks to query.wikidata.org, so it identifies itself per the 
 User-Agent policy and backs off on throttling and server errors instead of hammering. The local
 endpoint serves the embedded snapshot so the same queries run offline.
 """
+
 from __future__ import annotations
 
 import ast
@@ -89,9 +90,16 @@ class SparqlClient:
     is a malformed query) and malformed JSON.
     """
 
-    def __init__(self, url: str, timeout: float = 60.0, retries: int = 3,
-                 user_agent: str = DEFAULT_USER_AGENT, backoff: float = 1.0,
-                 max_backoff: float = 30.0, max_retry_after: float = 300.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        timeout: float = 60.0,
+        retries: int = 3,
+        user_agent: str = DEFAULT_USER_AGENT,
+        backoff: float = 1.0,
+        max_backoff: float = 30.0,
+        max_retry_after: float = 300.0,
+    ) -> None:
         if retries < 0:
             raise ValueError(f"retries must be >= 0, got {retries}")
         if timeout <= 0:
@@ -146,11 +154,11 @@ class SparqlClient:
             ) from exc
         except SPARQLWrapperException as exc:  # 401, 404, 414, 500: SPARQLWrapper wraps HTTPError
             cause = exc.__context__
-            raise self._http_error(getattr(cause, "code", None), getattr(cause, "headers", None),
-                                   _server_message(exc)) from exc
+            raise self._http_error(
+                getattr(cause, "code", None), getattr(cause, "headers", None), _server_message(exc)
+            ) from exc
         except urllib.error.HTTPError as exc:
-            raise self._http_error(exc.code, exc.headers,
-                                   exc.read().decode("utf-8", "replace")) from exc
+            raise self._http_error(exc.code, exc.headers, exc.read().decode("utf-8", "replace")) from exc
         except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
             reason = getattr(exc, "reason", None) or exc
             raise _Transient(f"{type(exc).__name__}: {reason}") from exc
@@ -166,8 +174,7 @@ class SparqlClient:
             data = json.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise SparqlError(
-                f"SPARQL endpoint {self.url} returned malformed or truncated JSON "
-                f"({len(raw)} bytes): {exc}"
+                f"SPARQL endpoint {self.url} returned malformed or truncated JSON ({len(raw)} bytes): {exc}"
             ) from exc
         if not isinstance(data, dict) or not ("results" in data or "boolean" in data):
             raise SparqlError(
@@ -210,9 +217,17 @@ class LocalEndpoint:
         # stderr goes to a file, not a pipe: a chatty server must never block on a full pipe.
         self._stderr = tempfile.TemporaryFile()
         self._proc = subprocess.Popen(
-            [find_oxigraph(), "serve-read-only", "--location", str(self.store_dir),
-             "--bind", f"127.0.0.1:{port}"],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._stderr,
+            [
+                find_oxigraph(),
+                "serve-read-only",
+                "--location",
+                str(self.store_dir),
+                "--bind",
+                f"127.0.0.1:{port}",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=self._stderr,
         )
         self._url = f"http://127.0.0.1:{port}/query"
         try:
@@ -264,7 +279,7 @@ class LocalEndpoint:
             self._stderr.close()
             self._stderr = None
 
-    def __enter__(self) -> "LocalEndpoint":
+    def __enter__(self) -> LocalEndpoint:
         self.start()
         return self
 

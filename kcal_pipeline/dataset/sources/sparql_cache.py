@@ -4,13 +4,14 @@ Each answer is one JSON file named by sha256(endpoint_id + "\\n" + query): the s
 endpoint is a different entry. The file keeps the endpoint, the query text and the retrieval time
 beside the raw result, so provenance on a cache hit is exactly that of the original fetch.
 """
+
 from __future__ import annotations
 
 import hashlib
 import json
 import logging
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from kcal_pipeline.core.storage import write_text_atomic
@@ -21,9 +22,9 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class CachedResult:
     result: dict
-    endpoint: str       # the stable endpoint id, not a per-run local URL
-    query_hash: str     # sha256 of the query text alone, comparable across endpoints
-    retrieved_at: str   # ISO-8601 UTC time of the original fetch
+    endpoint: str  # the stable endpoint id, not a per-run local URL
+    query_hash: str  # sha256 of the query text alone, comparable across endpoints
+    retrieved_at: str  # ISO-8601 UTC time of the original fetch
     from_cache: bool
 
 
@@ -60,9 +61,13 @@ class CachedSparql:
         if cached is not None:
             return cached
         result = self.client.select(query)
-        retrieved_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
-        record = {"endpoint": self.endpoint_id, "query": query, "retrieved_at": retrieved_at,
-                  "result": result}
+        retrieved_at = datetime.now(UTC).isoformat(timespec="seconds")
+        record = {
+            "endpoint": self.endpoint_id,
+            "query": query,
+            "retrieved_at": retrieved_at,
+            "result": result,
+        }
         write_text_atomic(path, json.dumps(record, ensure_ascii=False))
         return CachedResult(result, self.endpoint_id, sha256_hex(query), retrieved_at, False)
 
@@ -72,9 +77,13 @@ class CachedSparql:
             return None
         try:
             record = json.loads(path.read_text("utf-8"))
-            ok = (isinstance(record, dict) and record.get("endpoint") == self.endpoint_id
-                  and record.get("query") == query and isinstance(record.get("retrieved_at"), str)
-                  and _is_sparql_result(record.get("result")))
+            ok = (
+                isinstance(record, dict)
+                and record.get("endpoint") == self.endpoint_id
+                and record.get("query") == query
+                and isinstance(record.get("retrieved_at"), str)
+                and _is_sparql_result(record.get("result"))
+            )
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             ok, why = False, f"{type(exc).__name__}: {exc}"
         else:
@@ -82,5 +91,6 @@ class CachedSparql:
         if not ok:
             log.warning("corrupt SPARQL cache file %s (%s): refetching and replacing it", path, why)
             return None
-        return CachedResult(record["result"], self.endpoint_id, sha256_hex(query),
-                            record["retrieved_at"], True)
+        return CachedResult(
+            record["result"], self.endpoint_id, sha256_hex(query), record["retrieved_at"], True
+        )

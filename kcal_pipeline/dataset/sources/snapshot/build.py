@@ -5,6 +5,7 @@ properties are `wdt:P…`, labels are `rdfs:label`@en, and entities are `wd:Q…
 is certain (Q6256, country). Everything else lives under the reserved project namespace
 (keys.PROJECT_ENTITY_IRI), so no Q-number is ever invented. Sources and licences: SOURCES.md.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -15,10 +16,10 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from kcal_pipeline.core.storage import write_text_atomic
 from kcal_pipeline.dataset.sources.snapshot import curated, geo, mace_data
 from kcal_pipeline.dataset.sources.snapshot.graph import Graph
 from kcal_pipeline.dataset.sources.sparql import find_oxigraph
-from kcal_pipeline.core.storage import write_text_atomic
 
 # Each contributor adds its relations to the one graph; order does not matter (output is sorted).
 CONTRIBUTORS = [geo.contribute, mace_data.contribute, curated.contribute]

@@ -19,6 +19,7 @@ are curated by hand: well-known, stable facts only (CC0, see SOURCES.md). The fi
 Every problem (unknown property, missing label, unknown country or language code, wrong number
 of cells) raises CuratedDataError naming the file and line.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -29,20 +30,39 @@ from kcal_pipeline.dataset.sources.snapshot.graph import Graph, clean_label, slu
 
 HUMAN = "Q5"
 FILES = (
-    "people_science.tsv", "people_music.tsv", "people_sport.tsv", "people_culture_politics.tsv",
-    "organisations.tsv", "software.tsv", "products.tsv", "television.tsv", "memberships.tsv",
+    "people_science.tsv",
+    "people_music.tsv",
+    "people_sport.tsv",
+    "people_culture_politics.tsv",
+    "organisations.tsv",
+    "software.tsv",
+    "products.tsv",
+    "television.tsv",
+    "memberships.tsv",
 )
 SUBJECT_KINDS = ("person", "org", "work", "country")
 
 # The kind of each curated property's object. Labelled kinds become `kcal:<kind>-<slug>`, so one
 # name is one entity across files (the employer Microsoft is the developer Microsoft).
 OBJECT_KINDS = {
-    "P19": "city", "P20": "city", "P159": "city",
-    "P27": "country", "P495": "country",
-    "P103": "language", "P1412": "language",
-    "P106": "occupation", "P101": "field", "P1303": "instrument", "P136": "genre",
-    "P413": "position", "P108": "org", "P264": "org", "P463": "org", "P178": "org",
-    "P176": "org", "P449": "org",
+    "P19": "city",
+    "P20": "city",
+    "P159": "city",
+    "P27": "country",
+    "P495": "country",
+    "P103": "language",
+    "P1412": "language",
+    "P106": "occupation",
+    "P101": "field",
+    "P1303": "instrument",
+    "P136": "genre",
+    "P413": "position",
+    "P108": "org",
+    "P264": "org",
+    "P463": "org",
+    "P178": "org",
+    "P176": "org",
+    "P449": "org",
 }
 
 
@@ -53,6 +73,7 @@ class CuratedDataError(ValueError):
 @dataclass(frozen=True)
 class Row:
     """One data line: where it came from, its subject cell and its cells by property."""
+
     where: str
     subject: str
     cells: tuple[tuple[str, str], ...]
@@ -85,8 +106,10 @@ def _check_header(cells: list[str], where: str) -> list[str]:
         raise CuratedDataError(f"{where}: subject kind {cells[0]!r} is not one of {SUBJECT_KINDS}")
     unknown = [c for c in cells[1:] if c not in OBJECT_KINDS]
     if unknown:
-        raise CuratedDataError(f"{where}: unknown relation(s) {', '.join(unknown)}; "
-                               f"curated relations are {', '.join(sorted(OBJECT_KINDS))}")
+        raise CuratedDataError(
+            f"{where}: unknown relation(s) {', '.join(unknown)}; "
+            f"curated relations are {', '.join(sorted(OBJECT_KINDS))}"
+        )
     return cells
 
 

@@ -5,6 +5,7 @@ border with (P2936 language used is mace_data.py's). Cities: P31 city, P17 count
 of, and P131 (state) for US cities. A city's id is `kcal:city-<ISO>-<slug>` of its English label,
 so curated facts naming the same city (curated.py, via `city_entity`) reach the same entity.
 """
+
 from __future__ import annotations
 
 from functools import lru_cache
@@ -24,28 +25,96 @@ AMBIGUITY_MIN_POPULATION = 100_000
 DOMINANCE = 5
 
 CONTINENTS = {
-    "AF": "Africa", "AN": "Antarctica", "AS": "Asia", "EU": "Europe",
-    "NA": "North America", "OC": "Oceania", "SA": "South America",
+    "AF": "Africa",
+    "AN": "Antarctica",
+    "AS": "Asia",
+    "EU": "Europe",
+    "NA": "North America",
+    "OC": "Oceania",
+    "SA": "South America",
 }
 
 # GeoNames codes that are not sovereign states: dependencies, uninhabited territories, defunct
 # codes (AN, CS) and Western Sahara (disputed capital). Typing them Q6256 would be false.
 NOT_COUNTRIES = frozenset(
-    "AN AQ AS AI AW AX BL BM BQ BV CC CK CS CW CX EH FK FO GF GG GI GL GP GS GU HK HM IM IO JE "
-    "KY MF MO MP MQ MS NC NF NU PF PM PN PR RE SH SJ SX TC TF TK UM VG VI WF YT".split()
+    [
+        "AN",
+        "AQ",
+        "AS",
+        "AI",
+        "AW",
+        "AX",
+        "BL",
+        "BM",
+        "BQ",
+        "BV",
+        "CC",
+        "CK",
+        "CS",
+        "CW",
+        "CX",
+        "EH",
+        "FK",
+        "FO",
+        "GF",
+        "GG",
+        "GI",
+        "GL",
+        "GP",
+        "GS",
+        "GU",
+        "HK",
+        "HM",
+        "IM",
+        "IO",
+        "JE",
+        "KY",
+        "MF",
+        "MO",
+        "MP",
+        "MQ",
+        "MS",
+        "NC",
+        "NF",
+        "NU",
+        "PF",
+        "PM",
+        "PN",
+        "PR",
+        "RE",
+        "SH",
+        "SJ",
+        "SX",
+        "TC",
+        "TF",
+        "TK",
+        "UM",
+        "VG",
+        "VI",
+        "WF",
+        "YT",
+    ]
 )
 
 # GeoNames names that are not the usual English label (Wikidata's, where one exists).
 COUNTRY_LABELS = {
-    "FM": "Federated States of Micronesia", "NL": "Netherlands", "PS": "Palestine",
-    "ST": "São Tomé and Príncipe", "TL": "East Timor", "VA": "Vatican City",
+    "FM": "Federated States of Micronesia",
+    "NL": "Netherlands",
+    "PS": "Palestine",
+    "ST": "São Tomé and Príncipe",
+    "TL": "East Timor",
+    "VA": "Vatican City",
 }
 # GeoNames' capital names that are stale: Nur-Sultan was renamed Astana in 2022.
 CAPITALS = {"KZ": "Astana"}
 # GeoNames city names that are local, ASCII-only or bare where English usage differs.
 CITY_LABELS = {
-    ("BE", "Gent"): "Ghent", ("DE", "Köln"): "Cologne", ("ES", "Sevilla"): "Seville",
-    ("MD", "Chisinau"): "Chișinău", ("MM", "Nay Pyi Taw"): "Naypyidaw", ("MV", "Male"): "Malé",
+    ("BE", "Gent"): "Ghent",
+    ("DE", "Köln"): "Cologne",
+    ("ES", "Sevilla"): "Seville",
+    ("MD", "Chisinau"): "Chișinău",
+    ("MM", "Nay Pyi Taw"): "Naypyidaw",
+    ("MV", "Male"): "Malé",
     ("US", "Washington"): "Washington, D.C.",
 }
 # GeoNames records above the size threshold that are city districts, not cities.
@@ -93,8 +162,9 @@ def find_city(iso: str, name: str) -> dict | None:
     """The most populous GeoNames city of that country with this name, by GeoNames' or the English
     label, accent-insensitive ('Bogota' finds 'Bogotá', 'Cologne' finds 'Köln')."""
     key = fold(name)
-    return next((c for c in _cities_by_country().get(iso, [])
-                 if key in (fold(c["name"]), fold(city_label(c)))), None)
+    return next(
+        (c for c in _cities_by_country().get(iso, []) if key in (fold(c["name"]), fold(city_label(c)))), None
+    )
 
 
 def city_entity(graph: Graph, iso: str, name: str) -> str | None:
@@ -176,8 +246,11 @@ def _add_cities(graph: Graph, isos: set[str]) -> None:
     """Large, unambiguously named cities: typed, with their country (P17)."""
     for iso in sorted(isos):
         for record in _cities_by_country().get(iso, []):
-            if (record["population"] < CITY_MIN_POPULATION or (iso, record["name"]) in NOT_CITIES
-                    or not _unambiguous(record["name"], record["population"])):
+            if (
+                record["population"] < CITY_MIN_POPULATION
+                or (iso, record["name"]) in NOT_CITIES
+                or not _unambiguous(record["name"], record["population"])
+            ):
                 continue
             city = city_entity(graph, iso, record["name"])
             graph.add(city, "P31", CITY)

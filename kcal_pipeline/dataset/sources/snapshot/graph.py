@@ -5,6 +5,7 @@ Serialised in Wikidata's own shape, so the same SPARQL runs here and on query.wi
 with its year), `rdfs:label`@en for names. Contributors (geo.py, curated.py, mace_data.py) each add
 their part; the serialisation is sorted, so equal content gives an equal hash.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -44,8 +45,7 @@ def clean_label(text: str | None) -> str | None:
 def literal(label: str) -> str:
     """An @en N-Triples literal; only quotes, backslashes and controls are escaped, unicode stays UTF-8."""
     out = "".join(
-        _ECHAR.get(ch) or (f"\\u{ord(ch):04X}" if ord(ch) < 0x20 or ord(ch) == 0x7F else ch)
-        for ch in label
+        _ECHAR.get(ch) or (f"\\u{ord(ch):04X}" if ord(ch) < 0x20 or ord(ch) == 0x7F else ch) for ch in label
     )
     return f'"{out}"@en'
 
@@ -91,8 +91,14 @@ class Graph:
         if subject:
             self.values.add((subject, prop, typed_literal(value)))
 
-    def add_qualified(self, subject: str | None, prop: str, obj: str | None,
-                      qualifiers: dict[str, int | float | str | None], direct: bool = True) -> None:
+    def add_qualified(
+        self,
+        subject: str | None,
+        prop: str,
+        obj: str | None,
+        qualifiers: dict[str, int | float | str | None],
+        direct: bool = True,
+    ) -> None:
         """A statement with qualifiers (`p:`/`ps:`/`pq:`), plus the direct `wdt:` fact unless
         direct=False. Qualifier values: int year, float, ISO date, or an entity id ('kcal:…')."""
         if not (subject and obj):

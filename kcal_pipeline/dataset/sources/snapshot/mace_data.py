@@ -5,6 +5,7 @@ curated tables in data/mace_*.tsv (written by the project, CC0); Language adds `
 used) from CLDR via babel, next to the official languages (P37) geo.py already contributes.
 Sources, licences and known limits: MACE_SOURCES.md.
 """
+
 from __future__ import annotations
 
 import csv
@@ -40,7 +41,9 @@ USED_SHARE = 50.0
 
 
 def _rows(name: str) -> list[dict[str, str]]:
-    text = resources.files("kcal_pipeline.dataset.sources.snapshot").joinpath(f"data/{name}").read_text("utf-8")
+    text = (
+        resources.files("kcal_pipeline.dataset.sources.snapshot").joinpath(f"data/{name}").read_text("utf-8")
+    )
     return list(csv.DictReader(text.splitlines(), delimiter="\t"))
 
 
@@ -68,8 +71,12 @@ def add_offices(graph: Graph) -> None:
     for key, label in POSITIONS.items():
         graph.entity(f"kcal:position-{key}", label)
     for row in _rows("mace_office.tsv"):
-        graph.add_qualified(_person(graph, row["holder"]), "P39", f"kcal:position-{row['position']}",
-                            {"P580": _year(row["start"]), "P582": _year(row["end"])})
+        graph.add_qualified(
+            _person(graph, row["holder"]),
+            "P39",
+            f"kcal:position-{row['position']}",
+            {"P580": _year(row["start"]), "P582": _year(row["end"])},
+        )
 
 
 def add_regions(graph: Graph) -> None:
@@ -93,9 +100,13 @@ def used_languages(iso: str) -> list[str]:
     from babel.languages import get_territory_language_info
 
     info = get_territory_language_info(iso)
-    return sorted({code.split("_")[0] for code, row in info.items()
-                   if row["population_percent"] >= USED_SHARE
-                   or row["official_status"] == "de_facto_official"})
+    return sorted(
+        {
+            code.split("_")[0]
+            for code, row in info.items()
+            if row["population_percent"] >= USED_SHARE or row["official_status"] == "de_facto_official"
+        }
+    )
 
 
 def add_languages(graph: Graph) -> None:
