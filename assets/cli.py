@@ -11,11 +11,55 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Literal, get_args, get_origin
 
 import duckdb
 
+from kcal_pipeline.core.options import Options, OptionsError, ProbeOptions, ScoringOptions
 from kcal_pipeline.core.paths import duckdb_path, kcal_home, registry_path, report_path
-from kcal_pipeline.scoring.models.loading import ModelEntry, Registry
+from kcal_pipeline.scoring.models import ModelEntry, Registry
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def add_option_flags(
+    parser: argparse.ArgumentParser, options: type[Options], skip: tuple[str, ...] = ()
+) -> None:
+    """One flag per option field, named, typed, described and defaulted by the field itself.
+
+    A flag left out keeps the option's default (the parsed value is None), so only what the user
+    typed reaches the settings; the options class validates it.
+    """
+    group = parser.add_argument_group(f"{options.GROUP} settings")
+    for name, field in options.model_fields.items():
+        if name in skip:
+            continue
+        default, help_text = field.get_default(call_default_factory=True), field.description or ""
+        annotation = field.annotation
+        if annotation is bool:
+            flag = _flag(name) if not default else _flag(f"no_{name}")
+            text = help_text if not default else f"switch off (on by default): {help_text}"
+            group.add_argument(flag, dest=name, action="store_const", const=not default, help=text)
+            continue
+        kwargs: dict = {"dest": name, "help": f"{help_text} (default {default!r})"}
+        if get_origin(annotation) is list:
+            kwargs["type"] = lambda text: [part for part in text.split(",") if part]
+            kwargs["help"] = f"{help_text}, comma-separated (default {','.join(default) or 'none'})"
+            kwargs["metavar"] = "A,B"
+        elif get_origin(annotation) is Literal:
+            kwargs["choices"] = get_args(annotation)
+        else:
+            numeric = [t for t in (int, float) if t in (annotation, *get_args(annotation))]
+            kwargs["type"] = numeric[0] if numeric else str
+            kwargs["metavar"] = {int: "N", float: "X"}.get(kwargs["type"], "TEXT")
+        group.add_argument(_flag(name), **kwargs)
+
+
+def option_values(args: argparse.Namespace, options: type[Options]) -> dict:
+    """The option values the user gave on the command line (None = not given)."""
+    return {n: getattr(args, n) for n in options.model_fields if getattr(args, n, None) is not None}
 
 
 def _print_table(cols: list[str], rows: list[tuple], out=sys.stdout) -> None:
@@ -24,35 +68,30 @@ def _print_table(cols: list[str], rows: list[tuple], out=sys.stdout) -> None:
 
     cells = [[fmt(v) for v in r] for r in rows]
     widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(cols)]
-    print("  ".join(c.ljust(w) for c, w in zip(cols, widths)), file=out)
+    print("  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True)), file=out)
     print("  ".join("-" * w for w in widths), file=out)
     for r in cells:
-        print("  ".join(v.ljust(w) for v, w in zip(r, widths)), file=out)
+        print("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)), file=out)
 
 
 def cmd_demo(args) -> int:
     from assets.runner import run_missing  # Dagster layer, imported only when orchestrating
     from kcal_pipeline.core.progress import share_terminal
     from kcal_pipeline.core.storage import read_partition
-    from kcal_pipeline.reporting.html import format_summary, summary_table
+    from kcal_pipeline.reporting.html import format_summary, summary_table, summary_title
 
     home = kcal_home(args.home)
-    settings = {
-        k: v
-        for k, v in {
-            "max_instances": args.max_instances,
-            "max_templates": args.max_templates,
-            "n_negatives": args.n_negatives,
-            "answer_space_k": args.answer_space_k,
-            "template_kinds": args.template_kinds.split(",") if args.template_kinds else None,
-            "fast_path": False if args.plain_path else None,
-            "mlm_variant": args.mlm_variant,
-            "dropout_passes": args.dropout_passes,
-            "dropout_rate": args.dropout_rate,
-            "subject_mask": True if args.subject_mask else None,
-        }.items()
-        if v is not None
-    }
+    # Validated here, before any work: a bad value stops the run with the setting's name and value.
+    probe, scoring = option_values(args, ProbeOptions), option_values(args, ScoringOptions)
+    problems = []
+    for options, values in ((ProbeOptions, probe), (ScoringOptions, scoring)):
+        try:
+            options(**values)
+        except OptionsError as error:
+            problems.append(str(error))
+    if problems:
+        raise OptionsError("; ".join(problems))
+    settings = {**probe, **scoring}
     if not args.no_progress:
         share_terminal()  # statement_scores draws its progress bar there
     relations = None if args.all_relations else (args.relation or DEMO_RELATIONS)
@@ -78,7 +117,7 @@ def cmd_demo(args) -> int:
             metrics = read_partition(home, "metrics", {"model": entry.key})
         except FileNotFoundError:
             continue
-        print(f"\nModel {entry.id} — headline template, Base and Margin (ACE: 20 quantile bins)")
+        print(f"\n{summary_title(entry.id)}")
         print(format_summary(summary_table(metrics)))
         print(f"report: {report_path(home, entry.key)}")
     print(f'duckdb: {duckdb_path(home)}   e.g. kcal sql "select * from metrics limit 5"')
@@ -211,34 +250,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--relation", action="append", help=f"relation id (repeatable; default: {', '.join(DEMO_RELATIONS)})"
     )
     d.add_argument("--all-relations", action="store_true", help="every relation of the catalog")
-    d.add_argument(
-        "--template-kinds",
-        help="comma-separated: curated,generated,marker_verbal,marker_numeric,perturbation (default curated)",
-    )
-    d.add_argument("--answer-space-k", type=int, help="also probe each instance with k options (gold kept)")
-    d.add_argument("--max-instances", type=int, help="instances per relation (default 100; 0 = all)")
-    d.add_argument("--max-templates", type=int, help="curated templates per relation (default 3; 0 = all)")
-    d.add_argument("--n-negatives", type=int, help="distractors per instance (default 5)")
     d.add_argument("--refresh", action="store_true", help="recompute even what is materialized")
-    d.add_argument(
-        "--plain-path",
-        action="store_true",
-        help="score causal LMs without prefix packing (same scores, slower; for checking)",
-    )
-    d.add_argument(
-        "--mlm-variant",
-        choices=["within_word_l2r", "original"],
-        help="pseudo-log-likelihood variant for masked LMs (default within_word_l2r)",
-    )
-    d.add_argument(
-        "--dropout-passes", type=int, help="M stochastic dropout passes (DropoutMean/Var; default 0)"
-    )
-    d.add_argument("--dropout-rate", type=float, help="dropout probability for those passes (default 0.1)")
-    d.add_argument(
-        "--subject-mask",
-        action="store_true",
-        help="also score each statement with its subject replaced by 'something' (TemplateDiff)",
-    )
+    add_option_flags(d, ProbeOptions, skip=("paraphrase_model", "paraphrase_relations"))
+    add_option_flags(d, ScoringOptions)
     d.add_argument("--no-progress", action="store_true", help="no progress bar (log lines only)")
     d.set_defaults(func=cmd_demo)
 

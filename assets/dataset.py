@@ -99,19 +99,16 @@ def probe_instances(
 ) -> pl.DataFrame:
     """Instances of one relation: gold objects plus distractors (METHODS §5), a fixed answer space,
     or MACE questions with exactly 1, 2, 4 or 6 answers."""
-    config = probe_settings.probe_config()
     spec = get_relation(context.partition_key)
-    instances = relation_instances(
-        spec, wikidata_facts, object_pools, config, probe_settings.answer_space_k, log=context.log.info
-    )
+    instances = relation_instances(spec, wikidata_facts, object_pools, probe_settings, log=context.log.info)
     context.add_output_metadata(
         {
             "instances": instances.height,
             "mean_options": float(instances["n_options"].mean()),
             "n_gold": MetadataValue.json(dict(instances.group_by("n_gold").len().sort("n_gold").iter_rows())),
             "dev": int((instances["split"] == "dev").sum()),
-            "seed": config.seed,
-            "n_negatives": config.n_negatives,
+            "seed": probe_settings.seed,
+            "n_negatives": probe_settings.n_negatives,
         }
     )
     return instances
@@ -134,7 +131,7 @@ def statements(
         templates.filter(pl.col("relation_id") == context.partition_key),
         generated,
         probe_settings.template_kinds,
-        probe_settings.max_templates or None,
+        probe_settings.template_limit,
         probe_settings.seed,
     )
     frame = relation_statements(probe_instances, chosen, probe_settings.seed)

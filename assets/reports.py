@@ -6,8 +6,8 @@ from dagster import AssetExecutionContext, MetadataValue, asset
 from assets.partitions import model_partitions, one_dimension_of
 from kcal_pipeline.core.paths import kcal_home, report_path
 from kcal_pipeline.core.storage import partition_path
-from kcal_pipeline.dataset.instances.probe import headline_estimates
-from kcal_pipeline.evaluation.registry import compute_curves, compute_metrics
+from kcal_pipeline.estimation.registry import headline_estimates
+from kcal_pipeline.evaluation import compute_curves, compute_metrics
 from kcal_pipeline.reporting.html import format_summary, render_html, summary_table, write_report
 from resources import DuckDBWarehouse, ModelProvider
 
@@ -15,19 +15,20 @@ GROUP = "reports"
 ALL_RELATIONS = one_dimension_of("estimates", "model")
 
 
-@asset(group_name=GROUP, partitions_def=model_partitions, ins=ALL_RELATIONS, code_version="1")
+@asset(group_name=GROUP, partitions_def=model_partitions, ins=ALL_RELATIONS, code_version="2")
 def metrics(estimates: pl.DataFrame, templates: pl.DataFrame) -> pl.DataFrame:
-    """Accuracy, ACE, ECE, Brier, AUROC on each relation's headline template, overall and per relation."""
+    """Every registered metric that applies to each estimator (probability metrics only for
+    probability-valued ones) on each relation's headline template, overall and per relation."""
     return compute_metrics(headline_estimates(estimates, templates))
 
 
-@asset(group_name=GROUP, partitions_def=model_partitions, ins=ALL_RELATIONS, code_version="1")
+@asset(group_name=GROUP, partitions_def=model_partitions, ins=ALL_RELATIONS, code_version="2")
 def curves(estimates: pl.DataFrame, templates: pl.DataFrame) -> pl.DataFrame:
     """Reliability (calibration) curves on the headline template."""
     return compute_curves(headline_estimates(estimates, templates))
 
 
-@asset(group_name=GROUP, partitions_def=model_partitions, code_version="2")
+@asset(group_name=GROUP, partitions_def=model_partitions, code_version="3")
 def report(
     context: AssetExecutionContext,
     metrics: pl.DataFrame,

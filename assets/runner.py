@@ -18,7 +18,7 @@ from kcal_pipeline.core.paths import dagster_home, registry_path
 from kcal_pipeline.core.storage import partition_path
 from kcal_pipeline.core.warehouse import refresh_views
 from kcal_pipeline.dataset.relations import relation_ids
-from kcal_pipeline.scoring.models.loading import Registry
+from kcal_pipeline.scoring.models import Registry
 from resources import default_resources
 
 # Stages in dependency order; inside a stage, assets share one partitions definition. Facts are

@@ -30,7 +30,7 @@ def statement_scores(
         models.load(dims["model"]),
         models.entry(dims["model"]).id,
         statements,
-        scoring_settings.options(),
+        scoring_settings,
         kcal_home(models.home or None),
         dims["relation"],
         scoring_settings.chunk_size,

@@ -59,7 +59,8 @@ BATCH = 32
 
 def build_statements(n_instances: int, workdir: Path) -> pl.DataFrame:
     """The pipeline's chain (snapshot → facts → instances → statements) without Dagster."""
-    from kcal_pipeline.dataset.instances.probe import ProbeConfig, object_pools, templates_frame
+    from kcal_pipeline.core.options import ProbeOptions
+    from kcal_pipeline.dataset.instances.probe import object_pools, templates_frame
     from kcal_pipeline.dataset.instances.relation_probe import (
         curated_and_variants,
         relation_instances,
@@ -88,7 +89,7 @@ def build_statements(n_instances: int, workdir: Path) -> pl.DataFrame:
         if per == 0:
             continue
         instances = relation_instances(
-            get_relation(rid), facts[rid], pools, ProbeConfig(max_instances=per, seed=SEED), log=quiet
+            get_relation(rid), facts[rid], pools, ProbeOptions(max_instances=per, seed=SEED), log=quiet
         )
         chosen = run_templates(
             templates.filter(pl.col("relation_id") == rid),
@@ -144,8 +145,8 @@ def chunk_of(frame: pl.DataFrame, groups: list) -> Chunk:
     return Chunk(
         rows,
         sub["text"].to_list(),
-        list(zip(sub["subject_start"], sub["subject_end"])),
-        list(zip(sub["object_start"], sub["object_end"])),
+        list(zip(sub["subject_start"], sub["subject_end"], strict=True)),
+        list(zip(sub["object_start"], sub["object_end"], strict=True)),
         local,
     )
 
@@ -232,12 +233,12 @@ class Result:
         self.rounds.append((took, counter.positions))
         self.real += counter.real
         self.calls += counter.calls
-        for r, lp in zip(chunk.rows, out["tokens"]):
+        for r, lp in zip(chunk.rows, out["tokens"], strict=False):
             self.tokens[r] = np.asarray(lp, dtype=np.float64)
         self.ll[chunk.rows] = out.get("ll", [t.sum() for t in self.tokens_of(chunk)])
         if "roles" in out:
             self.roles = self.roles or [None] * self.n
-            for r, role in zip(chunk.rows, out["roles"]):
+            for r, role in zip(chunk.rows, out["roles"], strict=False):
                 self.roles[r] = role
         self.mismatched += out.get("mismatched", 0)
 
@@ -287,12 +288,12 @@ def lpq_run(evaluator, batch_size=BATCH):
         for template, subject, answers, rows in c.groups:
             mismatched += sum(
                 evaluator.replace_placeholders(template=template, subject=subject, answer=a)[0] != c.texts[r]
-                for a, r in zip(answers, rows)
+                for a, r in zip(answers, rows, strict=False)
             )
             scored = evaluator.evaluate_instance(
                 template=template, answers=answers, subject=subject, reduction=None, batch_size=batch_size
             )
-            for r, (pairs, _roles) in zip(rows, scored):
+            for r, (pairs, _roles) in zip(rows, scored, strict=False):
                 tokens[r] = [s for _, s in pairs]
         return {"tokens": tokens, "mismatched": mismatched}
 
@@ -358,7 +359,7 @@ def max_delta(a: Result, b: Result) -> tuple[float, float, int]:
 def speedup(r: Result, fast: Result) -> str:
     """Total-time ratio, and the median (min–max) of the per-round ratios: a burst of load from
     other processes lands in one round of one path, which moves the total but not the median."""
-    per_round = sorted(a / b for (a, _), (b, _) in zip(r.rounds, fast.rounds))
+    per_round = sorted(a / b for (a, _), (b, _) in zip(r.rounds, fast.rounds, strict=False))
     if len(per_round) < 2:
         return f"{r.seconds / fast.seconds:.2f}"
     return (
@@ -408,10 +409,14 @@ def table(
             )
         )
     widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(head)]
-    print("  ".join(h.ljust(w) for h, w in zip(head, widths)))
+    print("  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)))
     print("  ".join("-" * w for w in widths))
     for row in rows:
-        print("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))))
+        print(
+            "  ".join(
+                c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))
+            )
+        )
     for r in results:
         if not r.ok:
             print(f"  {r.name} failed: {r.error}")
@@ -432,7 +437,7 @@ def first_token_split(a: Result, b: Result, idx: list[int]) -> tuple[float, floa
 
 def clm_section(args, frame: pl.DataFrame, cache: Path) -> None:
     from kcal_pipeline.scoring.clm import score_clm
-    from kcal_pipeline.scoring.models.loading import DEFAULT_MODEL, load_model
+    from kcal_pipeline.scoring.models import DEFAULT_MODEL, load_model
     from kcal_pipeline.scoring.prefix import score_clm_shared_prefix
 
     loaded = load_model(DEFAULT_MODEL, cache)
@@ -471,20 +476,22 @@ def clm_section(args, frame: pl.DataFrame, cache: Path) -> None:
     table(results, ref, fast, flops_per_token, peak)
     print(
         f"(positions: token positions fed through the model, padding included, counted by a forward hook; "
-        f"{n_tok + n} are needed one statement at a time, fewer when shared prefixes run once. roofline: 2 × {loaded.n_params / 1e6:.1f} M parameters = "
+        f"{n_tok + n} are needed one statement at a time, fewer when shared prefixes run once. "
+        f"roofline: 2 × {loaded.n_params / 1e6:.1f} M parameters = "
         f"{flops_per_token / 1e6:.0f} MFLOP per position × positions/s ÷ {peak / 1e9:.1f} GFLOP/s, the best "
         f"fp32 torch.mm (2048², 4096²) measured between the rounds)"
     )
     if fast.ok and ref.ok:
         d_sum = max_delta(fast, ref)[0]
         ratio = ref.seconds / fast.seconds
-        median = float(np.median([a / b for (a, _), (b, _) in zip(ref.rounds, fast.rounds)]))
+        median = float(np.median([a / b for (a, _), (b, _) in zip(ref.rounds, fast.rounds, strict=False)]))
         share = fast.positions / fast.seconds * flops_per_token / peak
         best = max(p / t for t, p in fast.rounds) * flops_per_token / peak
         print(
-            f"targets: kcal fast ≥ 3× lm-pub-quiz's throughput: {ratio:.2f}× in total, {median:.2f}× in the median "
-            f"round ({'met' if min(ratio, median) >= 3 else 'NOT met'}); equal log-likelihoods: max |Δ ll_sum| "
-            f"{d_sum:.1e} (see below); ≥ 50% of the roofline: {100 * share:.1f}% over the run, {100 * best:.1f}% "
+            f"targets: kcal fast ≥ 3× lm-pub-quiz's throughput: {ratio:.2f}× in total, "
+            f"{median:.2f}× in the median round ({'met' if min(ratio, median) >= 3 else 'NOT met'}); "
+            f"equal log-likelihoods: max |Δ ll_sum| {d_sum:.1e} (see below); ≥ 50% of the roofline: "
+            f"{100 * share:.1f}% over the run, {100 * best:.1f}% "
             f"in its best round ({'met' if share >= 0.5 else 'NOT met'})"
         )
     print()
@@ -497,8 +504,9 @@ def explain_clm(loaded, frame, groups, fast, plain, ref, mini) -> None:
         d_sum, d_tok, _ = max_delta(fast, plain)
         shareable = int((frame["object_start"] > 0).sum())
         print(
-            f"- kcal fast vs plain: max |Δ ll_sum| {d_sum:.1e}, max |Δ token| {d_tok:.1e}, token roles equal: "
-            f"{fast.roles == plain.roles}; {shareable} of {frame.height} statements do not start with the "
+            f"- kcal fast vs plain: max |Δ ll_sum| {d_sum:.1e}, max |Δ token| {d_tok:.1e}, "
+            f"token roles equal: {fast.roles == plain.roles}; "
+            f"{shareable} of {frame.height} statements do not start with the "
             f"object (a prefix to share)"
         )
     for other in (fast, plain, mini):
@@ -538,13 +546,14 @@ def explain_clm(loaded, frame, groups, fast, plain, ref, mini) -> None:
     print(
         f"- why kcal − lm-pub-quiz is systematic ({m} statements; lm-pub-quiz's own batches recomputed): "
         f"lm-pub-quiz takes torch.log_softmax in float32, which reproduces its scores (max |Δ| "
-        f"{np.abs(lp32 - lpq_sample).max():.1e}) and whose normaliser comes out low: float64 − float32 log_softmax "
-        f"= {np.sum(lp64 - lp32) / n_scored:+.1e} per token, {np.mean(lp64 - lp32):+.1e} per statement on "
+        f"{np.abs(lp32 - lpq_sample).max():.1e}) and whose normaliser comes out low: "
+        f"float64 − float32 log_softmax = {np.sum(lp64 - lp32) / n_scored:+.1e} per token, "
+        f"{np.mean(lp64 - lp32):+.1e} per statement on "
         f"average (max |Δ| {np.abs(lp64 - lp32).max():.1e}). minicons' float32 logit − logsumexp is "
-        f"{np.sum(lse32 - lp64) / n_scored:+.1e} per token from float64; kcal takes logsumexp in float64. With a "
-        f"float64 log_softmax, lm-pub-quiz's batches match kcal plain to {np.abs(lp64 - kc.ll).max():.1e} "
-        f"(the rest: batch shape, i.e. GEMM rounding). No token is dropped or added: same token counts, first "
-        f"tokens agree."
+        f"{np.sum(lse32 - lp64) / n_scored:+.1e} per token from float64; kcal takes logsumexp in float64. "
+        f"With a float64 log_softmax, lm-pub-quiz's batches match kcal plain to "
+        f"{np.abs(lp64 - kc.ll).max():.1e} (the rest: batch shape, i.e. GEMM rounding). "
+        f"No token is dropped or added: same token counts, first tokens agree."
     )
 
     # 2. the peers' own defaults (untimed): no start token, or another one
@@ -563,11 +572,13 @@ def explain_clm(loaded, frame, groups, fast, plain, ref, mini) -> None:
     if own_bos.ok:
         mean_d, d_first, d_rest = first_token_split(kc, own_bos, list(range(m)))
         print(
-            f"- lm-pub-quiz's default BOS ({m} statements): it prepends tokenizer.bos_token, for this model the "
-            f"chat token {bos} (id {loaded.tokenizer.bos_token_id}), where kcal starts from {start} (id "
-            f"{loaded.start_token_id}): kcal − it = {mean_d:+.2f} nats per statement on average, {d_first:+.2f} "
-            f"of it on the first token; the later tokens move too (max |Δ| {d_rest:.2f}), since every position "
-            f"attends to the start token. Hence the peers get bos_token = {start} in the table."
+            f"- lm-pub-quiz's default BOS ({m} statements): it prepends tokenizer.bos_token, "
+            f"for this model the chat token {bos} (id {loaded.tokenizer.bos_token_id}), "
+            f"where kcal starts from {start} (id {loaded.start_token_id}): "
+            f"kcal − it = {mean_d:+.2f} nats per statement on average, {d_first:+.2f} "
+            f"of it on the first token; the later tokens move too (max |Δ| {d_rest:.2f}), "
+            f"since every position attends to the start token. "
+            f"Hence the peers get bos_token = {start} in the table."
         )
     if no_bos.ok:
         first = np.array([t[0] for t in kc.tokens])
@@ -580,8 +591,9 @@ def explain_clm(loaded, frame, groups, fast, plain, ref, mini) -> None:
             ]
         )
         print(
-            f"- minicons' default bos_token=False ({m} statements): it drops the first token (one score fewer "
-            f"per statement: {short}); kcal − it = {np.mean(kc.ll - no_bos.ll):+.2f} nats on average, of "
+            f"- minicons' default bos_token=False ({m} statements): it drops the first token "
+            f"(one score fewer per statement: {short}); "
+            f"kcal − it = {np.mean(kc.ll - no_bos.ll):+.2f} nats on average, of "
             f"which the dropped log P(x1 | {start}) is {first.mean():+.2f}; tokens 2..n, now without a start "
             f"token before them, differ by {rest.mean():+.2f} on average (max |Δ| {np.abs(rest).max():.2f})."
         )
@@ -593,11 +605,12 @@ def explain_clm(loaded, frame, groups, fast, plain, ref, mini) -> None:
 def mlm_section(args, frame: pl.DataFrame, workdir: Path) -> None:
     print()
     print(
-        "MLM: kcal score_mlm vs lm-pub-quiz MaskedLMEvaluator, tiny BERT built from a config (tests/tiny_mlm.py)"
+        "MLM: kcal score_mlm vs lm-pub-quiz MaskedLMEvaluator, "
+        "tiny BERT built from a config (tests/tiny_mlm.py)"
     )
     try:
         from kcal_pipeline.scoring.mlm import score_mlm
-        from kcal_pipeline.scoring.models.loading import ModelEntry, load_model
+        from kcal_pipeline.scoring.models import ModelEntry, load_model
         from tests.scoring.tiny_mlm import build_tiny_mlm
 
         folder = build_tiny_mlm(workdir / "tiny-bert")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dagster import ConfigurableResource
 
 from kcal_pipeline.core.paths import kcal_home, model_cache_dir, registry_path
-from kcal_pipeline.scoring.models.loading import LoadedModel, ModelEntry, Registry, load_model
+from kcal_pipeline.scoring.models import LoadedModel, ModelEntry, Registry, load_model
 
 
 class ModelProvider(ConfigurableResource):

@@ -1,1 +1,2 @@
-"""Shared by every stage: ids and keys, frame checks, atomic Parquet storage, paths, options, progress, DuckDB views."""
+"""Shared by every stage: ids and keys, frame checks, atomic Parquet storage, paths, options, progress,
+DuckDB views."""

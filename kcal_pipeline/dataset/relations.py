@@ -2,7 +2,8 @@
 
 Closed-set relations (BEAR-style) live in data/relations.toml, MACE multi-answer domains in
 data/mace.toml. Datasets imported into KCAL_HOME/datasets/*/catalog.toml (`kcal dataset
-import-bear`) and a user catalog (KCAL_CATALOG) add entries or replace entries of equal id. Relation ids become partition keys, so the catalog is read once at start-up.
+import-bear`) and a user catalog (KCAL_CATALOG) add entries or replace entries of equal id. Relation
+ids become partition keys, so the catalog is read once at start-up.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ def parse_entry(rid: str, entry: dict, origin: str) -> RelationSpec:
     """Validate one catalog entry; every error names the relation and the field."""
     check_relation_id(rid, f"relation id in {origin}")
     where = f"{origin} [{rid}]"
-    unknown = set(entry) - {f for f in RelationSpec.__dataclass_fields__} - {"relation_id"}
+    unknown = set(entry) - set(RelationSpec.__dataclass_fields__) - {"relation_id"}
     if unknown:
         raise ValueError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
     missing = [f for f in _REQUIRED if f not in entry]

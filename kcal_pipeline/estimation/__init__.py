@@ -1,1 +1,18 @@
-"""Stage 4, confidence estimation: the option-score cube and the estimator registry (one family per module)."""
+"""Stage 4, confidence estimation: the option-score cube and the estimator registry (one family per module).
+
+Importing the package registers every family, so `ESTIMATORS` is complete wherever it is read.
+"""
+
+from kcal_pipeline.estimation import single_template
+from kcal_pipeline.estimation.cube import OptionScoreCube, build_cube, partition_cubes
+from kcal_pipeline.estimation.registry import ESTIMATORS, compute_estimates, summary_estimators
+
+__all__ = [
+    "ESTIMATORS",
+    "OptionScoreCube",
+    "build_cube",
+    "compute_estimates",
+    "partition_cubes",
+    "single_template",
+    "summary_estimators",
+]

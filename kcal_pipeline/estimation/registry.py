@@ -1,141 +1,193 @@
-"""Per-template confidence estimators (METHODS §2): option log-likelihoods → (answer, confidence).
+"""The estimator contract: one registry of specs, one vectorised function per estimator.
 
-Each estimator is one small function over the log-likelihood vector of one (instance, template),
-in option_index order, registered by name. `compute_estimates` does the grouping, validation and
-bookkeeping once, so a new estimator is just another `@register` function.
+An estimator spec says what it needs (score columns, template kinds), what it produces (one answer
+per template or one per instance over its templates; a probability in [0, 1] or an unbounded score
+where higher means more confident) and which reductions it runs under. Its function maps the
+option-score cube to predicted option indices and confidences; `compute_estimates` turns those
+into rows once, for every estimator alike. An estimator whose inputs a partition lacks is skipped
+with one logged reason. This registry is the only list of estimator names in kcal.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import polars as pl
 
-from kcal_pipeline.core.frames import require_columns
+from kcal_pipeline.estimation.cube import REDUCTIONS, OptionScoreCube
 
-Estimator = Callable[[np.ndarray], tuple[int, float]]
-ESTIMATORS: dict[str, Estimator] = {}
+Grain = Literal["template", "instance"]
+OutputKind = Literal["probability", "score"]
+NO_ANSWER = -1  # predicted option of an estimator that abstains (e.g. a failed vote): wrong, confidence 0
 
-GROUP_KEYS = ("model_id", "relation_id", "instance_id", "template_id")
+
+@dataclass(frozen=True)
+class Estimate:
+    """Predicted option index and confidence: `[I, T]` for template grain, `[I]` for instance grain."""
+
+    predicted: np.ndarray
+    confidence: np.ndarray
+
+
+EstimatorFn = Callable[[OptionScoreCube, str], Estimate]
+
+
+@dataclass(frozen=True)
+class EstimatorSpec:
+    """One estimator. `needs` are score columns beyond the reduction's own log-likelihood column."""
+
+    name: str
+    label: str
+    family: str
+    fn: EstimatorFn
+    grain: Grain = "template"
+    output_kind: OutputKind = "probability"
+    reductions: tuple[str, ...] = ("sum",)
+    needs: tuple[str, ...] = ()
+    template_kinds: tuple[str, ...] = ()
+    in_summary: bool = False
+    paper: str = ""
+
+    def missing_inputs(self, cube: OptionScoreCube, reduction: str) -> str | None:
+        """Why this estimator cannot run on `cube` under `reduction`, or None if it can."""
+        columns = [REDUCTIONS[reduction], *self.needs]
+        absent = [c for c in columns if c not in cube.scores]
+        if absent:
+            return f"no {', '.join(absent)} scores"
+        kinds = [k for k in self.template_kinds if k not in set(cube.template_kinds.tolist())]
+        if kinds:
+            return f"no {', '.join(kinds)} templates"
+        return None
+
+
+ESTIMATORS: dict[str, EstimatorSpec] = {}
+
+
+def register(name: str, *, label: str, family: str, **spec: object) -> Callable[[EstimatorFn], EstimatorFn]:
+    """Add an estimator; a second one under the same name is a bug, not an override."""
+
+    def add(fn: EstimatorFn) -> EstimatorFn:
+        if name in ESTIMATORS:
+            raise ValueError(f"estimator {name!r} is already registered")
+        unknown = [r for r in spec.get("reductions", ()) if r not in REDUCTIONS]
+        if unknown:
+            raise ValueError(f"estimator {name!r}: unknown reduction(s) {unknown}; known: {list(REDUCTIONS)}")
+        ESTIMATORS[name] = EstimatorSpec(name=name, label=label, family=family, fn=fn, **spec)
+        return fn
+
+    return add
+
+
+def summary_estimators() -> list[EstimatorSpec]:
+    """The estimators of the demo summary and the report's headline table, in registry order."""
+    return [s for s in ESTIMATORS.values() if s.in_summary]
+
+
 OUTPUT_SCHEMA = {
     "model_id": pl.String,
     "relation_id": pl.String,
     "instance_id": pl.String,
     "template_id": pl.String,
     "estimator": pl.String,
+    "reduction": pl.String,
+    "grain": pl.String,
+    "output_kind": pl.String,
     "predicted_index": pl.Int32,
     "predicted_id": pl.String,
     "confidence": pl.Float64,
     "correct": pl.Boolean,
 }
+SORT_KEYS = ("model_id", "relation_id", "instance_id", "template_id", "estimator", "reduction")
 
 
-def register(name: str) -> Callable[[Estimator], Estimator]:
-    """Add an estimator to ESTIMATORS; a second function under the same name is a bug, not an override."""
-
-    def add(fn: Estimator) -> Estimator:
-        if name in ESTIMATORS:
-            raise ValueError(f"estimator {name!r} is already registered")
-        ESTIMATORS[name] = fn
-        return fn
-
-    return add
-
-
-def softmax(ll: np.ndarray) -> np.ndarray:
-    """Option distribution of one template; shifting by the max keeps exp() from overflowing."""
-    z = np.exp(ll - ll.max())
-    return z / z.sum()
+def headline_estimates(estimates: pl.DataFrame, templates: pl.DataFrame) -> pl.DataFrame:
+    """The single-answer-per-instance view of the estimates: template-grain rows on each relation's
+    headline template (the curated one of rank 0; variants share their parent's rank, so the kind
+    matters), plus every instance-grain row."""
+    heads = templates.filter((pl.col("rank") == 0) & (pl.col("kind") == "curated")).select(
+        "relation_id", "template_id"
+    )
+    per_template = estimates.join(heads, on=["relation_id", "template_id"], how="semi")
+    if "grain" not in estimates.columns:
+        return per_template
+    return pl.concat([per_template, estimates.filter(pl.col("grain") == "instance")])
 
 
-def _top(ll: np.ndarray) -> int:
-    """Predicted position; np.argmax returns the first maximum, i.e. ties go to the lowest index."""
-    return int(np.argmax(ll))
-
-
-@register("base")
-def base(ll: np.ndarray) -> tuple[int, float]:
-    """C = max_o p(o)."""
-    i = _top(ll)
-    return i, float(softmax(ll)[i])
-
-
-@register("margin")
-def margin(ll: np.ndarray) -> tuple[int, float]:
-    """C = p_[1] − p_[2]; with one option there is no runner-up, so Margin = Base (= 1)."""
-    p = softmax(ll)
-    i = _top(ll)
-    if p.size == 1:
-        return i, float(p[0])
-    second, first = np.partition(p, -2)[-2:]
-    return i, float(first - second)
-
-
-def _resolve(estimators: Sequence[str] | None) -> list[str]:
+def _resolve(estimators: Sequence[str] | None) -> list[EstimatorSpec]:
     names = list(ESTIMATORS) if estimators is None else list(estimators)
     unknown = [n for n in names if n not in ESTIMATORS]
     if unknown:
         raise ValueError(f"unknown estimator(s) {unknown}; known: {sorted(ESTIMATORS)}")
     if not names:
         raise ValueError("no estimators requested")
-    return names
+    return [ESTIMATORS[n] for n in names]
 
 
-def _validate(scores: pl.DataFrame, reduction: str) -> None:
-    """Fail loudly on input that would otherwise yield plausible-looking but wrong confidences."""
-    require_columns(scores, [*GROUP_KEYS, "option_index", "object_id", "is_gold", reduction], "scores")
-    ll = scores[reduction].cast(pl.Float64).to_numpy()
-    if not np.isfinite(ll).all():
-        bad = scores.filter(~pl.col(reduction).cast(pl.Float64).is_finite()).row(0, named=True)
+def _rows(cube: OptionScoreCube, spec: EstimatorSpec, reduction: str, out: Estimate) -> pl.DataFrame:
+    """The estimate rows of one (estimator, reduction): flat arrays, no per-row Python."""
+    n_i, n_t, _ = cube.shape
+    expected = (n_i, n_t) if spec.grain == "template" else (n_i,)
+    if np.shape(out.predicted) != expected or np.shape(out.confidence) != expected:
         raise ValueError(
-            f"scores: column {reduction!r} has a non-finite value {bad[reduction]!r} "
-            f"(instance {bad['instance_id']!r}, template {bad['template_id']!r})"
+            f"estimator {spec.name!r}: expected arrays of shape {expected}, got "
+            f"{np.shape(out.predicted)} and {np.shape(out.confidence)}"
         )
-    dup = scores.filter(pl.struct([*GROUP_KEYS, "option_index"]).is_duplicated())
-    if not dup.is_empty():
-        row = dup.row(0, named=True)
-        raise ValueError(
-            f"scores: duplicate rows for instance {row['instance_id']!r}, template "
-            f"{row['template_id']!r}, option_index {row['option_index']!r}"
-        )
+    if spec.grain == "template":
+        ii, tt = np.nonzero(cube.present)
+        template_ids = cube.template_ids[tt].tolist()
+        predicted, confidence = out.predicted[ii, tt], out.confidence[ii, tt]
+    else:
+        ii = np.arange(n_i)
+        template_ids = [None] * n_i
+        predicted, confidence = out.predicted, out.confidence
+    answered = predicted != NO_ANSWER
+    safe = np.where(answered, predicted, 0)
+    n = len(ii)
+    return pl.DataFrame(
+        {
+            "model_id": np.full(n, cube.model_id, dtype=object),
+            "relation_id": np.full(n, cube.relation_id, dtype=object),
+            "instance_id": cube.instance_ids[ii],
+            "template_id": template_ids,
+            "estimator": np.full(n, spec.name, dtype=object),
+            "reduction": np.full(n, reduction, dtype=object),
+            "grain": np.full(n, spec.grain, dtype=object),
+            "output_kind": np.full(n, spec.output_kind, dtype=object),
+            "predicted_index": np.where(answered, predicted, -1).astype(np.int32),
+            "predicted_id": np.where(answered, cube.option_ids[ii, safe], None).tolist(),
+            "confidence": np.where(answered, confidence, 0.0).astype(np.float64),
+            "correct": answered & cube.gold[ii, safe],
+        },
+        schema=OUTPUT_SCHEMA,
+    )
 
 
 def compute_estimates(
-    scores: pl.DataFrame, estimators: Sequence[str] | None = None, reduction: str = "ll_sum"
+    cubes: OptionScoreCube | Iterable[OptionScoreCube],
+    estimators: Sequence[str] | None = None,
+    log: Callable[[str], None] = print,
 ) -> pl.DataFrame:
-    """One row per (instance, template, estimator): the predicted option, its confidence and correctness.
+    """Rows (instance, template or null, estimator, reduction) → prediction, confidence, correctness.
 
-    `reduction` names the log-likelihood column (Sum, Mean, Sum(A), …) so the same estimators run
-    on every reduction. Output is sorted by (model_id, relation_id, instance_id, template_id,
-    estimator) so that downstream metrics see a deterministic order.
+    Sorted by model, relation, instance, template, estimator and reduction, so downstream metrics
+    see a deterministic order. Estimators whose inputs are absent are skipped with one log line.
     """
-    names = _resolve(estimators)
-    _validate(scores, reduction)
-    groups = (
-        scores.sort([*GROUP_KEYS, "option_index"])
-        .group_by(GROUP_KEYS, maintain_order=True)
-        .agg(pl.col(reduction).cast(pl.Float64), "option_index", "object_id", "is_gold")
-    )
-    keys = groups.select(pl.col(k).cast(pl.String) for k in GROUP_KEYS)
-    lls = [np.asarray(v, dtype=np.float64) for v in groups[reduction].to_list()]
-    options, objects, golds = (groups[c].to_list() for c in ("option_index", "object_id", "is_gold"))
-    frames = []
-    for name in names:
-        fn = ESTIMATORS[name]
-        picks = [fn(ll) for ll in lls]
-        pos = [p for p, _ in picks]
-        frames.append(
-            keys.with_columns(
-                estimator=pl.lit(name, pl.String),
-                predicted_index=pl.Series([o[i] for o, i in zip(options, pos)], dtype=pl.Int32),
-                predicted_id=pl.Series([str(o[i]) for o, i in zip(objects, pos)], dtype=pl.String),
-                confidence=pl.Series([c for _, c in picks], dtype=pl.Float64),
-                correct=pl.Series([g[i] for g, i in zip(golds, pos)], dtype=pl.Boolean),
-            )
-        )
-    return (
-        pl.concat(frames)
-        .sort([*GROUP_KEYS, "estimator"])
-        .select(pl.col(c).cast(t) for c, t in OUTPUT_SCHEMA.items())
-    )
+    specs = _resolve(estimators)
+    cubes = [cubes] if isinstance(cubes, OptionScoreCube) else list(cubes)
+    frames, skipped = [], {}
+    for cube in cubes:
+        for spec in specs:
+            for reduction in spec.reductions:
+                reason = spec.missing_inputs(cube, reduction)
+                if reason:
+                    skipped.setdefault((spec.name, reduction, reason), []).append(cube.relation_id)
+                    continue
+                frames.append(_rows(cube, spec, reduction, spec.fn(cube, reduction)))
+    for (name, reduction, reason), relations in skipped.items():
+        log(f"estimator {name} ({reduction}) skipped: {reason} ({', '.join(sorted(set(relations)))})")
+    if not frames:
+        return pl.DataFrame(schema=OUTPUT_SCHEMA)
+    return pl.concat(frames).sort(SORT_KEYS, nulls_last=True)

@@ -15,10 +15,11 @@ from pathlib import Path
 import polars as pl
 
 from kcal_pipeline.core.storage import write_text_atomic
-from kcal_pipeline.evaluation.registry import BINNING, BINS
+from kcal_pipeline.estimation.registry import ESTIMATORS, summary_estimators
+from kcal_pipeline.evaluation.calibration import BINNING
+from kcal_pipeline.evaluation.registry import METRICS, summary_metrics
 
-SUMMARY_METRICS = ("ace", "brier")
-LEGEND = f"ACE: {BINS} quantile bins; ECE: {BINS} equal-width bins"
+LEGEND = "; ".join(f"{METRICS[m].label}: {text}" for m, text in BINNING.items())
 
 
 def _esc(value: object) -> str:
@@ -33,31 +34,62 @@ def _fmt(value: object) -> str:
     return str(value)
 
 
+def _label(estimator: str) -> str:
+    spec = ESTIMATORS.get(estimator)
+    return spec.label if spec else estimator
+
+
+def _headline(metrics: pl.DataFrame, estimator: str) -> pl.DataFrame:
+    """Rows of one estimator under its headline (first) reduction."""
+    rows = metrics.filter(pl.col("estimator") == estimator)
+    spec = ESTIMATORS.get(estimator)
+    if spec and "reduction" in rows.columns and rows["reduction"].null_count() < rows.height:
+        rows = rows.filter(pl.col("reduction") == spec.reductions[0])
+    return rows
+
+
 def _metric(metrics: pl.DataFrame, estimator: str, metric: str) -> pl.DataFrame:
     """(scope, relation, n, value) of one metric; missing rows are an error, not a blank cell."""
-    rows = metrics.filter((pl.col("estimator") == estimator) & (pl.col("metric") == metric))
+    rows = _headline(metrics, estimator).filter(pl.col("metric") == metric)
     if rows.is_empty():
         raise ValueError(f"metrics: no rows for estimator {estimator!r}, metric {metric!r}")
     return rows.select("scope", pl.col("scope_value").alias("relation"), "n", "value")
 
 
-def summary_table(metrics: pl.DataFrame, estimators: Sequence[str] = ("base", "margin")) -> pl.DataFrame:
-    """One row per relation (sorted) and a final "all" row: instances, accuracy, ace_<est>, brier_<est>.
+def summary_title(model_id: str) -> str:
+    """The line above the summary table: which template, estimators and binning it shows."""
+    labels = " and ".join(s.label for s in summary_estimators())
+    binned = "; ".join(f"{m.label}: {BINNING[m.name]}" for m in summary_metrics() if m.name in BINNING)
+    return f"Model {model_id} — headline template, {labels} ({binned})"
 
-    `accuracy` is that of the first estimator: Base and Margin share the argmax prediction, so
-    their accuracies are equal; the per-estimator accuracies stay in the full metrics table.
+
+def summary_table(metrics: pl.DataFrame, estimators: Sequence[str] | None = None) -> pl.DataFrame:
+    """One row per relation (sorted) and a final "all" row: instances, then the summary metrics.
+
+    Estimators and metrics come from the registries (`in_summary`). A metric whose values are the
+    same for every estimator (accuracy: Base and Margin share the argmax prediction) is one column
+    named after the metric; the others are `<metric>_<estimator>`, estimator by estimator.
     """
     models = metrics["model_id"].unique().to_list()
     if len(models) != 1:
         raise ValueError(f"summary_table expects metrics of exactly one model, got {sorted(models)}")
-    if not estimators:
+    names = [s.name for s in summary_estimators()] if estimators is None else list(estimators)
+    if not names:
         raise ValueError("summary_table: no estimators given")
-    table = _metric(metrics, estimators[0], "accuracy").rename({"value": "accuracy"})
-    for est in estimators:
-        for m in SUMMARY_METRICS:
-            column = _metric(metrics, est, m).select("scope", "relation", pl.col("value").alias(f"{m}_{est}"))
-            table = table.join(column, on=["scope", "relation"], how="left")
-    return table.sort(pl.col("scope") == "all", "relation").rename({"n": "instances"}).drop("scope")
+    keys = ["scope", "relation"]
+    columns = {(m.name, e): _metric(metrics, e, m.name) for m in summary_metrics() for e in names}
+    table = columns[(summary_metrics()[0].name, names[0])].select(*keys, pl.col("n").alias("instances"))
+    shared = [
+        m.name for m in summary_metrics()
+        if all(columns[(m.name, e)].sort(keys).equals(columns[(m.name, names[0])].sort(keys)) for e in names)
+    ]  # fmt: skip
+    wanted = [(m, names[0], m) for m in shared] + [
+        (m.name, e, f"{m.name}_{e}") for e in names for m in summary_metrics() if m.name not in shared
+    ]
+    for metric, est, column in wanted:
+        value = columns[(metric, est)].select(*keys, pl.col("value").alias(column))
+        table = table.join(value, on=keys, how="left")
+    return table.sort(pl.col("scope") == "all", "relation").drop("scope")
 
 
 def format_summary(summary: pl.DataFrame) -> str:
@@ -68,7 +100,7 @@ def format_summary(summary: pl.DataFrame) -> str:
 
     def line(values: Sequence[str]) -> str:
         return "  ".join(
-            v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric)
+            v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric, strict=True)
         ).rstrip()
 
     rule = "  ".join("-" * w for w in widths)
@@ -158,17 +190,19 @@ def _scalar(metrics: pl.DataFrame, model: str, est: str, metric: str) -> str:
     return _fmt(v[0]) if len(v) else "n/a"
 
 
+def _first_line(doc: str | None) -> str:
+    return (doc or "").strip().splitlines()[0] if doc else ""
+
+
 def _diagrams(metrics: pl.DataFrame, curves: pl.DataFrame) -> str:
     overall = curves.filter(pl.col("scope") == "all").sort("model_id", "estimator", "bin")
     svgs = []
     for (model, est), g in overall.group_by("model_id", "estimator", maintain_order=True):
-        note = (
-            f"ACE {_scalar(metrics, model, est, 'ace')} (quantile), "
-            f"ECE {_scalar(metrics, model, est, 'ece')} (equal-width), n = {g['n'].sum()}"
-        )
+        binned = ", ".join(f"{METRICS[m].label} {_scalar(metrics, model, est, m)}" for m in BINNING)
+        note = f"{binned}, n = {g['n'].sum()}"
         # The page is per model (its title says which); a diagram title names the estimator only,
         # so it fits the drawing whatever the model id's length.
-        svgs.append(reliability_svg(g, f"{est.capitalize()} confidence", note))
+        svgs.append(reliability_svg(g, f"{_label(est)} confidence", note))
     return f'<div class="diagrams">{"".join(svgs)}</div>'
 
 
@@ -176,25 +210,27 @@ def render_html(summary: pl.DataFrame, metrics: pl.DataFrame, curves: pl.DataFra
     """The whole report as one HTML string; every value from data or meta is HTML-escaped."""
     title = f"kcal calibration report — {meta.get('model_id', '')}"
     meta_rows = "".join(f"<tr><th>{_esc(k)}</th><td>{_esc(v)}</td></tr>" for k, v in meta.items())
-    binning = "; ".join(f"{m.upper()}: {b}" for m, b in BINNING.items())
     full = metrics.with_columns(binning=pl.col("metric").replace_strict(BINNING, default="—"))
+    columns = "".join(
+        f"<li><b>{_esc(m.name)}</b>: {_esc(_first_line(m.fn.__doc__))}</li>" for m in summary_metrics()
+    )
+    unbinned = ", ".join(m.label for m in METRICS.values() if m.name not in BINNING)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{_esc(title)}</title>
 <style>{_CSS}</style></head><body>
 <h1>{_esc(title)}</h1>
 <h2>Run</h2><table>{meta_rows}</table>
 <h2>Summary</h2>
-<p class="note">ace_* columns: adaptive calibration error over {_esc(BINNING["ace"])} (mean over non-empty
-bins of |accuracy − confidence|). brier_*: unbinned mean (C − 1[correct])². accuracy: share of
-instances whose predicted answer is gold (prediction of the first estimator listed).</p>
+<p class="note">A column named after a metric alone holds a value every estimator shares; the others are
+&lt;metric&gt;_&lt;estimator&gt;. Binning — {_esc(LEGEND)}.</p><ul class="note">{columns}</ul>
 {_html_table(summary)}
 <h2>Reliability diagrams (all relations)</h2>
-<p class="note">{_esc(LEGEND)}. Points are the quantile bins used by ACE; the dashed diagonal is
+<p class="note">{_esc(LEGEND)}. Points are the quantile bins (those of ACE); the dashed diagonal is
 perfect calibration and each red segment is a bin's gap |acc − conf|.</p>
 {_diagrams(metrics, curves)}
 <h2>All metrics</h2>
-<p class="note">Binning — {_esc(binning)}; accuracy, Brier, AUROC and AURC are unbinned.
-AUROC is NaN where a scope has only correct or only wrong predictions.</p>
+<p class="note">Binning — {_esc(LEGEND)}; {_esc(unbinned)} are unbinned. A ranking metric is NaN where a
+scope has only correct or only wrong predictions.</p>
 {_html_table(full)}
 </body></html>
 """

@@ -82,7 +82,7 @@ def score_clm(
     logprobs = _token_logprobs(loaded, ids, batch_size, progress)
     roles = [
         np.array(token_roles(off, s, o), dtype=np.int8)
-        for off, s, o in zip(offsets, subject_spans, object_spans)
+        for off, s, o in zip(offsets, subject_spans, object_spans, strict=True)
     ]
     return _frame(logprobs, roles)
 
@@ -132,10 +132,10 @@ def _check_inputs(texts: list, subject_spans: list, object_spans: list) -> None:
             f"texts, subject_spans and object_spans must have equal lengths, got "
             f"{len(texts)}, {len(subject_spans)}, {len(object_spans)}"
         )
-    for i, (text, *spans) in enumerate(zip(texts, subject_spans, object_spans)):
+    for i, (text, *spans) in enumerate(zip(texts, subject_spans, object_spans, strict=True)):
         if not isinstance(text, str):
             raise ValueError(f"text #{i} must be a string, got {text!r}")
-        for name, span in zip(("subject_span", "object_span"), spans):
+        for name, span in zip(("subject_span", "object_span"), spans, strict=True):
             if (
                 len(span) != 2
                 or not all(isinstance(x, (int, np.integer)) for x in span)
@@ -157,7 +157,7 @@ def _token_logprobs(
         order, batch_size, lambda batch: _score_batch(loaded, [ids[i] for i in batch]), progress
     )
     out: list[np.ndarray] = [None] * len(ids)  # type: ignore[list-item]
-    for i, lp in zip(order, scored):
+    for i, lp in zip(order, scored, strict=True):
         out[i] = lp
     return out
 
@@ -210,15 +210,15 @@ def log_normaliser(logits):
 def _frame(logprobs: list[np.ndarray], roles: list[np.ndarray]) -> pl.DataFrame:
     n = [len(lp) for lp in logprobs]
     ll_sum = [float(lp.sum()) for lp in logprobs]
-    answer = [lp[r == ROLE_OBJECT] for lp, r in zip(logprobs, roles)]
+    answer = [lp[r == ROLE_OBJECT] for lp, r in zip(logprobs, roles, strict=True)]
     ans_sum = [float(a.sum()) for a in answer]
     return pl.DataFrame(
         {
             "n_tokens": n,
             "ll_sum": ll_sum,
-            "ll_mean": [s / k for s, k in zip(ll_sum, n)],
+            "ll_mean": [s / k for s, k in zip(ll_sum, n, strict=True)],
             "ll_answer_sum": ans_sum,
-            "ll_answer_mean": [s / len(a) if len(a) else None for s, a in zip(ans_sum, answer)],
+            "ll_answer_mean": [s / len(a) if len(a) else None for s, a in zip(ans_sum, answer, strict=True)],
             "token_logprobs": [lp.astype(np.float32).tolist() for lp in logprobs],
             "token_roles": [r.tolist() for r in roles],
         },

@@ -12,18 +12,18 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 import polars as pl
 
 from kcal_pipeline.core.frames import require_columns
+from kcal_pipeline.core.options import ScoringOptions
 from kcal_pipeline.scoring.clm import score_clm
-from kcal_pipeline.scoring.mlm import VARIANTS, score_mlm
+from kcal_pipeline.scoring.mlm import score_mlm
 from kcal_pipeline.scoring.prefix import packing_supported, score_clm_shared_prefix
 from kcal_pipeline.scoring.stochastic import SCHEMA as DROPOUT_SCHEMA
-from kcal_pipeline.scoring.stochastic import check_rate, dropout_scores
-from kcal_pipeline.scoring.subject_mask import MASKED_COLUMNS, check_placeholder, subject_masked_scores
+from kcal_pipeline.scoring.stochastic import dropout_scores
+from kcal_pipeline.scoring.subject_mask import MASKED_COLUMNS, subject_masked_scores
 
 if TYPE_CHECKING:
     from kcal_pipeline.scoring.models.loading import LoadedModel
@@ -34,30 +34,6 @@ INPUT_COLUMNS = ["statement_id", "text", "subject_start", "subject_end", "object
 OPTIONAL_SCHEMA = {**DROPOUT_SCHEMA, **dict.fromkeys(MASKED_COLUMNS.values(), pl.Float64)}
 
 Scorer = Callable[..., pl.DataFrame]
-
-
-@dataclass(frozen=True)
-class ScoringOptions:
-    """How statements are scored. Every field is part of the scoring fingerprint."""
-
-    fast_path: bool = True  # CLM prefix packing; False forces the plain batched path
-    mlm_variant: str = "within_word_l2r"
-    dropout_passes: int = 0  # M > 0: add M stochastic passes (ll_sum_dropout, ...)
-    dropout_rate: float | None = 0.1  # None keeps the model's own dropout (SmolLM2 has none)
-    dropout_seed: int = 0
-    subject_mask: bool = False  # add scores of the subject-masked statement (ll_sum_masked)
-    placeholder: str = "something"
-
-    def __post_init__(self) -> None:
-        if self.mlm_variant not in VARIANTS:
-            raise ValueError(f"mlm_variant must be one of {', '.join(VARIANTS)}, got {self.mlm_variant!r}")
-        p = self.dropout_passes
-        if isinstance(p, bool) or not isinstance(p, int) or p < 0:
-            raise ValueError(f"dropout_passes must be an integer >= 0, got {p!r}")
-        if p:
-            check_rate(self.dropout_rate)
-        if self.subject_mask:
-            check_placeholder(self.placeholder)
 
 
 def scorer_for(loaded: LoadedModel, options: ScoringOptions) -> tuple[str, Scorer]:
@@ -80,7 +56,7 @@ def fingerprint(loaded: LoadedModel, statements: pl.DataFrame, options: ScoringO
         "model": loaded.revision,
         "dtype": loaded.dtype,
         "start": loaded.start_token_id,
-        "options": asdict(options),
+        "options": options.fingerprint_values(),
     }
     h.update(json.dumps(meta, sort_keys=True).encode())
     h.update(statements.select(INPUT_COLUMNS).write_ipc(None, compression="uncompressed").getvalue())
@@ -101,8 +77,8 @@ def score_statements(
     require_columns(statements, INPUT_COLUMNS, "statements")
     _, scorer = scorer_for(loaded, options)  # decided in eval mode, before any dropout pass
     texts = statements["text"].to_list()
-    subj = list(zip(statements["subject_start"], statements["subject_end"]))
-    obj = list(zip(statements["object_start"], statements["object_end"]))
+    subj = list(zip(statements["subject_start"], statements["subject_end"], strict=True))
+    obj = list(zip(statements["object_start"], statements["object_end"], strict=True))
     n = len(texts)
     stages = 1 + options.dropout_passes + int(options.subject_mask)
 

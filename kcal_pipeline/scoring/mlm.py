@@ -39,6 +39,7 @@ import numpy as np
 import polars as pl
 import torch
 
+from kcal_pipeline.core.options import MLM_VARIANTS
 from kcal_pipeline.scoring.batching import map_batches
 from kcal_pipeline.scoring.clm import (
     MIN_ROWS,
@@ -53,7 +54,7 @@ from kcal_pipeline.scoring.clm import (
 if TYPE_CHECKING:
     from kcal_pipeline.scoring.models.loading import LoadedModel
 
-VARIANTS = ("original", "within_word_l2r")
+VARIANTS = MLM_VARIANTS
 
 
 @dataclass(frozen=True)
@@ -104,7 +105,7 @@ def score_mlm(
     logprobs = _pll(loaded, statements, unique_of, batch_size, progress)
     roles = [
         np.array(token_roles(off, s, o), dtype=np.int8)
-        for off, s, o in zip(offsets, subject_spans, object_spans)
+        for off, s, o in zip(offsets, subject_spans, object_spans, strict=True)
     ]
     return _frame([logprobs[u] for u in unique_of], roles)
 

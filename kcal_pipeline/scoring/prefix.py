@@ -114,7 +114,7 @@ def score_clm_shared_prefix(
         out = _token_logprobs(loaded, [list(s) for s in useqs], batch_size, progress)
     roles = [
         np.array(token_roles(off, s, o), dtype=np.int8)
-        for off, s, o in zip(offsets, subject_spans, object_spans)
+        for off, s, o in zip(offsets, subject_spans, object_spans, strict=True)
     ]
     return _frame([out[u] for u in which], roles)
 
@@ -139,7 +139,7 @@ def pack_rows(seqs: Sequence[Sequence[int]], start_token: int, row_tokens: int) 
 
 def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     n = 0
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=False):
         if x != y:
             break
         n += 1
@@ -159,8 +159,10 @@ def _score_packed(
     out: list[np.ndarray] = [None] * len(seqs)  # type: ignore[list-item]
     done = [0]
     for call in _plan_calls(rows, budget):
-        for row, lps in zip(call, map_batches(call, len(call), lambda b: _forward_rows(loaded, b))):
-            for (u, _), lp in zip(row.members, lps):
+        for row, lps in zip(
+            call, map_batches(call, len(call), lambda b: _forward_rows(loaded, b)), strict=True
+        ):
+            for (u, _), lp in zip(row.members, lps, strict=True):
                 out[u] = lp
             done[0] += len(row.members)
         if progress is not None:
@@ -201,7 +203,7 @@ def _forward_rows(loaded: LoadedModel, rows: list[_Row]) -> list[list[np.ndarray
     rr, pp, tt, spans = [], [], [], []
     for b, row in enumerate(rows):
         for _, path in row.members:
-            parents = [0] + path[:-1]
+            parents = [0, *path[:-1]]
             spans.append(len(rr))
             rr += [b] * len(path)
             pp += parents
@@ -256,7 +258,7 @@ def packing_supported(loaded: LoadedModel) -> bool:
         plain = _token_logprobs(loaded, ids, len(ids), None)
         try:
             packed = _score_packed(loaded, [tuple(s) for s in ids], len(ids), ROW_TOKENS, None)
-            diff = max(float(np.abs(a - b).max()) for a, b in zip(plain, packed))
+            diff = max(float(np.abs(a - b).max()) for a, b in zip(plain, packed, strict=True))
         except Exception as exc:
             log.warning("prefix packing unavailable for %s (%s); using the plain path", loaded.key, exc)
             diff = float("inf")

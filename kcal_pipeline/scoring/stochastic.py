@@ -181,6 +181,6 @@ def dropout_scores(
                     loaded, texts, subject_spans, object_spans, batch_size=batch_size, progress=pass_progress
                 )
             for col in DROPOUT_COLUMNS:
-                for row, value in zip(values[col], frame[col].to_list()):
+                for row, value in zip(values[col], frame[col].to_list(), strict=True):
                     row.append(value)
     return pl.DataFrame({out: values[col] for col, out in DROPOUT_COLUMNS.items()}, schema=SCHEMA)

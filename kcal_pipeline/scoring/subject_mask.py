@@ -127,8 +127,8 @@ def subject_masked_scores(
     scores = scorer(
         loaded,
         masked["text"].to_list(),
-        list(zip(masked["subject_start"], masked["subject_end"])),
-        list(zip(masked["object_start"], masked["object_end"])),
+        list(zip(masked["subject_start"], masked["subject_end"], strict=True)),
+        list(zip(masked["object_start"], masked["object_end"], strict=True)),
         batch_size=batch_size,
         progress=progress,
     )

@@ -71,6 +71,7 @@ def up_to_date():
     auto = Automation()
     auto.add_models("A")
     auto.materialize("templates")
+    auto.materialize("probe_instances", "P36", "P30")
     auto.materialize("statements", "P36", "P30")
     assert auto.tick() == scoring(mr("A", "P36"), mr("A", "P30"))  # the backlog, on the first tick
     assert auto.tick() == per_model("A")  # after the scores exist, in a run of their own
@@ -93,6 +94,7 @@ def test_a_first_tick_on_an_up_to_date_instance_requests_nothing():
     auto = Automation()
     auto.add_models("A")
     auto.materialize("templates")
+    auto.materialize("probe_instances", "P36")
     auto.materialize("statements", "P36")
     for asset in SCORING:
         auto.materialize(asset, mr("A", "P36"))
@@ -119,6 +121,7 @@ def test_rebuilt_statements_rescore_that_relation_for_every_model(up_to_date):
 
 
 def test_new_statements_get_scored_relations_without_statements_never(up_to_date):
+    up_to_date.materialize("probe_instances", "P37")
     up_to_date.materialize("statements", "P37")
     assert up_to_date.tick() == scoring(mr("A", "P37"))
     assert up_to_date.tick() == per_model("A")
@@ -128,13 +131,14 @@ def test_new_statements_get_scored_relations_without_statements_never(up_to_date
 def test_requests_wait_for_inputs_and_are_not_repeated_while_unhandled():
     auto = Automation()
     auto.add_models("A")
-    auto.materialize("statements", "P36")  # templates are missing: metrics cannot run yet
-    assert auto.tick(run=False) == scoring(mr("A", "P36"))
+    auto.materialize("probe_instances", "P36")
+    auto.materialize("statements", "P36")  # templates are missing: estimates cannot run yet
+    assert auto.tick(run=False) == {"statement_scores": {mr("A", "P36")}}
     assert auto.tick(run=False) == {}  # requested once; a failed run is not retried in a loop
-    for asset in SCORING:
-        auto.materialize(asset, mr("A", "P36"))
-    assert auto.tick() == {}  # metrics and curves need templates; report needs them
+    auto.materialize("statement_scores", mr("A", "P36"))
+    assert auto.tick() == {}  # estimates read the templates' kinds; metrics, curves, report follow
     auto.materialize("templates")
+    assert auto.tick() == {"estimates": {mr("A", "P36")}}
     assert auto.tick() == per_model("A")
     assert auto.tick() == {}
 

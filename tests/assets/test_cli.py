@@ -67,3 +67,45 @@ def test_sql_is_read_only_and_errors_are_clean(tmp_path):
     assert out.returncode == 2 and "read-only" in out.stderr.lower() and "Traceback" not in out.stderr
     out = kcal(tmp_path, "sql", "select * from no_such_table")
     assert out.returncode == 2 and "no_such_table" in out.stderr
+
+
+def test_demo_flags_are_the_option_fields():
+    from assets.cli import build_parser, option_values
+    from kcal_pipeline.core.options import ProbeOptions, ScoringOptions
+
+    args = build_parser().parse_args(
+        ["demo", "--template-kinds", "curated,marker_verbal", "--no-fast-path", "--subject-mask",
+         "--dropout-rate", "0.25", "--max-instances", "7", "--mlm-variant", "original"]
+    )  # fmt: skip
+    assert option_values(args, ProbeOptions) == {
+        "template_kinds": ["curated", "marker_verbal"],
+        "max_instances": 7,
+    }
+    assert option_values(args, ScoringOptions) == {
+        "fast_path": False, "subject_mask": True, "dropout_rate": 0.25, "mlm_variant": "original"
+    }  # fmt: skip
+    help_text = build_parser()._subparsers._group_actions[0].choices["demo"].format_help()
+    for options in (ProbeOptions, ScoringOptions):
+        for name, field in options.model_fields.items():
+            if name.startswith("paraphrase_"):
+                continue  # `kcal dataset paraphrase` takes those
+            assert f"--{name.replace('_', '-')}" in help_text or f"--no-{name.replace('_', '-')}" in help_text
+            assert field.description and field.description.split()[0] in help_text
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (
+            ["--answer-space-k", "1"],
+            "probe settings: answer_space_k=1: a one-option copy is always 'correct'",
+        ),
+        (["--template-kinds", "curated,bogus"], "probe setting template_kinds=['curated', 'bogus']"),
+        (["--dropout-passes", "-2"], "scoring setting dropout_passes=-2"),
+        (["--dropout-rate", "1.5", "--n-negatives", "0"], "n_negatives=0"),
+    ],
+)
+def test_demo_refuses_bad_settings_before_any_work(tmp_path, args, needle):
+    out = kcal(tmp_path, "demo", *args)
+    assert out.returncode == 2 and needle in out.stderr and "Traceback" not in out.stderr
+    assert not (tmp_path / "dagster").exists() and not list(tmp_path.rglob("*.parquet"))

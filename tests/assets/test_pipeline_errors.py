@@ -47,8 +47,10 @@ def test_unreachable_endpoint_names_the_url(tmp_path):
 def test_relation_without_facts_is_refused(tmp_path):
     nt = tmp_path / "tiny.nt"
     nt.write_text(
-        "<https://kcal.invalid/entity/country-FR> <http://www.wikidata.org/prop/direct/P31> <http://www.wikidata.org/entity/Q6256> .\n"
-        '<https://kcal.invalid/entity/country-FR> <http://www.w3.org/2000/01/rdf-schema#label> "France"@en .\n'
+        "<https://kcal.invalid/entity/country-FR> <http://www.wikidata.org/prop/direct/P31> "
+        "<http://www.wikidata.org/entity/Q6256> .\n"
+        "<https://kcal.invalid/entity/country-FR> <http://www.w3.org/2000/01/rdf-schema#label> "
+        '"France"@en .\n'
     )
     store = tmp_path / "store"
     oxigraph = Path(sys.executable).with_name("oxigraph")

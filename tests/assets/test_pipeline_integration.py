@@ -45,7 +45,7 @@ def files(home):
 
 
 def test_every_asset_materialized_for_the_partition(run):
-    home, first, _ = run
+    _, first, _ = run
     assert {a for a, _ in first.materialized} == set(TABLES)
     assert f"{KEY}|P36" in {p for a, p in first.materialized if a == "statement_scores"}
 
@@ -70,6 +70,21 @@ def test_row_counts_are_consistent(run):
     acc = m.filter((pl.col("scope") == "relation") & (pl.col("metric") == "accuracy"))
     assert set(acc["scope_value"]) == {"P36"} and acc["n"].to_list() == [16, 16]
     assert (home / "reports" / f"model={KEY}" / "report.html").read_text().count("<svg") >= 2
+
+
+def test_estimates_equal_the_per_row_reference_on_the_real_scores(run):
+    # The cube path against the old per-row functions, on SmolLM2's scores of this run.
+    from tests.estimation.reference import reference_estimates
+
+    home, _, _ = run
+    mr = {"model": KEY, "relation": "P36"}
+    scores = pl.read_parquet(partition_path(home, "statement_scores", mr))
+    stored = pl.read_parquet(partition_path(home, "estimates", mr))
+    expected = reference_estimates(scores)
+    assert stored.columns == expected.columns and stored.height == expected.height == 16 * 3 * 2
+    exact = [c for c in stored.columns if c != "confidence"]
+    assert stored.select(exact).equals(expected.select(exact))
+    assert (stored["confidence"] - expected["confidence"]).abs().max() <= 1e-12
 
 
 def test_duckdb_views_equal_parquet(run):

@@ -10,7 +10,7 @@ from dagster import (
 
 from assets.definitions import defs
 from assets.sensors import model_registry_sensor
-from kcal_pipeline.scoring.models.loading import ModelEntry, Registry
+from kcal_pipeline.scoring.models import ModelEntry, Registry
 from resources import ModelProvider
 
 KEY = "HuggingFaceTB--SmolLM2-135M-Instruct"

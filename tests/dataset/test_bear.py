@@ -9,6 +9,7 @@ import polars as pl
 import pytest
 
 from kcal_pipeline.core.keys import InvalidIdError
+from kcal_pipeline.dataset.instances.answer_spaces import instances_from_fixed_space
 from kcal_pipeline.dataset.instances.probe import (
     INSTANCE_COLUMNS,
     EmptyRelationError,
@@ -24,7 +25,6 @@ from kcal_pipeline.dataset.sources.bear import (
     dropped_frame,
     facts_frame,
     import_bear,
-    instances_from_fixed_space,
     read_bear,
     toml_string,
     write_catalog_toml,
@@ -223,7 +223,7 @@ def test_fixed_space_refuses_objects_outside_the_space_and_empty_relations(bear_
 
 
 def test_truncated_line_names_file_and_line(tmp_path):
-    lines = FACTS["P36"][:1] + [FACTS["P36"][1][:25]]
+    lines = [*FACTS["P36"][:1], FACTS["P36"][1][:25]]
     root = write_bear(tmp_path / "b", facts={**FACTS, "P36": lines})
     with pytest.raises(BearFormatError, match=r"P36\.jsonl:2: malformed or truncated JSON line"):
         read_bear(root)
@@ -269,11 +269,8 @@ def test_bad_entity_id_in_a_line(tmp_path):
 
 
 def test_duplicate_relation_ids_are_rejected(tmp_path):
-    raw = '{"P36": %s, "P19": %s, "P36": %s}' % (
-        json.dumps(METADATA["P36"]),
-        json.dumps(METADATA["P19"]),
-        json.dumps(METADATA["P36"]),
-    )
+    p36, p19 = json.dumps(METADATA["P36"]), json.dumps(METADATA["P19"])
+    raw = f'{{"P36": {p36}, "P19": {p19}, "P36": {p36}}}'
     with pytest.raises(BearFormatError, match=r"metadata_relations\.json: duplicate key\(s\) 'P36'"):
         read_bear(write_bear(tmp_path / "b", raw_metadata=raw))
 
@@ -310,7 +307,7 @@ def test_bad_relation_id(tmp_path):
 def test_missing_and_orphan_files(tmp_path):
     root = tmp_path / "b"
     root.mkdir()
-    with pytest.raises(BearFormatError, match="missing metadata_relations.json"):
+    with pytest.raises(BearFormatError, match=r"missing metadata_relations\.json"):
         read_bear(root)
     write_bear(root, facts={"P36": FACTS["P36"]})
     with pytest.raises(BearFormatError, match=r"P19\.jsonl: missing facts file"):

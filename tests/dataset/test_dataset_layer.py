@@ -3,7 +3,8 @@
 import polars as pl
 import pytest
 
-from kcal_pipeline.dataset.instances.probe import ProbeConfig, object_pools, templates_frame
+from kcal_pipeline.core.options import ProbeOptions
+from kcal_pipeline.dataset.instances.probe import object_pools, templates_frame
 from kcal_pipeline.dataset.instances.relation_probe import (
     curated_and_variants,
     relation_instances,
@@ -45,7 +46,7 @@ def test_generated_kind_needs_generated_templates():
 
 def test_one_shot_statements_demonstrate_with_another_subject_and_keep_spans():
     inst = relation_instances(
-        CATALOG["P36"], FACTS, pl.DataFrame(), ProbeConfig(n_negatives=2, max_instances=None)
+        CATALOG["P36"], FACTS, pl.DataFrame(), ProbeOptions(n_negatives=2, max_instances=0)
     )
     chosen = run_templates(TEMPLATES, None, ["perturbation"], 1, seed=13).filter(
         pl.col("variant") == "one-shot"
@@ -65,22 +66,21 @@ def test_answer_space_subsampling_adds_cut_instances():
         CATALOG["P36"],
         FACTS,
         pl.DataFrame(),
-        ProbeConfig(n_negatives=4, max_instances=None),
-        answer_space_k=2,
+        ProbeOptions(n_negatives=4, max_instances=0, answer_space_k=2),
     )
     cut = inst.filter(pl.col("instance_id").str.ends_with("#k2"))
     assert cut.height == 5 and cut["n_options"].to_list() == [2] * 5
-    assert all(set(g) <= set(o) for g, o in zip(cut["gold_ids"], cut["option_ids"]))
+    assert all(set(g) <= set(o) for g, o in zip(cut["gold_ids"], cut["option_ids"], strict=True))
 
 
 def test_mace_instances_have_exact_gold_counts():
     facts = __import__("kcal_pipeline.dataset.sources.mace", fromlist=["math_facts"]).math_facts("mace-math")
     inst = relation_instances(
-        get_relation("mace-math"), facts, object_pools(facts, CATALOG), ProbeConfig(max_instances=40)
+        get_relation("mace-math"), facts, object_pools(facts, CATALOG), ProbeOptions(max_instances=40)
     )
     counts = inst.group_by("n_gold").len().sort("n_gold")
     assert counts.rows() == [(1, 10), (2, 10), (4, 10), (6, 10)]
-    assert all(len(g) == n for g, n in zip(inst["gold_ids"], inst["n_gold"]))
+    assert all(len(g) == n for g, n in zip(inst["gold_ids"], inst["n_gold"], strict=True))
 
 
 def test_one_to_one_relations_share_one_bear_style_answer_space():
@@ -95,7 +95,7 @@ def test_one_to_one_relations_share_one_bear_style_answer_space():
             "object_label": ["France", "Germany", "Italy", "Spain"],
         }
     )
-    inst = relation_instances(spec, facts, pl.DataFrame(), ProbeConfig(max_instances=3))
+    inst = relation_instances(spec, facts, pl.DataFrame(), ProbeOptions(max_instances=3))
     assert inst.height == 3
     space = inst["option_ids"][0].to_list()
     assert all(o.to_list() == space for o in inst["option_ids"]) and len(space) == 3

@@ -12,6 +12,7 @@ import pycountry
 import pytest
 
 from kcal_pipeline.core.keys import InvalidIdError, check_entity_id
+from kcal_pipeline.dataset.instances import mace_questions
 from kcal_pipeline.dataset.instances.probe import INSTANCE_COLUMNS
 from kcal_pipeline.dataset.relations import load_catalog
 from kcal_pipeline.dataset.sources import mace
@@ -41,7 +42,7 @@ def facts(tmp_path_factory) -> dict:
 
 @pytest.fixture(scope="module")
 def questions(facts) -> dict:
-    return {rid: mace.build_question_set(facts[rid].frame, rid, seed=13) for rid in DOMAINS}
+    return {rid: mace_questions.build_question_set(facts[rid].frame, rid, seed=13) for rid in DOMAINS}
 
 
 def _label(labels: dict, candidates: list, subject_label: str) -> list[str]:
@@ -98,7 +99,7 @@ def test_gold_counts_are_exact_with_50_each(questions, rid):
     frame = qs.frame
     assert qs.shortfall == {}
     assert dict(Counter(frame["n_gold"].to_list())) == {1: 50, 2: 50, 4: 50, 6: 50}
-    assert all(len(g) == n for g, n in zip(frame["gold_ids"], frame["n_gold"]))
+    assert all(len(g) == n for g, n in zip(frame["gold_ids"], frame["n_gold"], strict=True))
     assert frame["instance_id"].n_unique() == frame.height
     assert frame["subject_label"].n_unique() == frame.height
     assert all(check_entity_id(s) for s in frame["subject_id"])
@@ -116,9 +117,9 @@ def test_golds_never_among_distractors(questions, rid):
 
 def test_question_ids_are_stable_and_the_seed_changes_only_distractors(facts):
     frame = facts["mace-award"].frame
-    a = mace.build_questions(frame, "mace-award", seed=13)
-    assert a.equals(mace.build_questions(frame, "mace-award", seed=13))
-    b = mace.build_questions(frame, "mace-award", seed=14)
+    a = mace_questions.build_questions(frame, "mace-award", seed=13)
+    assert a.equals(mace_questions.build_questions(frame, "mace-award", seed=13))
+    b = mace_questions.build_questions(frame, "mace-award", seed=14)
     fixed = ["instance_id", "subject_id", "subject_label", "gold_ids", "n_gold", "split"]
     assert a.select(fixed).equals(b.select(fixed))
     assert (a["option_ids"].list.sort() != b["option_ids"].list.sort()).sum() > 50
@@ -132,7 +133,7 @@ def test_math_distractors_are_false_and_golds_true():
         "triangular number": lambda n: any(k * (k + 1) // 2 == n for k in range(n + 1)),
         "Fibonacci number": lambda n: n in {1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144, 233, 377, 610, 987},
     }
-    frame = mace.build_questions(mace.math_facts(), "mace-math", seed=13)
+    frame = mace_questions.build_questions(mace.math_facts(), "mace-math", seed=13)
     for row in frame.iter_rows(named=True):
         kind, lo, hi = re.fullmatch(r"an? (.+) between (\d+) and (\d+)", row["subject_label"]).groups()
         true = {o for o in row["option_labels"] if rules[kind](int(o)) and int(lo) < int(o) < int(hi)}
@@ -143,7 +144,9 @@ def test_hand_checked_answers(facts):
     def gold(rid, label):
         frame = facts[rid].frame
         labels = dict(frame.select("object_id", "object_label").iter_rows())
-        cands = mace.candidate_questions(mace.clean_facts(frame, rid, DOMAINS[rid], Counter()), DOMAINS[rid])
+        cands = mace_questions.candidate_questions(
+            mace_questions.clean_facts(frame, rid, DOMAINS[rid], Counter()), DOMAINS[rid]
+        )
         return _label(labels, cands, label)
 
     assert gold("mace-award", "the Nobel Prize in Literature in 1995") == ["Seamus Heaney"]
@@ -160,7 +163,7 @@ def test_hand_checked_answers(facts):
     assert gold("mace-river", "the Elbe") == ["Czechia", "Germany"]
     assert gold("mace-river", "the Loire or the Seine") == ["France"]
     assert gold("mace-language", "Japanese") == ["Japan"]
-    math = mace.candidate_questions(mace.math_facts(), "math")
+    math = mace_questions.candidate_questions(mace.math_facts(), "math")
     assert _label(
         {f"kcal:number-{n}": str(n) for n in range(1001)}, math, "a prime number between 10 and 20"
     ) == ["11", "13", "17", "19"]
@@ -213,7 +216,7 @@ def test_validity_filters_drop_raw_ids_and_missing_labels_with_counts():
         schema=mace.FACT_SCHEMA,
         orient="row",
     )
-    qs = mace.build_question_set(frame, "mace-river", seed=1, per_count=5, gold_counts=(1,))
+    qs = mace_questions.build_question_set(frame, "mace-river", seed=1, per_count=5, gold_counts=(1,))
     assert qs.dropped["label_is_id"] == 1 and qs.dropped["missing_label"] == 1
     assert qs.frame["subject_label"].to_list() == ["the A River"]
     assert qs.shortfall == {1: 4}

@@ -16,7 +16,7 @@ from kcal_pipeline.dataset.instances.paraphrases import (
 from kcal_pipeline.dataset.instances.probe import templates_frame
 from kcal_pipeline.dataset.relations import load_catalog
 from kcal_pipeline.dataset.templates import check_template
-from kcal_pipeline.scoring.models.loading import DEFAULT_MODEL, load_model
+from kcal_pipeline.scoring.models import DEFAULT_MODEL, load_model
 
 CURATED = ["The capital of [X] is [Y].", "[Y] is the capital of [X]."]
 
@@ -109,7 +109,7 @@ def loaded():
 
 def test_real_generation_on_one_relation(loaded):
     spec = load_catalog()["P36"]
-    args = dict(model_id=DEFAULT_MODEL.id, seed=1, samples=2, max_new_tokens=24)
+    args = {"model_id": DEFAULT_MODEL.id, "seed": 1, "samples": 2, "max_new_tokens": 24}
     candidates = generate_paraphrases(loaded, "P36", spec.label, list(spec.templates), **args)
     assert isinstance(candidates, list) and candidates  # the model always writes something
     assert candidates == generate_paraphrases(loaded, "P36", spec.label, list(spec.templates), **args)

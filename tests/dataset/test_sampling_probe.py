@@ -1,12 +1,11 @@
 import polars as pl
 import pytest
 
+from kcal_pipeline.core.options import ProbeOptions
 from kcal_pipeline.dataset.instances.probe import (
     EmptyRelationError,
-    ProbeConfig,
     build_instances,
     build_statements,
-    headline_estimates,
     templates_frame,
 )
 from kcal_pipeline.dataset.instances.sampling import sample_negatives
@@ -26,7 +25,7 @@ def test_gold_never_among_negatives_and_labels_distinct():
 
 
 def test_sampling_is_deterministic_and_independent_of_other_subjects():
-    args = dict(gold_ids=["o1"], k=5, seed=7, relation_id="P36", subject_id="s1")
+    args = {"gold_ids": ["o1"], "k": 5, "seed": 7, "relation_id": "P36", "subject_id": "s1"}
     a = sample_negatives(pool=POOL, **args)
     assert a == sample_negatives(pool=dict(reversed(list(POOL.items()))), **args)
     assert a != sample_negatives(pool=POOL, **{**args, "seed": 8})
@@ -66,30 +65,30 @@ FACTS = pl.DataFrame(
 
 
 def test_instances_options_and_gold_sets():
-    inst = build_instances(FACTS, "P36", ProbeConfig(n_negatives=3, max_instances=None))
+    inst = build_instances(FACTS, "P36", ProbeOptions(n_negatives=3, max_instances=0))
     assert inst.height == 5
     bol = inst.filter(pl.col("subject_id") == "s5").row(0, named=True)
     assert sorted(bol["gold_ids"]) == ["o5", "o6"] and bol["n_gold"] == 2 and bol["n_options"] == 5
     for row in inst.iter_rows(named=True):
         assert set(row["gold_ids"]) <= set(row["option_ids"])
         assert len(set(row["option_ids"])) == row["n_options"]
-    again = build_instances(FACTS, "P36", ProbeConfig(n_negatives=3, max_instances=None))
+    again = build_instances(FACTS, "P36", ProbeOptions(n_negatives=3, max_instances=0))
     assert again.equals(inst)
 
 
 def test_max_instances_picks_a_stable_subset():
-    small = build_instances(FACTS, "P36", ProbeConfig(n_negatives=2, max_instances=2))
+    small = build_instances(FACTS, "P36", ProbeOptions(n_negatives=2, max_instances=2))
     assert small.height == 2
-    assert small.equals(build_instances(FACTS, "P36", ProbeConfig(n_negatives=2, max_instances=2)))
+    assert small.equals(build_instances(FACTS, "P36", ProbeOptions(n_negatives=2, max_instances=2)))
 
 
 def test_empty_relation_is_a_clear_error():
     with pytest.raises(EmptyRelationError, match="'P30' has no facts"):
-        build_instances(FACTS, "P30", ProbeConfig())
+        build_instances(FACTS, "P30", ProbeOptions())
 
 
 def test_statements_cover_instances_templates_options_with_spans():
-    inst = build_instances(FACTS, "P36", ProbeConfig(n_negatives=3, max_instances=None))
+    inst = build_instances(FACTS, "P36", ProbeOptions(n_negatives=3, max_instances=0))
     tmpl = templates_frame(load_catalog(), max_templates=3).filter(pl.col("relation_id") == "P36")
     st = build_statements(inst, tmpl)
     assert st.height == int(inst["n_options"].sum()) * 3
@@ -149,14 +148,6 @@ def test_packaged_catalog_has_three_templates_per_relation():
     assert all(len(s.templates) >= 3 for s in cat.values())
 
 
-def test_headline_keeps_rank_zero_only():
-    est = pl.DataFrame(
-        {"relation_id": ["P36", "P36", "P30"], "template_id": ["P36:c0", "P36:c1", "P30:c0"], "x": [1, 2, 3]}
-    )
-    tmpl = templates_frame(load_catalog(), 2)
-    assert headline_estimates(est, tmpl)["x"].to_list() == [1, 3]
-
-
 def test_short_pool_is_topped_up_from_same_type_and_stays_stable():
     from kcal_pipeline.dataset.instances.probe import object_pools, topup_pool_for
     from kcal_pipeline.dataset.relations import RelationSpec
@@ -170,12 +161,18 @@ def test_short_pool_is_topped_up_from_same_type_and_stays_stable():
             "object_label": ["X1", "X2", "X3", "X4"],
         }
     )
-    spec = dict(label="l", kind="n_to_1", object_type="thing", templates=("[X] [Y]",), property="P1")
+    spec = {
+        "label": "l",
+        "kind": "n_to_1",
+        "object_type": "thing",
+        "templates": ("[X] [Y]",),
+        "property": "P1",
+    }
     catalog = {"P30": RelationSpec(relation_id="P30", **spec), "P36": RelationSpec(relation_id="P36", **spec)}
     pools = object_pools(facts, catalog)
     topup = topup_pool_for(pools, "P30", "thing")
     assert topup == {"x3": "X3", "x4": "X4"}  # only other relations' objects
-    inst = build_instances(facts, "P30", ProbeConfig(n_negatives=3, max_instances=None), topup_pool=topup)
+    inst = build_instances(facts, "P30", ProbeOptions(n_negatives=3, max_instances=0), topup_pool=topup)
     a = inst.filter(pl.col("subject_id") == "a").row(0, named=True)
     assert a["n_options"] == 4 and set(a["option_ids"]) == {"x1", "x2", "x3", "x4"}
     assert a["option_labels"] == [

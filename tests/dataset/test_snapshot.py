@@ -253,7 +253,7 @@ def test_qualified_statement_shape():
     g.entity("kcal:award-y", "Y")
     g.add_qualified("kcal:person-x", "P166", "kcal:award-y", {"P585": 1921})
     lines = g.ntriples().splitlines()
-    node = [ln.split()[2] for ln in lines if "/prop/P166>" in ln][0]
+    node = next(ln.split()[2] for ln in lines if "/prop/P166>" in ln)
     assert (
         f"{node} <http://www.wikidata.org/prop/statement/P166> <https://kcal.invalid/entity/award-y> ."
         in lines

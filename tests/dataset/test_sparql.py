@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -89,7 +90,7 @@ def serve():
 
 def gaps(srv) -> list[float]:
     times = [t for t, _ in srv.seen]
-    return [b - a for a, b in zip(times, times[1:])]
+    return [b - a for a, b in itertools.pairwise(times)]
 
 
 def test_503_then_200_is_retried(serve):
@@ -108,7 +109,7 @@ def test_backoff_doubles(serve):
     url, srv = serve(status(503), status(503), status(503), OK)
     SparqlClient(url, retries=3, backoff=0.1).select(QUERY)
     waits = gaps(srv)
-    for wait, expected in zip(waits, (0.1, 0.2, 0.4)):
+    for wait, expected in zip(waits, (0.1, 0.2, 0.4), strict=False):
         assert expected * 0.9 <= wait < expected + 0.25
     assert len(waits) == 3
 
@@ -243,7 +244,7 @@ def test_stop_leaves_no_process_with_that_pid(store_dir):
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
     with pytest.raises(RuntimeError, match="not started"):
-        ep.url
+        _ = ep.url
     ep.stop()  # a second stop is harmless
     with pytest.raises(SparqlError, match="failed after 1 attempt"):
         SparqlClient(url, retries=0).select(QUERY)

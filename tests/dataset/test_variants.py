@@ -105,7 +105,7 @@ def test_non_slot_text_changes_only_as_the_variant_says():
                 assert child[i - 1].isalpha() and child[i + 2].isalpha()
         elif variant == "typo":
             assert len(child) == len(parent)
-            (i,) = [k for k, (a, b) in enumerate(zip(parent, child)) if a != b]
+            (i,) = [k for k, (a, b) in enumerate(zip(parent, child, strict=True)) if a != b]
             word = next(m for m in re.finditer(r"[^\W\d_]+", parent) if m.start() < i < m.end())
             assert len(word.group()) >= 4 and child[i].isalpha()  # inside, not first, letter of a word
         elif variant == "one-shot":
@@ -225,7 +225,7 @@ def test_subsampling_keeps_golds_order_and_size():
     for k in (1, 2, 3, 5):
         sub = subsample_answer_space(instances, k, seed=1)
         assert sub.equals(subsample_answer_space(instances, k, seed=1))
-        for parent, row in zip(instances.iter_rows(named=True), sub.iter_rows(named=True)):
+        for parent, row in zip(instances.iter_rows(named=True), sub.iter_rows(named=True), strict=True):
             assert row["instance_id"] == f"{parent['instance_id']}#k{k}"
             assert set(row["gold_ids"]) <= set(row["option_ids"])
             assert row["option_ids"] == [o for o in parent["option_ids"] if o in row["option_ids"]]
@@ -246,7 +246,7 @@ def test_subsampling_keeps_golds_order_and_size():
 def test_subsamples_nest_and_depend_on_seed():
     instances = _instances()
     small, large = subsample_answer_space(instances, 2, 4), subsample_answer_space(instances, 4, 4)
-    for a, b in zip(small["option_ids"], large["option_ids"]):
+    for a, b in zip(small["option_ids"], large["option_ids"], strict=True):
         assert set(a) <= set(b)
     seeds = {tuple(subsample_answer_space(instances, 3, s)["option_ids"][6]) for s in range(20)}
     assert len(seeds) > 1

@@ -155,7 +155,7 @@ def test_parse_facts_on_no_rows_has_the_schema():
 
 @pytest.mark.parametrize("bad", [{}, {"results": {}}, {"results": {"bindings": None}}, []])
 def test_parse_facts_rejects_malformed_results(bad):
-    with pytest.raises(ValueError, match="results.bindings|must be a dict"):
+    with pytest.raises(ValueError, match=r"results\.bindings|must be a dict"):
         parse_facts(bad, "P36")
 
 

@@ -6,18 +6,11 @@ import numpy as np
 import polars as pl
 import pytest
 
-from kcal_pipeline.evaluation.registry import (
-    METRICS,
-    accuracy,
-    ace,
-    aurc,
-    auroc,
-    brier,
-    calibration_curve,
-    compute_curves,
-    compute_metrics,
-    ece,
-)
+from kcal_pipeline.evaluation import METRICS, compute_curves, compute_metrics
+from kcal_pipeline.evaluation.accuracy import accuracy
+from kcal_pipeline.evaluation.calibration import ace, brier, calibration_curve, ece
+from kcal_pipeline.evaluation.registry import register, summary_metrics
+from kcal_pipeline.evaluation.selective import aurc, auroc
 
 # Three points, fewer than the 20 bins.
 C3 = np.array([0.9, 0.6, 0.3])
@@ -186,7 +179,10 @@ def estimates_frame():
 def test_compute_metrics_matches_the_metric_functions():
     est = estimates_frame()
     out = compute_metrics(est)
-    assert out.columns == ["model_id", "estimator", "scope", "scope_value", "metric", "value", "n"]
+    assert out.columns == [
+        "model_id", "estimator", "reduction", "scope", "scope_value", "metric", "value", "n",
+        "higher_is_better",
+    ]  # fmt: skip
     # 2 estimators × (all + 2 relations) × 6 metrics
     assert out.height == 2 * 3 * 6
     for (e, rel), g in est.sort("relation_id", "instance_id").group_by("estimator", "relation_id"):
@@ -219,14 +215,16 @@ def test_compute_metrics_subset_and_errors():
         compute_metrics(est.drop("correct"))
     with pytest.raises(ValueError, match="filter to one template"):
         compute_metrics(pl.concat([est, est.with_columns(template_id=pl.lit("t1"))]))
-    with pytest.raises(ValueError, match="confidence 1.2 is outside"):
+    with pytest.raises(ValueError, match=r"confidence 1\.2 is outside"):
         compute_metrics(est.with_columns(confidence=pl.lit(1.2)))
 
 
 def test_compute_curves_reuse_the_ace_bins():
     est = estimates_frame()
     curves = compute_curves(est)
-    assert curves.columns == ["model_id", "estimator", "scope", "scope_value", "curve", "x", "y", "n", "bin"]
+    assert curves.columns == [
+        "model_id", "estimator", "reduction", "scope", "scope_value", "curve", "x", "y", "n", "bin"
+    ]  # fmt: skip
     assert curves["curve"].unique().to_list() == ["calibration"]
     g = est.filter(estimator="margin").sort("relation_id", "instance_id")
     c, y = g["confidence"].to_numpy(), g["correct"].to_numpy()
@@ -236,3 +234,75 @@ def test_compute_curves_reuse_the_ace_bins():
     assert (overall["y"] - overall["x"]).abs().mean() == pytest.approx(ace(c, y))
     expected = calibration_curve(c, y)
     assert overall["x"].to_list() == pytest.approx(expected["conf"].to_list())
+
+
+# The metric contract: what each metric needs, and which direction is better.
+
+
+def test_every_metric_declares_needs_and_direction():
+    declared = {m.name: (m.needs, m.higher_is_better) for m in METRICS.values()}
+    assert declared == {
+        "accuracy": ("any", True),
+        "ace": ("probability", False),
+        "ece": ("probability", False),
+        "brier": ("probability", False),
+        "auroc": ("any", True),
+        "aurc": ("any", False),
+    }
+    assert [m.name for m in summary_metrics()] == ["accuracy", "ace", "brier"]
+
+
+def test_a_calibration_metric_refuses_scores_and_names_the_ones_that_apply():
+    with pytest.raises(
+        ValueError, match=r"'ace' needs probabilities.*unbounded score.*accuracy, auroc, aurc"
+    ):
+        METRICS["ace"]([0.5, 3.0], [1, 0], "score")
+    # a ranking metric takes any real score: scores 3.0 (correct) > -2.0 (wrong) → AUROC 1
+    assert METRICS["auroc"]([3.0, -2.0], [1, 0], "score") == 1.0
+    with pytest.raises(ValueError, match="confidence inf is not a finite score"):
+        METRICS["auroc"]([float("inf"), -2.0], [1, 0], "score")
+    with pytest.raises(ValueError, match=r"confidence 3\.0 is outside"):
+        METRICS["auroc"]([3.0, -2.0], [1, 0])  # without saying so, a confidence is a probability
+
+
+def test_compute_metrics_leaves_probability_metrics_out_for_score_estimators():
+    # "gap" is score-valued: values outside [0, 1]. Per relation P36 (3 instances):
+    # scores 2.5 (correct), 0.1 (wrong), 7.0 (correct) → accuracy 2/3, AUROC 1 (both correct
+    # above the wrong one), AURC: order 7.0 ✓, 2.5 ✓, 0.1 ✗ → risks 0, 0, 1/3 → mean 1/9.
+    est = pl.DataFrame(
+        {
+            "model_id": ["m"] * 3,
+            "estimator": ["gap"] * 3,
+            "reduction": ["sum"] * 3,
+            "output_kind": ["score"] * 3,
+            "relation_id": ["P36"] * 3,
+            "instance_id": ["a", "b", "c"],
+            "confidence": [2.5, 0.1, 7.0],
+            "correct": [True, False, True],
+        }
+    )
+    out = compute_metrics(est).filter(scope="relation")
+    got = {r["metric"]: (r["value"], r["higher_is_better"]) for r in out.iter_rows(named=True)}
+    assert got == {
+        "accuracy": (pytest.approx(2 / 3), True),
+        "auroc": (1.0, True),
+        "aurc": (pytest.approx(1 / 9), False),
+    }
+    with pytest.raises(ValueError, match="no probability-valued estimator"):
+        compute_curves(est)
+
+
+def test_reductions_are_separate_groups_not_duplicates():
+    est = estimates_frame().with_columns(reduction=pl.lit("sum"))
+    both = pl.concat([est, est.with_columns(reduction=pl.lit("mean"), confidence=pl.col("confidence") / 2)])
+    out = compute_metrics(both, ["brier"]).filter(scope="all", estimator="base")
+    assert out["reduction"].to_list() == ["mean", "sum"]
+    assert out["value"][0] != out["value"][1]
+
+
+def test_registering_a_metric_twice_or_with_unknown_needs_fails():
+    with pytest.raises(ValueError, match="'ace' is already registered"):
+        register("ace", label="x", family="x", needs="any", higher_is_better=True)(lambda c, y: 0.0)
+    with pytest.raises(ValueError, match="needs must be 'probability' or 'any', got 'scores'"):
+        register("new_metric", label="x", family="x", needs="scores", higher_is_better=True)(lambda c, y: 0.0)
+    assert "new_metric" not in METRICS

@@ -6,7 +6,7 @@ import re
 import polars as pl
 import pytest
 
-from kcal_pipeline.evaluation.registry import compute_curves, compute_metrics
+from kcal_pipeline.evaluation import compute_curves, compute_metrics
 from kcal_pipeline.reporting.html import format_summary, render_html, summary_table, write_report
 
 EVIL = "<script>alert('x')</script>"
@@ -79,9 +79,30 @@ def test_summary_values_match_the_metrics_table(tables):
             assert row["instances"] == ref["n"].item()
 
 
+def test_summary_reads_the_registries_and_splits_a_metric_estimators_disagree_on():
+    from kcal_pipeline.reporting.html import summary_title
+
+    assert summary_title("m1") == "Model m1 — headline template, Base and Margin (ACE: 20 quantile bins)"
+    # Margin made to predict differently on Q0 (correct → wrong): accuracy is no longer shared, so
+    # it becomes one column per estimator. P17 margin accuracy: 0/3; base keeps 1/3.
+    est = estimates()
+    est = est.with_columns(
+        correct=pl.when((pl.col("estimator") == "margin") & (pl.col("instance_id") == "Q0"))
+        .then(False)
+        .otherwise(pl.col("correct"))
+    )
+    summary = summary_table(compute_metrics(est))
+    assert summary.columns == [
+        "relation", "instances", "accuracy_base", "ace_base", "brier_base",
+        "accuracy_margin", "ace_margin", "brier_margin",
+    ]  # fmt: skip
+    p17 = summary.row(0, named=True)
+    assert (p17["accuracy_base"], p17["accuracy_margin"]) == (pytest.approx(1 / 3), 0.0)
+
+
 def test_summary_errors_name_the_problem(tables):
     _, metrics, _ = tables
-    with pytest.raises(ValueError, match="estimator 'vote2', metric 'ace'"):
+    with pytest.raises(ValueError, match="estimator 'vote2', metric 'accuracy'"):
         summary_table(metrics, ("base", "vote2"))
     two = pl.concat([metrics, metrics.with_columns(model_id=pl.lit("m2"))])
     with pytest.raises(ValueError, match=r"exactly one model, got \['m1', 'm2'\]"):
@@ -122,7 +143,7 @@ def test_html_is_self_contained_escaped_and_has_diagrams():
     assert "/data/kcal &amp; co" in page and "abc123" in page
     assert page.count("<svg") == 2  # one reliability diagram per estimator
     assert "ACE: 20 quantile bins; ECE: 20 equal-width bins" in page
-    assert "20 equal-width bins on [0, 1]" in page  # the metrics table says which binning ECE uses
+    assert '<td class="txt">20 equal-width bins</td>' in page  # the metrics table says which binning ECE uses
     assert not re.search(r"<link|src=|@import|url\(", page)  # no external assets
     # the summary numbers appear as shown in the table
     assert '<td class="num">0.153</td>' in page

@@ -49,7 +49,7 @@ def test_oom_detection():
 
 def test_the_plain_clm_path_recovers_from_out_of_memory(monkeypatch):
     """score_clm's batches go through map_batches: an injected OOM on big batches changes nothing."""
-    from kcal_pipeline.scoring.models.loading import DEFAULT_MODEL, load_model
+    from kcal_pipeline.scoring.models import DEFAULT_MODEL, load_model
     from tests.scoring.test_clm_scoring import FILLED, model_cache
 
     loaded = load_model(DEFAULT_MODEL, model_cache())

@@ -13,9 +13,9 @@ import torch
 from kcal_pipeline.dataset.templates import fill
 from kcal_pipeline.scoring import ROLE_OBJECT, ROLE_SUBJECT, ROLE_TEMPLATE, score_clm, token_roles
 from kcal_pipeline.scoring.clm import SCHEMA
-from kcal_pipeline.scoring.models.loading import DEFAULT_MODEL, load_model
+from kcal_pipeline.scoring.models import DEFAULT_MODEL, load_model
 
-T, S, O = ROLE_TEMPLATE, ROLE_SUBJECT, ROLE_OBJECT
+T, S, OBJ = ROLE_TEMPLATE, ROLE_SUBJECT, ROLE_OBJECT
 
 TEMPLATES = [
     "The capital of [X] is [Y].",  # object at the end
@@ -72,7 +72,7 @@ def batched(loaded):
 
 def test_batched_scores_match_the_one_at_a_time_reference(loaded, batched):
     compared = 0
-    for f, row in zip(FILLED, batched.iter_rows(named=True)):
+    for f, row in zip(FILLED, batched.iter_rows(named=True), strict=True):
         ref = reference_logprobs(loaded.model, loaded.tokenizer, loaded.start_token_id, f.text)
         assert row["n_tokens"] == len(ref)  # the first token is scored too
         if len(ref) <= 2:  # a plain forward this small takes another CPU kernel: see the next test
@@ -103,7 +103,7 @@ def test_reductions_follow_the_token_roles(batched):
         lp, roles = np.array(row["token_logprobs"], dtype=np.float64), np.array(row["token_roles"])
         assert len(lp) == len(roles) == row["n_tokens"]
         assert row["ll_mean"] == pytest.approx(lp.sum() / len(lp))
-        answer = lp[roles == O]
+        answer = lp[roles == OBJ]
         assert len(answer) > 0
         assert row["ll_answer_sum"] == pytest.approx(answer.sum())
         assert row["ll_answer_mean"] == pytest.approx(answer.mean())
@@ -112,10 +112,10 @@ def test_reductions_follow_the_token_roles(batched):
 def test_scores_do_not_depend_on_batch_composition_or_order(loaded, batched):
     order = list(range(len(FILLED)))
     random.Random(7).shuffle(order)
-    expected = dict(zip((f.text for f in FILLED), batched.iter_rows(named=True)))
+    expected = dict(zip((f.text for f in FILLED), batched.iter_rows(named=True), strict=True))
     for bs in (1, 3, 64):
         shuffled = score(loaded, [FILLED[i] for i in order], batch_size=bs)
-        for i, row in zip(order, shuffled.iter_rows(named=True)):
+        for i, row in zip(order, shuffled.iter_rows(named=True), strict=True):
             want = expected[FILLED[i].text]
             assert row["token_roles"] == want["token_roles"]
             np.testing.assert_allclose(row["token_logprobs"], want["token_logprobs"], atol=1e-4, rtol=0)
@@ -158,9 +158,9 @@ def test_bad_inputs_are_rejected(loaded):
 def test_token_roles_pure_cases():
     # "Paris is the capital of France." with a leading-space subject token " France"
     offsets = [(0, 5), (5, 8), (8, 12), (12, 20), (20, 23), (23, 30), (30, 31)]
-    assert token_roles(offsets, (24, 30), (0, 5)) == [O, T, T, T, T, S, T]
+    assert token_roles(offsets, (24, 30), (0, 5)) == [OBJ, T, T, T, T, S, T]
     # one token straddling adjacent subject and object counts as object
-    assert token_roles([(0, 1), (1, 7), (7, 10)], (0, 3), (3, 7)) == [S, O, T]
+    assert token_roles([(0, 1), (1, 7), (7, 10)], (0, 3), (3, 7)) == [S, OBJ, T]
     # empty spans and empty tokens match nothing
     assert token_roles([(0, 3), (3, 3)], (3, 3), (0, 0)) == [T, T]
 
@@ -169,7 +169,7 @@ def roles_of(loaded, template, subject, obj):
     f = fill(template, subject, obj)
     enc = loaded.tokenizer(f.text, add_special_tokens=False, return_offsets_mapping=True)
     pieces = [f.text[a:b] for a, b in enc["offset_mapping"]]
-    return list(zip(pieces, token_roles(enc["offset_mapping"], f.subject_span, f.object_span)))
+    return list(zip(pieces, token_roles(enc["offset_mapping"], f.subject_span, f.object_span), strict=True))
 
 
 def test_roles_with_the_real_tokenizer(loaded):
@@ -180,11 +180,11 @@ def test_roles_with_the_real_tokenizer(loaded):
         (" of", T),
         (" France", S),
         (" is", T),
-        (" Paris", O),
+        (" Paris", OBJ),
         (".", T),
     ]
     assert roles_of(loaded, "[Y] is the capital of [X].", "France", "Paris") == [
-        ("Paris", O),
+        ("Paris", OBJ),
         (" is", T),
         (" the", T),
         (" capital", T),
@@ -194,7 +194,7 @@ def test_roles_with_the_real_tokenizer(loaded):
     ]
     assert roles_of(loaded, "[X][Y] is cold.", "Ice", "land") == [  # BPE merges across the boundary
         ("I", S),
-        ("celand", O),
+        ("celand", OBJ),
         (" is", T),
         (" cold", T),
         (".", T),
@@ -204,7 +204,7 @@ def test_roles_with_the_real_tokenizer(loaded):
         ("ü", S),
         ("rich", S),
         (":", T),
-        (" Switzerland", O),
+        (" Switzerland", OBJ),
         (".", T),
     ]
     assert roles_of(loaded, "The capital of [X] is [Y].", "São Tomé and Príncipe", "São Tomé") == [
@@ -219,9 +219,9 @@ def test_roles_with_the_real_tokenizer(loaded):
         ("ín", S),
         ("cipe", S),
         (" is", T),
-        (" São", O),
-        (" Tom", O),
-        ("é", O),
+        (" São", OBJ),
+        (" Tom", OBJ),
+        ("é", OBJ),
         (".", T),
     ]
     assert roles_of(loaded, "[X] ([Y])", "Côte d'Ivoire", "Yamoussoukro") == [
@@ -234,11 +234,11 @@ def test_roles_with_the_real_tokenizer(loaded):
         ("vo", S),
         ("ire", S),
         (" (", T),
-        ("Y", O),
-        ("amous", O),
-        ("s", O),
-        ("ou", O),
-        ("k", O),
-        ("ro", O),
+        ("Y", OBJ),
+        ("amous", OBJ),
+        ("s", OBJ),
+        ("ou", OBJ),
+        ("k", OBJ),
+        ("ro", OBJ),
         (")", T),
     ]

@@ -1,4 +1,5 @@
-"""MLM pseudo-log-likelihood scoring against a slow plain reference, on a tiny real BERT (tests/tiny_mlm.py)."""
+"""MLM pseudo-log-likelihood scoring against a slow plain reference, on a tiny real BERT
+(tests/tiny_mlm.py)."""
 
 import random
 import shutil
@@ -14,7 +15,7 @@ from kcal_pipeline.dataset.templates import fill
 from kcal_pipeline.scoring import ROLE_OBJECT, ROLE_SUBJECT, ROLE_TEMPLATE
 from kcal_pipeline.scoring.clm import SCHEMA
 from kcal_pipeline.scoring.mlm import score_mlm
-from kcal_pipeline.scoring.models.loading import (
+from kcal_pipeline.scoring.models import (
     ModelConfigError,
     ModelEntry,
     ModelLoadError,
@@ -23,7 +24,7 @@ from kcal_pipeline.scoring.models.loading import (
 )
 from tests.scoring.tiny_mlm import build_tiny_mlm
 
-T, S, O = ROLE_TEMPLATE, ROLE_SUBJECT, ROLE_OBJECT
+T, S, OBJ = ROLE_TEMPLATE, ROLE_SUBJECT, ROLE_OBJECT
 VARIANTS = ("original", "within_word_l2r")
 
 TEMPLATES = [
@@ -130,7 +131,7 @@ def batched(loaded):
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_scores_match_the_slow_reference(loaded, batched, variant):
     multi_piece = 0
-    for f, row in zip(FILLED, batched[variant].iter_rows(named=True)):
+    for f, row in zip(FILLED, batched[variant].iter_rows(named=True), strict=True):
         ref = reference_pll(loaded.model, loaded.tokenizer, f.text, variant)
         assert row["n_tokens"] == len(ref)
         np.testing.assert_allclose(row["token_logprobs"], ref, atol=1e-4, rtol=0, err_msg=f.text)
@@ -147,8 +148,8 @@ def test_reductions_follow_the_token_roles(batched):
             lp, roles = np.array(row["token_logprobs"], dtype=np.float64), np.array(row["token_roles"])
             assert len(lp) == len(roles) == row["n_tokens"]
             assert row["ll_mean"] == pytest.approx(lp.sum() / len(lp))
-            assert row["ll_answer_sum"] == pytest.approx(lp[roles == O].sum())
-            assert row["ll_answer_mean"] == pytest.approx(lp[roles == O].mean())
+            assert row["ll_answer_sum"] == pytest.approx(lp[roles == OBJ].sum())
+            assert row["ll_answer_mean"] == pytest.approx(lp[roles == OBJ].mean())
 
 
 def test_within_word_equals_original_exactly_where_words_are_single_tokens(loaded):
@@ -186,7 +187,7 @@ def test_one_token_statement_is_log_softmax_at_the_mask(loaded):
     expected = logits.log_softmax(-1)[tok.convert_tokens_to_ids("Paris")].item()
     for variant in VARIANTS:
         row = score_mlm(loaded, ["Paris"], [(0, 0)], [(0, 5)], variant=variant).row(0, named=True)
-        assert row["n_tokens"] == 1 and row["token_roles"] == [O]
+        assert row["n_tokens"] == 1 and row["token_roles"] == [OBJ]
         assert row["ll_sum"] == pytest.approx(expected, abs=1e-5)
         assert row["ll_answer_mean"] == pytest.approx(expected, abs=1e-5)
 
@@ -199,7 +200,7 @@ def test_scores_do_not_depend_on_batch_size_or_order(loaded, batched):
         expected = list(batched[variant].iter_rows(named=True))
         for bs in (1, 3, 64):
             shuffled = score(loaded, [FILLED[i] for i in order], variant=variant, batch_size=bs)
-            for i, row in zip(order, shuffled.iter_rows(named=True)):
+            for i, row in zip(order, shuffled.iter_rows(named=True), strict=True):
                 assert row["token_roles"] == expected[i]["token_roles"]
                 np.testing.assert_allclose(
                     row["token_logprobs"], expected[i]["token_logprobs"], atol=1e-5, rtol=0
@@ -251,7 +252,7 @@ def test_out_of_memory_halves_the_chunk_and_keeps_the_scores(loaded, batched, mo
     monkeypatch.undo()
     assert sizes[:3] == [8, 4, 2] and max(sizes[3:]) == 2
     expected = batched["within_word_l2r"].head(6)
-    for got, want in zip(frame.iter_rows(named=True), expected.iter_rows(named=True)):
+    for got, want in zip(frame.iter_rows(named=True), expected.iter_rows(named=True), strict=True):
         np.testing.assert_allclose(got["token_logprobs"], want["token_logprobs"], atol=1e-5, rtol=0)
 
 
@@ -292,6 +293,7 @@ def test_vocabulary_projection_runs_on_the_scored_positions_only(loaded, batched
         restricted.iter_rows(named=True),
         whole.iter_rows(named=True),
         batched["within_word_l2r"].iter_rows(named=True),
+        strict=False,
     ):
         np.testing.assert_allclose(a["token_logprobs"], b["token_logprobs"], atol=1e-5, rtol=0)
         np.testing.assert_allclose(a["token_logprobs"], c["token_logprobs"], atol=1e-5, rtol=0)
@@ -300,9 +302,9 @@ def test_vocabulary_projection_runs_on_the_scored_positions_only(loaded, batched
 @pytest.mark.parametrize(
     "text,subject,obj,roles",
     [
-        ("The capital of Québec is Paris.", (15, 21), (25, 30), [T, T, T, S, T, O, T]),
-        ("Paris is the capital of Québec.", (24, 30), (0, 5), [O, T, T, T, T, S, T]),  # object first
-        ("Québec Paris", (0, 6), (7, 12), [S, O]),  # no template tokens
+        ("The capital of Québec is Paris.", (15, 21), (25, 30), [T, T, T, S, T, OBJ, T]),
+        ("Paris is the capital of Québec.", (24, 30), (0, 5), [OBJ, T, T, T, T, S, T]),  # object first
+        ("Québec Paris", (0, 6), (7, 12), [S, OBJ]),  # no template tokens
     ],
 )
 def test_token_roles_by_hand(loaded, text, subject, obj, roles):
@@ -323,7 +325,7 @@ def test_token_roles_on_tricky_spans(loaded):
     subject = pieces_of(tok, middle.text, *middle.subject_span)
     obj = pieces_of(tok, middle.text, *middle.object_span)
     roles = score(loaded, [middle])["token_roles"][0].to_list()
-    assert roles == [T] * before + [S] * subject + [T] + [O] * obj + [T] * (
+    assert roles == [T] * before + [S] * subject + [T] + [OBJ] * obj + [T] * (
         len(roles) - before - subject - 1 - obj
     )
     assert obj >= 4  # "Côte d'Ivoire" is four words (punctuation is a word of its own)
@@ -332,7 +334,7 @@ def test_token_roles_on_tricky_spans(loaded):
     )  # one word: Iceland ##P…; a piece across the boundary is the object's
     roles = score(loaded, [glued])["token_roles"][0].to_list()
     assert tok.tokenize(glued.text)[0] == "Iceland"
-    assert roles == [S] + [O] * (len(tok.tokenize(glued.text)) - 1)
+    assert roles == [S] + [OBJ] * (len(tok.tokenize(glued.text)) - 1)
 
 
 def test_progress_counts_input_statements(loaded):

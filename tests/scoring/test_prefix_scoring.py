@@ -10,7 +10,7 @@ from kcal_pipeline.dataset.templates import fill
 from kcal_pipeline.scoring import prefix as prefix_mod
 from kcal_pipeline.scoring import score_clm
 from kcal_pipeline.scoring.clm import SCHEMA
-from kcal_pipeline.scoring.models.loading import DEFAULT_MODEL, load_model
+from kcal_pipeline.scoring.models import DEFAULT_MODEL, load_model
 from kcal_pipeline.scoring.prefix import (
     _ancestor_matrix,
     pack_rows,
@@ -96,7 +96,7 @@ def both(loaded, counted):
 def assert_same(plain: pl.DataFrame, fast: pl.DataFrame, labels) -> None:
     assert dict(fast.schema) == SCHEMA
     assert fast.height == plain.height
-    for label, p, f in zip(labels, plain.iter_rows(named=True), fast.iter_rows(named=True)):
+    for label, p, f in zip(labels, plain.iter_rows(named=True), fast.iter_rows(named=True), strict=True):
         assert f["n_tokens"] == p["n_tokens"], label
         assert f["token_roles"] == p["token_roles"], label
         np.testing.assert_allclose(f["token_logprobs"], p["token_logprobs"], atol=ATOL, rtol=0, err_msg=label)

@@ -2,12 +2,14 @@
 conditional answer scores, skip-if-unchanged and resume after a crash (real SmolLM2, real Parquet)."""
 
 import dataclasses
+import re
 
 import numpy as np
 import polars as pl
 import pytest
 import torch
 
+from kcal_pipeline.core.options import OptionsError
 from kcal_pipeline.core.storage import partition_path, write_parquet_atomic
 from kcal_pipeline.dataset.templates import fill
 from kcal_pipeline.scoring import partition as partition_mod
@@ -20,7 +22,7 @@ from kcal_pipeline.scoring.engine import (
     scorer_for,
 )
 from kcal_pipeline.scoring.mlm import score_mlm
-from kcal_pipeline.scoring.models.loading import DEFAULT_MODEL, ModelEntry, load_model
+from kcal_pipeline.scoring.models import DEFAULT_MODEL, ModelEntry, load_model
 from kcal_pipeline.scoring.partition import FINGERPRINT_COLUMN, score_partition
 from kcal_pipeline.scoring.subject_mask import mask_subjects
 from tests.scoring.test_clm_scoring import model_cache
@@ -62,7 +64,7 @@ def loaded():
 
 
 def spans(frame, a, b):
-    return list(zip(frame[a], frame[b]))
+    return list(zip(frame[a], frame[b], strict=True))
 
 
 def plain_scores(loaded, frame):
@@ -93,7 +95,7 @@ def test_answer_scores_are_conditional_on_the_prefix(loaded):
     prefix = tok(f.text[: f.object_span[0]].rstrip(), add_special_tokens=False)["input_ids"]
     answer = tok(f.text, add_special_tokens=False)["input_ids"][len(prefix) :][:1]  # " Paris"
     assert tok.decode(answer) == " Paris"
-    ids = torch.tensor([[loaded.start_token_id] + prefix + answer])
+    ids = torch.tensor([[loaded.start_token_id, *prefix, *answer]])
     with torch.inference_mode():
         logits = loaded.model(input_ids=ids).logits[0].double()
     expected = float(torch.log_softmax(logits[len(prefix)], -1)[answer[0]])
@@ -143,14 +145,32 @@ def test_fingerprint_follows_statements_options_and_weights(loaded):
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        ({"mlm_variant": "l2r"}, "mlm_variant must be one of original, within_word_l2r, got 'l2r'"),
-        ({"dropout_passes": -1}, "dropout_passes must be an integer >= 0, got -1"),
-        ({"dropout_passes": 2, "dropout_rate": 1.5}, "rate"),
-        ({"subject_mask": True, "placeholder": ""}, "placeholder"),
+        (
+            {"mlm_variant": "l2r"},
+            "scoring setting mlm_variant='l2r': Input should be 'original' or 'within_word_l2r'",
+        ),
+        (
+            {"dropout_passes": -1},
+            "scoring setting dropout_passes=-1: Input should be greater than or equal to 0",
+        ),
+        (
+            {"dropout_passes": 2, "dropout_rate": 1.5},
+            "scoring setting dropout_rate=1.5: Input should be less than 1",
+        ),
+        (
+            {"subject_mask": True, "placeholder": ""},
+            "scoring setting placeholder='': String should have at least 1 char",
+        ),
+        ({"subject_mask": True, "placeholder": "  "}, "placeholder='  ' must contain a non-space character"),
+        ({"chunk_size": 0}, "scoring setting chunk_size=0: Input should be greater than or equal to 1"),
+        (
+            {"fast_path": True, "unknown_flag": 1},
+            "scoring setting unknown_flag=1: Extra inputs are not permitted",
+        ),
     ],
 )
 def test_bad_options_are_rejected(kwargs, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(OptionsError, match=re.escape(message)):
         ScoringOptions(**kwargs)
 
 

@@ -10,7 +10,7 @@ from torch import nn
 
 from kcal_pipeline.dataset.templates import fill
 from kcal_pipeline.scoring.clm import score_clm
-from kcal_pipeline.scoring.models.loading import DEFAULT_MODEL, load_model
+from kcal_pipeline.scoring.models import DEFAULT_MODEL, load_model
 from kcal_pipeline.scoring.stochastic import dropout_enabled, dropout_scores, dropout_sites
 
 FILLED = [
@@ -82,10 +82,12 @@ def test_passes_differ_from_each_other_and_from_eval_mode(loaded, first):
     plain = score_clm(
         loaded, [f.text for f in FILLED], [f.subject_span for f in FILLED], [f.object_span for f in FILLED]
     )
-    for values, eval_score in zip(first["ll_sum_dropout"].to_list(), plain["ll_sum"].to_list()):
+    for values, eval_score in zip(first["ll_sum_dropout"].to_list(), plain["ll_sum"].to_list(), strict=True):
         assert len(set(values)) == M and eval_score not in values
-    for total, answer in zip(first["ll_sum_dropout"].to_list(), first["ll_answer_sum_dropout"].to_list()):
-        assert all(a < 0 and t < a for t, a in zip(total, answer))  # the answer is part of the sentence
+    dropout_answers = first["ll_answer_sum_dropout"].to_list()
+    for total, answer in zip(first["ll_sum_dropout"].to_list(), dropout_answers, strict=True):
+        # the answer is part of the sentence
+        assert all(a < 0 and t < a for t, a in zip(total, answer, strict=True))
 
 
 def test_model_is_restored_after_the_passes(loaded, first):
@@ -133,11 +135,10 @@ def test_own_dropout_is_used_and_overridden_then_restored():
 
 
 def test_no_dropout_without_a_rate_is_a_clear_error(loaded):
-    with pytest.raises(ValueError, match="no active dropout.*set a dropout rate"):
+    with pytest.raises(ValueError, match=r"no active dropout.*set a dropout rate"):
         run(loaded, rate=None)
-    with pytest.raises(ValueError, match="no dropout modules"):
-        with dropout_enabled(nn.Linear(2, 2), rate=0.1):
-            pass
+    with pytest.raises(ValueError, match="no dropout modules"), dropout_enabled(nn.Linear(2, 2), rate=0.1):
+        pass
     assert not loaded.model.training
 
 

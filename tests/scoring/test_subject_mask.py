@@ -8,7 +8,7 @@ import pytest
 
 from kcal_pipeline.dataset.templates import fill
 from kcal_pipeline.scoring.clm import score_clm
-from kcal_pipeline.scoring.models.loading import DEFAULT_MODEL, load_model
+from kcal_pipeline.scoring.models import DEFAULT_MODEL, load_model
 from kcal_pipeline.scoring.subject_mask import (
     mask_subject,
     mask_subjects,
@@ -69,7 +69,7 @@ def test_adjacent_spans_are_fine_overlapping_ones_are_not():
         mask_subject("France is Paris", (0, 6), (10, 15), placeholder="")
     with pytest.raises(ValueError, match="placeholder"):
         mask_subject("France is Paris", (0, 6), (10, 15), placeholder="  ")
-    with pytest.raises(ValueError, match="subject_span.*empty"):
+    with pytest.raises(ValueError, match=r"subject_span.*empty"):
         mask_subject("France is Paris", (3, 3), (10, 15))
     with pytest.raises(ValueError, match="object_span"):
         mask_subject("France is Paris", (0, 6), (10, 16))
@@ -103,7 +103,7 @@ def test_frame_helper_keeps_rows_columns_and_dtypes():
         ("b", "Lima is in something.", 11, 20, 0, 4),
     ]
     bad = frame.with_columns(object_start=pl.Series([16, 0], dtype=pl.Int32))
-    with pytest.raises(ValueError, match="statement_id 'a'.*overlap"):
+    with pytest.raises(ValueError, match=r"statement_id 'a'.*overlap"):
         mask_subjects(bad)
     with pytest.raises(ValueError, match="lacks column"):
         mask_subjects(frame.drop("object_end"))
@@ -126,8 +126,8 @@ def test_masked_scores_are_the_scores_of_the_masked_statements():
     plain = score_clm(
         loaded,
         frame["text"].to_list(),
-        list(zip(frame["subject_start"], frame["subject_end"])),
-        list(zip(frame["object_start"], frame["object_end"])),
+        list(zip(frame["subject_start"], frame["subject_end"], strict=True)),
+        list(zip(frame["object_start"], frame["object_end"], strict=True)),
     )
     # Knowing the subject is France makes "Paris" likelier than knowing nothing about it.
     assert plain["ll_answer_sum"][0] > out["ll_answer_sum_masked"][0]

@@ -1,1 +1,2 @@
-"""From facts to probes: answer spaces, sampling, template variants and paraphrases, instances, statements, quality."""
+"""From facts to probes: answer spaces, sampling, template variants and paraphrases, instances, statements,
+quality; MACE questions."""

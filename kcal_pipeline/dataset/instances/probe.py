@@ -7,10 +7,9 @@ the scorer can tell which tokens belong to the answer.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import polars as pl
 
+from kcal_pipeline.core.options import ProbeOptions
 from kcal_pipeline.dataset.instances.sampling import derived_rng, sample_negatives, stable_rank
 from kcal_pipeline.dataset.templates import fill
 
@@ -42,30 +41,14 @@ INSTANCE_SCHEMA = {
 }
 
 
-@dataclass(frozen=True)
-class ProbeConfig:
-    n_negatives: int = 5
-    seed: int = 13
-    max_instances: int | None = 100
-    dev_fraction: float = 0.2
-
-    def __post_init__(self):
-        if self.n_negatives < 1:
-            raise ValueError(f"n_negatives must be >= 1, got {self.n_negatives}")
-        if self.max_instances is not None and self.max_instances < 1:
-            raise ValueError(f"max_instances must be >= 1 or None, got {self.max_instances}")
-        if not 0.0 <= self.dev_fraction < 1.0:
-            raise ValueError(f"dev_fraction must be in [0, 1), got {self.dev_fraction}")
-
-
 class EmptyRelationError(ValueError):
     """A relation has no facts (or none survive), so no probe can be built for it."""
 
 
 def build_instances(
-    facts: pl.DataFrame, relation_id: str, config: ProbeConfig, *, topup_pool: dict[str, str] | None = None
+    facts: pl.DataFrame, relation_id: str, config: ProbeOptions, *, topup_pool: dict[str, str] | None = None
 ) -> pl.DataFrame:
-    """One instance per subject (fixed BEAR-style answer spaces: bear.instances_from_fixed_space).
+    """One instance per subject (fixed BEAR-style answer spaces: answer_spaces.instances_from_fixed_space).
 
     Options are the subject's gold objects plus distractors from the other subjects' objects,
     topped up from `topup_pool` (objects of the same type in other relations) only when the
@@ -91,8 +74,8 @@ def build_instances(
         )
         .sort("_rank")
     )
-    if config.max_instances is not None:
-        per_subject = per_subject.head(config.max_instances)
+    if config.instance_limit is not None:
+        per_subject = per_subject.head(config.instance_limit)
     rows = []
     for subject_id, subject_label, gold_ids, _ in per_subject.iter_rows():
         negatives = sample_negatives(
@@ -191,7 +174,7 @@ def build_statements(instances: pl.DataFrame, templates: pl.DataFrame) -> pl.Dat
             raise ValueError(f"relation {inst['relation_id']!r} has no templates")
         gold = set(inst["gold_ids"])
         for template_id, text in rel_templates.select("template_id", "text").iter_rows():
-            for idx, (oid, olabel) in enumerate(zip(inst["option_ids"], inst["option_labels"])):
+            for idx, (oid, olabel) in enumerate(zip(inst["option_ids"], inst["option_labels"], strict=True)):
                 filled = fill(text, inst["subject_label"], olabel)
                 rows.append(
                     {
@@ -254,12 +237,3 @@ def relations_frame(catalog: dict) -> pl.DataFrame:
             for s in catalog.values()
         ]
     )
-
-
-def headline_estimates(estimates: pl.DataFrame, templates: pl.DataFrame) -> pl.DataFrame:
-    """Rows on each relation's headline template (the curated one of rank 0; variants share their
-    parent's rank), for single-template figures."""
-    heads = templates.filter((pl.col("rank") == 0) & (pl.col("kind") == "curated")).select(
-        "relation_id", "template_id"
-    )
-    return estimates.join(heads, on=["relation_id", "template_id"], how="semi")

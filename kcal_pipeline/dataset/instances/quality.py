@@ -28,11 +28,13 @@ def dedupe_answer_space(instance: dict) -> tuple[dict, int]:
     """
     gold = set(instance["gold_ids"])
     gold_keys = {
-        label_key(lab) for oid, lab in zip(instance["option_ids"], instance["option_labels"]) if oid in gold
+        label_key(lab)
+        for oid, lab in zip(instance["option_ids"], instance["option_labels"], strict=True)
+        if oid in gold
     }
     seen: set[str] = set()
     ids, labels = [], []
-    for oid, lab in zip(instance["option_ids"], instance["option_labels"]):
+    for oid, lab in zip(instance["option_ids"], instance["option_labels"], strict=True):
         key = label_key(lab)
         if oid not in gold and (key in gold_keys or key in seen):
             continue

@@ -12,8 +12,10 @@ from dataclasses import replace
 
 import polars as pl
 
+from kcal_pipeline.core.options import ProbeOptions
+from kcal_pipeline.dataset.instances import mace_questions
+from kcal_pipeline.dataset.instances.answer_spaces import instances_from_fixed_space
 from kcal_pipeline.dataset.instances.probe import (
-    ProbeConfig,
     build_instances,
     build_statements,
     topup_pool_for,
@@ -28,22 +30,19 @@ from kcal_pipeline.dataset.instances.variants import (
     subsample_answer_space,
 )
 from kcal_pipeline.dataset.relations import RelationSpec
-from kcal_pipeline.dataset.sources import mace
-from kcal_pipeline.dataset.sources.bear import instances_from_fixed_space
 
 
 def relation_instances(
     spec: RelationSpec,
     facts: pl.DataFrame,
     pools: pl.DataFrame,
-    config: ProbeConfig,
-    answer_space_k: int = 0,
+    config: ProbeOptions,
     log: Callable[[str], None] = print,
 ) -> pl.DataFrame:
-    """Probe instances of one relation; with answer_space_k > 0 also each instance cut to k options."""
+    """Probe instances of one relation; with config.answer_space_k > 0 also each instance cut to k options."""
     if spec.domain == "mace":
-        per_count = max(1, (config.max_instances or 200) // len(mace.GOLD_COUNTS))
-        built = mace.build_question_set(
+        per_count = max(1, (config.max_instances or 200) // len(mace_questions.GOLD_COUNTS))
+        built = mace_questions.build_question_set(
             facts,
             spec.relation_id,
             seed=config.seed,
@@ -63,19 +62,19 @@ def relation_instances(
     else:
         topup = topup_pool_for(pools, spec.relation_id, spec.object_type) if pools.height else None
         instances = build_instances(facts, spec.relation_id, config, topup_pool=topup)
-    if answer_space_k > 0:
-        cut = subsample_answer_space(instances, answer_space_k, config.seed)
+    if config.answer_space_k > 0:
+        cut = subsample_answer_space(instances, config.answer_space_k, config.seed)
         instances = pl.concat([instances, cut], how="diagonal_relaxed")
     return instances
 
 
-def _bear_style_space(facts: pl.DataFrame, spec: RelationSpec, config: ProbeConfig):
+def _bear_style_space(facts: pl.DataFrame, spec: RelationSpec, config: ProbeOptions):
     """BEAR's 1:1 answer space: the gold objects of the probed subjects (a stable seeded subset
     of max_instances), shared by all of them."""
     subjects = sorted(
         facts["subject_id"].unique(), key=lambda s: stable_rank(config.seed, spec.relation_id, "subset", s)
     )
-    chosen = facts.filter(pl.col("subject_id").is_in(subjects[: config.max_instances]))
+    chosen = facts.filter(pl.col("subject_id").is_in(subjects[: config.instance_limit]))
     space = chosen.select("object_id", "object_label").unique("object_id").sort("object_id")
     return chosen, replace(
         spec, answer_space_ids=tuple(space["object_id"]), answer_space_labels=tuple(space["object_label"])

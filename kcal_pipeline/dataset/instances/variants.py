@@ -18,7 +18,7 @@ from kcal_pipeline.dataset.instances.sampling import derived_rng
 from kcal_pipeline.dataset.templates import OBJECT_SLOT, SUBJECT_SLOT, check_template, fill
 
 TEMPLATE_COLUMNS = ["relation_id", "template_id", "text", "kind", "source", "rank"]
-VARIANT_COLUMNS = TEMPLATE_COLUMNS + ["parent_id", "variant"]
+VARIANT_COLUMNS = [*TEMPLATE_COLUMNS, "parent_id", "variant"]
 VERBAL_MARKERS = ("certainly", "possibly")
 NUMERIC_LEVELS = (0, 25, 50, 75, 100)
 DEMO_SLOT = "[D]"

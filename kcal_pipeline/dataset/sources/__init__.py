@@ -1,1 +1,2 @@
-"""Where facts come from: the SPARQL client and cache, Wikidata queries, the embedded snapshot, BEAR files, MACE queries."""
+"""Where facts come from: the SPARQL client and cache, Wikidata queries, the embedded snapshot, BEAR files,
+MACE queries."""

@@ -215,7 +215,7 @@ class LocalEndpoint:
             return self.url
         port = _free_port()
         # stderr goes to a file, not a pipe: a chatty server must never block on a full pipe.
-        self._stderr = tempfile.TemporaryFile()
+        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - open while the server runs; stop() closes it
         self._proc = subprocess.Popen(
             [
                 find_oxigraph(),
@@ -267,14 +267,13 @@ class LocalEndpoint:
     def stop(self) -> None:
         """Terminate exactly the process this endpoint started, and reap it."""
         proc, self._proc, self._url = self._proc, None, None
-        if proc is not None:
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
         if self._stderr is not None:
             self._stderr.close()
             self._stderr = None

@@ -95,7 +95,7 @@ def read_rows(name: str, text: str) -> tuple[str, list[Row]]:
         cells += [""] * (len(header) - len(cells))
         if not cells[0]:
             raise CuratedDataError(f"{where}: missing subject label")
-        rows.append(Row(where, cells[0], tuple(zip(header[1:], cells[1:]))))
+        rows.append(Row(where, cells[0], tuple(zip(header[1:], cells[1:], strict=True))))
     if header is None:
         raise CuratedDataError(f"{name}: no header line")
     return header[0], rows

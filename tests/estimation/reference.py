@@ -1,0 +1,97 @@
+"""A slow, obviously-correct reference for Base and Margin, one (instance, template) group at a time.
+
+Why it exists: the estimators now run vectorised over a padded `[instance, template, option]` cube
+(padding with −inf, argmax over a padded axis, np.partition over padded probabilities, bookkeeping
+with fancy indexing). Each of those steps can be wrong in ways small hand-made examples miss: a
+padded option winning, the runner-up of a one-option instance, a shifted option index, a row paired
+with another instance's object. This module keeps the per-row implementation the cube replaced
+(`git show HEAD:kcal_pipeline/estimation/registry.py`): rows grouped in plain Python, each group
+sorted by option_index, a softmax over exactly the scored options, so that the tests can check the
+vectorised path against it on random partitions. It is for tests only; never make it fast.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+GROUP_KEYS = ("model_id", "relation_id", "instance_id", "template_id")
+# Reduction name per log-likelihood column (the inverse of the cube's REDUCTIONS, written out again
+# on purpose, so that a wrong mapping there is not copied here).
+REDUCTION_OF_COLUMN = {
+    "ll_sum": "sum",
+    "ll_mean": "mean",
+    "ll_answer_sum": "answer_sum",
+    "ll_answer_mean": "answer_mean",
+}
+COLUMNS = {
+    "model_id": pl.String,
+    "relation_id": pl.String,
+    "instance_id": pl.String,
+    "template_id": pl.String,
+    "estimator": pl.String,
+    "reduction": pl.String,
+    "grain": pl.String,
+    "output_kind": pl.String,
+    "predicted_index": pl.Int32,
+    "predicted_id": pl.String,
+    "confidence": pl.Float64,
+    "correct": pl.Boolean,
+}
+SORT_KEYS = ("model_id", "relation_id", "instance_id", "template_id", "estimator", "reduction")
+
+
+def softmax(ll: np.ndarray) -> np.ndarray:
+    """Option distribution of one template; shifting by the max keeps exp() from overflowing."""
+    z = np.exp(ll - ll.max())
+    return z / z.sum()
+
+
+def base(ll: np.ndarray) -> tuple[int, float]:
+    """C = max_o p(o); np.argmax returns the first maximum, so ties go to the lowest position."""
+    i = int(np.argmax(ll))
+    return i, float(softmax(ll)[i])
+
+
+def margin(ll: np.ndarray) -> tuple[int, float]:
+    """C = p_[1] − p_[2]; with one option there is no runner-up, so Margin = Base (= 1)."""
+    p = softmax(ll)
+    i = int(np.argmax(ll))
+    if p.size == 1:
+        return i, float(p[0])
+    second, first = np.sort(p)[-2:]
+    return i, float(first - second)
+
+
+REFERENCE_ESTIMATORS = {"base": base, "margin": margin}
+
+
+def reference_estimates(scores: pl.DataFrame, reduction_column: str = "ll_sum") -> pl.DataFrame:
+    """Base and Margin rows for every (instance, template) of `scores`, as `compute_estimates` gives
+    them for those two estimators under the reduction that reads `reduction_column`."""
+    groups: dict[tuple[str, ...], list[tuple[int, str, bool, float]]] = {}
+    for row in scores.iter_rows(named=True):
+        key = tuple(str(row[k]) for k in GROUP_KEYS)
+        statement = (int(row["option_index"]), str(row["object_id"]), bool(row["is_gold"]))
+        groups.setdefault(key, []).append((*statement, float(row[reduction_column])))
+    rows = []
+    for key, statements in groups.items():
+        statements.sort()  # by option_index
+        ll = np.array([s[3] for s in statements], dtype=np.float64)
+        for name, fn in REFERENCE_ESTIMATORS.items():
+            position, confidence = fn(ll)
+            option_index, object_id, is_gold, _ = statements[position]
+            rows.append(
+                (
+                    *key,
+                    name,
+                    REDUCTION_OF_COLUMN[reduction_column],
+                    "template",
+                    "probability",
+                    option_index,
+                    object_id,
+                    confidence,
+                    is_gold,
+                )
+            )
+    return pl.DataFrame(rows, schema=COLUMNS, orient="row").sort(SORT_KEYS, nulls_last=True)
