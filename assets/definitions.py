@@ -9,13 +9,13 @@ under `dagster dev` (DefaultSensorStatus.RUNNING, no click in the UI needed):
 
 from dagster import Definitions, load_assets_from_modules, map_asset_specs
 
-from assets import dataset, estimates, reports, scoring
+from assets import dataset, estimation, evaluation, reporting, scoring
 from assets.automation import automation_sensor, with_automation
 from assets.sensors import model_registry_sensor
 from resources import default_resources
 
 all_assets = map_asset_specs(
-    with_automation, load_assets_from_modules([dataset, scoring, estimates, reports])
+    with_automation, load_assets_from_modules([dataset, scoring, estimation, evaluation, reporting])
 )
 
 defs = Definitions(

@@ -8,7 +8,7 @@ from kcal_pipeline.estimation import build_cube, compute_estimates
 
 
 @asset(
-    group_name="estimates",
+    group_name="estimation",
     partitions_def=model_relation_partitions,
     code_version="2",
     ins=one_dimension_of("probe_instances", "relation"),

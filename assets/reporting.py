@@ -1,31 +1,15 @@
-"""Per-model metrics, curves and the HTML report."""
+"""Per-model report: the summary table and the HTML page, from the metrics and curves."""
 
 import polars as pl
 from dagster import AssetExecutionContext, MetadataValue, asset
 
-from assets.partitions import model_partitions, one_dimension_of
+from assets.partitions import model_partitions
 from kcal_pipeline.core.paths import kcal_home, report_path
 from kcal_pipeline.core.storage import partition_path
-from kcal_pipeline.estimation.registry import headline_estimates
-from kcal_pipeline.evaluation import compute_curves, compute_metrics
 from kcal_pipeline.reporting.html import format_summary, render_html, summary_table, write_report
 from resources import DuckDBWarehouse, ModelProvider
 
-GROUP = "reports"
-ALL_RELATIONS = one_dimension_of("estimates", "model")
-
-
-@asset(group_name=GROUP, partitions_def=model_partitions, ins=ALL_RELATIONS, code_version="2")
-def metrics(estimates: pl.DataFrame, templates: pl.DataFrame) -> pl.DataFrame:
-    """Every registered metric that applies to each estimator (probability metrics only for
-    probability-valued ones) on each relation's headline template, overall and per relation."""
-    return compute_metrics(headline_estimates(estimates, templates))
-
-
-@asset(group_name=GROUP, partitions_def=model_partitions, ins=ALL_RELATIONS, code_version="2")
-def curves(estimates: pl.DataFrame, templates: pl.DataFrame) -> pl.DataFrame:
-    """Reliability (calibration) curves on the headline template."""
-    return compute_curves(headline_estimates(estimates, templates))
+GROUP = "reporting"
 
 
 @asset(group_name=GROUP, partitions_def=model_partitions, code_version="3")
