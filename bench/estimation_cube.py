@@ -9,7 +9,7 @@ shapes (models × relations, 6–60 options and 3–5 templates per relation, ll
 times, in one run,
 
   (i)  the old path: the per-row `compute_estimates` that the cube replaced, copied below verbatim
-       from `git show HEAD:kcal_pipeline/estimation/registry.py` (one Python call per (instance,
+       from `git show db2f873:kcal_pipeline/estimators.py` (one Python call per (instance,
        template) group), run once per reduction column;
   (ii) the cube path: `partition_cubes` (cube build) and `compute_estimates` (estimation), timed
        separately and together,
@@ -45,8 +45,8 @@ from kcal_pipeline.core.frames import require_columns
 from kcal_pipeline.estimation.cube import REDUCTIONS
 
 # ------------------------------------------------------------------------------------------------
-# The old per-row path, verbatim from `git show HEAD:kcal_pipeline/estimation/registry.py` (the same
-# code as `git show HEAD~3:kcal_pipeline/estimators.py`, ruff-formatted). Only this comment block is
+# The old per-row path, verbatim from `git show db2f873:kcal_pipeline/estimators.py` (the last
+# version before the option-score cube, ruff-formatted). Only this comment block is
 # new; the names shadow nothing, since the cube path is reached through `kcal_pipeline.estimation`.
 # ------------------------------------------------------------------------------------------------
 

@@ -5,7 +5,7 @@ Why it exists: the estimators now run vectorised over a padded `[instance, templ
 with fancy indexing). Each of those steps can be wrong in ways small hand-made examples miss: a
 padded option winning, the runner-up of a one-option instance, a shifted option index, a row paired
 with another instance's object. This module keeps the per-row implementation the cube replaced
-(`git show HEAD:kcal_pipeline/estimation/registry.py`): rows grouped in plain Python, each group
+(`git show db2f873:kcal_pipeline/estimators.py`): rows grouped in plain Python, each group
 sorted by option_index, a softmax over exactly the scored options, so that the tests can check the
 vectorised path against it on random partitions. It is for tests only; never make it fast.
 """
