@@ -5,7 +5,7 @@ import torch
 
 from kcal_pipeline.scoring import clm as clm_mod
 from kcal_pipeline.scoring.batching import is_oom, map_batches
-from tests.faults import oom_above
+from tests.faults.injection import oom_above
 
 
 def squares_failing_above(limit: int, sizes: list):

@@ -17,7 +17,7 @@ from kcal_pipeline.scoring.prefix import (
     packing_supported,
     score_clm_shared_prefix,
 )
-from tests.faults import oom_above
+from tests.faults.injection import oom_above
 from tests.scoring.test_clm_scoring import model_cache
 
 TEMPLATES = [
