@@ -7,8 +7,12 @@ of this library stays free of Dagster.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import logging
 import os
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Literal, get_args, get_origin
@@ -97,7 +101,12 @@ def cmd_demo(args) -> int:
     relations = None if args.all_relations else (args.relation or DEMO_RELATIONS)
     started = time.perf_counter()
     summary = run_missing(
-        home, models=args.model, relations=relations, settings=settings, refresh=args.refresh
+        home,
+        models=args.model,
+        relations=relations,
+        settings=settings,
+        refresh=args.refresh,
+        log=_log_unless_interrupted,
     )
     elapsed = time.perf_counter() - started
     if not summary.materialized:
@@ -121,6 +130,11 @@ def cmd_demo(args) -> int:
         print(format_summary(summary_table(metrics)))
         print(f"report: {report_path(home, entry.key)}")
     print(f'duckdb: {duckdb_path(home)}   e.g. kcal sql "select * from metrics limit 5"')
+    for failure in summary.failed:
+        print(f"kcal: failed: {failure}", file=sys.stderr)
+    if summary.failed:
+        print(f"kcal: {len(summary.failed)} model partition(s) failed; the others completed", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -131,7 +145,14 @@ def cmd_dataset_import_bear(args) -> int:
     from kcal_pipeline.dataset.sources.bear import import_bear
 
     home = kcal_home(args.home)
-    catalog, paths = import_bear(Path(args.directory), home, prefix=args.prefix)
+    try:
+        catalog, paths = import_bear(Path(args.directory), home, prefix=args.prefix, replace=args.replace)
+    except ValueError as exc:  # bad input, named by file and line; found before anything is written
+        if "kcal dataset import-bear" in str(exc):
+            raise
+        raise ValueError(
+            f"{exc}; nothing was imported: fix it and re-run `kcal dataset import-bear`"
+        ) from exc
     print(f"imported {len(paths)} relation(s) into {catalog}: {', '.join(paths)}")
     print(
         "they are part of the catalog from now on; run them with e.g. "
@@ -161,7 +182,7 @@ def cmd_dataset_quality(args) -> int:
 
     home = kcal_home(args.home)
     refresh_views(home)
-    cols, rows = query(home, named_query("quality"))
+    cols, rows = query(home, named_query("quality"), trusted=True)  # a PIVOT: several statements
     _print_table(cols, rows)
     return 0
 
@@ -171,6 +192,26 @@ def cmd_models_list(args) -> int:
     rows = [(e.key, e.id, e.source, e.kind, e.dtype, e.device, e.batch_size) for e in reg.entries()]
     _print_table(["key", "id", "source", "kind", "dtype", "device", "batch"], rows)
     return 0
+
+
+def _writes(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """A command that writes the store: it holds the store lock, and --no-wait fails if it is taken."""
+    parser.add_argument(
+        "--no-wait",
+        action="store_true",
+        help="fail at once if another kcal command or Dagster run writes this KCAL_HOME (default: wait)",
+    )
+    return parser
+
+
+def _store_lock_for(args: argparse.Namespace, argv: list[str] | None):
+    """The store lock for a writing command (one declared with _writes), nothing for the others."""
+    if not hasattr(args, "no_wait"):
+        return contextlib.nullcontext()
+    from kcal_pipeline.core.store_lock import hold_store_lock
+
+    command = " ".join(["kcal", *(sys.argv[1:] if argv is None else argv)])
+    return hold_store_lock(kcal_home(args.home), wait=not args.no_wait, command=command)
 
 
 def _sync(home: Path) -> None:
@@ -200,8 +241,19 @@ def cmd_models_add(args) -> int:
         trust_remote_code=args.trust_remote_code,
         **source,
     )
+    from kcal_pipeline.scoring.models.loading import check_loadable
+
+    kind = check_loadable(entry)  # a path that holds no loadable model is refused, not registered
     Registry(registry_path(home)).add(entry)
-    print(f"registered {entry.id} as {entry.key}")
+    detected = f" (kind {kind}{', detected' if entry.kind == 'auto' else ''})" if kind else ""
+    print(f"registered {entry.id} as {entry.key}{detected}")
+    if kind is None:
+        print(
+            f"note: {entry.id} is a Hugging Face hub id and was not checked: loading it needs network "
+            "access to the hub (or its files in the local hub cache); offline, register a downloaded "
+            "folder with --path DIR",
+            file=sys.stderr,
+        )
     _sync(home)
     return 0
 
@@ -220,12 +272,14 @@ def cmd_models_remove(args) -> int:
 
 
 def cmd_sql(args) -> int:
-    from kcal_pipeline.core.warehouse import query, refresh_views
+    # Read-only door: one SELECT, files only inside KCAL_HOME, views recreated if the store moved.
+    from kcal_pipeline.core.warehouse import one_line, query
 
-    home = kcal_home(args.home)
-    if not duckdb_path(home).exists():
-        refresh_views(home)
-    cols, rows = query(home, args.query)
+    try:
+        cols, rows = query(kcal_home(args.home), args.query)
+    except duckdb.Error as exc:
+        print(f"kcal: error: {one_line(exc)}", file=sys.stderr)
+        return 2
     if args.csv:
         import csv
 
@@ -254,7 +308,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_option_flags(d, ProbeOptions, skip=("paraphrase_model", "paraphrase_relations"))
     add_option_flags(d, ScoringOptions)
     d.add_argument("--no-progress", action="store_true", help="no progress bar (log lines only)")
-    d.set_defaults(func=cmd_demo)
+    _writes(d).set_defaults(func=cmd_demo)
 
     m = sub.add_parser("models", help="the model registry (KCAL_HOME/models.toml)")
     msub = m.add_subparsers(dest="models_command", required=True)
@@ -281,13 +335,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="run the model repository's own code (off by default)",
     )
-    a.set_defaults(func=cmd_models_add)
+    _writes(a).set_defaults(func=cmd_models_add)
     msub.add_parser("sync", help="make the Dagster 'model' partitions match the registry").set_defaults(
         func=cmd_models_sync
     )
     r = msub.add_parser("remove", help="unregister a model")
     r.add_argument("id", help="model id or key")
-    r.set_defaults(func=cmd_models_remove)
+    _writes(r).set_defaults(func=cmd_models_remove)
 
     ds = sub.add_parser("dataset", help="dataset construction helpers")
     dsub = ds.add_subparsers(dest="dataset_command", required=True)
@@ -296,11 +350,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     b.add_argument("directory")
     b.add_argument("--prefix", default="bear-", help="prefix for the imported relation ids (default bear-)")
-    b.set_defaults(func=cmd_dataset_import_bear)
+    b.add_argument(
+        "--replace",
+        action="store_true",
+        help="the catalog holds only this import's relations (default: merge with earlier imports by id)",
+    )
+    _writes(b).set_defaults(func=cmd_dataset_import_bear)
     pp = dsub.add_parser("paraphrase", help="generate template paraphrases with an instruct model")
     pp.add_argument("--model", help="model key (default: the first registered model)")
     pp.add_argument("--relation", action="append", help="relation id (repeatable; default: all)")
-    pp.set_defaults(func=cmd_dataset_paraphrase)
+    _writes(pp).set_defaults(func=cmd_dataset_paraphrase)
     dsub.add_parser("quality", help="print the data-quality table").set_defaults(func=cmd_dataset_quality)
 
     q = sub.add_parser("sql", help="run a read-only SQL query over the DuckDB views")
@@ -310,17 +369,126 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+INTERRUPTED = "interrupted; the next run resumes from the partition checkpoints"
+_INTERRUPT_ERRORS = ("KeyboardInterrupt", "DagsterExecutionInterruptedError")
+
+
+def _is_interrupt(exc: BaseException) -> bool:
+    return any(cls.__name__ in _INTERRUPT_ERRORS for cls in type(exc).__mro__)
+
+
+def _not_an_interrupt_report(record: logging.LogRecord) -> bool:
+    """False for Dagster's report of an interrupted step or run (an error with its stack trace)."""
+    return record.levelno < logging.ERROR or not any(n in str(record.msg) for n in _INTERRUPT_ERRORS)
+
+
+class _QuietOnInterrupt(logging.Logger):
+    """The class of loggers made while a kcal command runs, Dagster's console logger among them:
+    they drop Dagster's reports of an interruption (the instance's event log still has them)."""
+
+    def __init__(self, name: str, level: int | str = logging.NOTSET) -> None:
+        super().__init__(name, level)
+        self.addFilter(_not_an_interrupt_report)
+
+
+class CtrlC:
+    """Ctrl-C ends a command with one line and exit code 130, and no traceback from anyone.
+
+    The terminal sends SIGINT to the whole process group, so also to the processes kcal started,
+    among them the `tail` and Python watcher that mirror each Dagster run's captured output (the
+    watchers would print a KeyboardInterrupt traceback each). While the command runs, SIGINT is
+    blocked in the main thread, so every child inherits it blocked; one of kcal's other threads
+    takes the signal, Python runs the handler in the main thread as always (Dagster's, during a
+    run: it stops the step, fails the run and tears its resources down) and a watcher thread,
+    woken through signal.set_wakeup_fd, pokes the main thread with POKE so that a blocking call
+    (an HTTP request, a sleep) returns at once. Dagster's console report of the interruption is
+    dropped (_QuietOnInterrupt). Off the main thread or without pthread_sigmask a plain
+    KeyboardInterrupt still ends in the same line.
+    """
+
+    POKE = getattr(signal, "SIGUSR2", None)
+    active: CtrlC | None = None  # the running command's
+
+    def __init__(self) -> None:
+        self.pressed = False
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> CtrlC:
+        CtrlC.active = self
+        self._logger_class = logging.getLoggerClass()
+        logging.setLoggerClass(_QuietOnInterrupt)
+        usable = self.POKE is not None and hasattr(signal, "pthread_sigmask")
+        if not usable or threading.current_thread() is not threading.main_thread():
+            return self
+        self._read, self._write = os.pipe()
+        os.set_blocking(self._write, False)
+        self._wakeup = signal.set_wakeup_fd(self._write, warn_on_full_buffer=False)
+        self._poke_handler = signal.signal(self.POKE, lambda signum, frame: None)
+        self._mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        self._thread = threading.Thread(target=self._watch, name="kcal-ctrl-c", daemon=True)
+        self._thread.start()
+        return self
+
+    def _watch(self) -> None:
+        # Unblocked here, so some thread can always take SIGINT (the main thread blocks it).
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        main = threading.main_thread().ident
+        while data := os.read(self._read, 64):
+            if signal.SIGINT in data or signal.SIGTERM in data:
+                self.pressed = True
+                signal.pthread_kill(main, self.POKE)
+            if b"\xff" in data:  # __exit__: the command is over
+                return
+
+    def __exit__(self, *exc) -> bool:
+        if self._thread is not None:
+            os.write(self._write, b"\xff")
+            self._thread.join()
+            signal.pthread_sigmask(signal.SIG_SETMASK, self._mask)
+            signal.signal(self.POKE, self._poke_handler)
+            signal.set_wakeup_fd(self._wakeup)
+            os.close(self._read)
+            os.close(self._write)
+        logging.setLoggerClass(self._logger_class)
+        CtrlC.active = None
+        return False
+
+
+def _log_unless_interrupted(message: str) -> None:
+    """run_missing's log, called between two Dagster runs. Dagster raises a Ctrl-C in user code (a
+    step, an IO manager, a resource) and defers one that comes during its own bookkeeping to the
+    next user code; one that comes after a run's last user code is dropped when the run ends. Such
+    a Ctrl-C stops the command here, before the next run."""
+    if CtrlC.active is not None and CtrlC.active.pressed:
+        raise KeyboardInterrupt
+    print(message)
+
+
+def _interrupted(args: argparse.Namespace) -> int:
+    print(f"kcal: {INTERRUPTED if args.command == 'demo' else 'interrupted'}", file=sys.stderr)
+    return 130
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.home:
         # The catalog (imported datasets) and the Dagster layer read KCAL_HOME from the environment.
         os.environ["KCAL_HOME"] = str(kcal_home(args.home))
+    ctrl_c = CtrlC()
     try:
-        return args.func(args)
+        with ctrl_c, _store_lock_for(args, argv):
+            code = args.func(args)
+        return _interrupted(args) if ctrl_c.pressed else code
     except (KeyError, ValueError, FileNotFoundError, RuntimeError, duckdb.Error) as exc:
+        if ctrl_c.pressed:  # an error raised while the interrupted run unwound
+            return _interrupted(args)
         msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
         print(f"kcal: error: {msg}", file=sys.stderr)
         return 2
+    except BaseException as exc:  # KeyboardInterrupt, or Dagster's DagsterExecutionInterruptedError
+        if ctrl_c.pressed or _is_interrupt(exc):
+            return _interrupted(args)
+        raise
 
 
 if __name__ == "__main__":

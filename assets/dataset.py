@@ -34,18 +34,20 @@ from kcal_pipeline.dataset.instances.relation_probe import (
 from kcal_pipeline.dataset.relations import get_relation, load_catalog
 from kcal_pipeline.dataset.sources.facts import kept_counts, relation_facts
 from resources import ModelProvider, ProbeSettings, SparqlEndpoint
+from resources.settings import reads
 
 GROUP = "dataset"
+FACT_READS = reads("relation", "probe.page_size", "probe.min_sitelinks")
 EVERY_RELATION = AllPartitionMapping()
 
 
-@asset(group_name=GROUP, code_version="2")
+@asset(group_name=GROUP, code_version="2", metadata=reads("catalog"))
 def relations() -> pl.DataFrame:
     """The relation catalog (closed-set relations, MACE domains, imported sets) as a table."""
     return relations_frame(load_catalog())
 
 
-@asset(group_name=GROUP, code_version="2")
+@asset(group_name=GROUP, code_version="2", metadata=reads("catalog", "probe.seed"))
 def templates(probe_settings: ProbeSettings) -> pl.DataFrame:
     """Curated templates of every relation (rank 0 = headline) and their marker and perturbation
     variants; a run picks kinds with probe_settings.template_kinds."""
@@ -57,8 +59,12 @@ def templates(probe_settings: ProbeSettings) -> pl.DataFrame:
     partitions_def=relation_partitions,
     code_version="2",
     outs={
-        "wikidata_facts": AssetOut(description="Facts of one relation with English labels and provenance."),
-        "dropped_facts": AssetOut(description="Rows the validity filters dropped, with the reason."),
+        "wikidata_facts": AssetOut(
+            description="Facts of one relation with English labels and provenance.", metadata=FACT_READS
+        ),
+        "dropped_facts": AssetOut(
+            description="Rows the validity filters dropped, with the reason.", metadata=FACT_READS
+        ),
     },
 )
 def wikidata_facts(context: AssetExecutionContext, sparql: SparqlEndpoint, probe_settings: ProbeSettings):
@@ -84,13 +90,26 @@ def wikidata_facts(context: AssetExecutionContext, sparql: SparqlEndpoint, probe
     yield Output(result.dropped, output_name="dropped_facts", metadata={"rows": result.dropped.height})
 
 
-@asset(group_name=GROUP, code_version="1", ins={"wikidata_facts": AssetIn(partition_mapping=EVERY_RELATION)})
+@asset(
+    group_name=GROUP,
+    code_version="1",
+    ins={"wikidata_facts": AssetIn(partition_mapping=EVERY_RELATION)},
+    metadata=reads("catalog"),
+)
 def object_pools(wikidata_facts: pl.DataFrame) -> pl.DataFrame:
     """Every object with its relation's object type: distractor top-up for short answer spaces."""
     return pools_of(wikidata_facts, load_catalog())
 
 
-@asset(group_name=GROUP, partitions_def=relation_partitions, code_version="2")
+@asset(
+    group_name=GROUP,
+    partitions_def=relation_partitions,
+    code_version="2",
+    metadata=reads(
+        "relation", "probe.n_negatives", "probe.seed", "probe.max_instances", "probe.dev_fraction",
+        "probe.answer_space_k",
+    ),
+)  # fmt: skip
 def probe_instances(
     context: AssetExecutionContext,
     wikidata_facts: pl.DataFrame,
@@ -114,7 +133,12 @@ def probe_instances(
     return instances
 
 
-@asset(group_name=GROUP, partitions_def=relation_partitions, code_version="2")
+@asset(
+    group_name=GROUP,
+    partitions_def=relation_partitions,
+    code_version="2",
+    metadata=reads("probe.template_kinds", "probe.max_templates", "probe.seed", "table:generated_templates"),
+)
 def statements(
     context: AssetExecutionContext,
     probe_instances: pl.DataFrame,
@@ -162,7 +186,11 @@ def data_quality(
     return quality_report(facts, probe_instances)
 
 
-@asset(group_name=GROUP, code_version="1")
+@asset(
+    group_name=GROUP,
+    code_version="1",
+    metadata=reads("catalog", "probe.seed", "probe.paraphrase_model", "probe.paraphrase_relations"),
+)
 def generated_templates(
     context: AssetExecutionContext, models: ModelProvider, probe_settings: ProbeSettings
 ) -> pl.DataFrame:

@@ -8,11 +8,12 @@ from kcal_pipeline.core.paths import kcal_home, report_path
 from kcal_pipeline.core.storage import partition_path
 from kcal_pipeline.reporting.html import format_summary, render_html, summary_table, write_report
 from resources import DuckDBWarehouse, ModelProvider
+from resources.settings import reads
 
 GROUP = "reporting"
 
 
-@asset(group_name=GROUP, partitions_def=model_partitions, code_version="3")
+@asset(group_name=GROUP, partitions_def=model_partitions, code_version="3", metadata=reads("model"))
 def report(
     context: AssetExecutionContext,
     metrics: pl.DataFrame,

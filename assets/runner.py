@@ -1,8 +1,10 @@
 """Materialize what is missing, stage by stage, on a persistent Dagster instance.
 
 This is what `kcal demo` runs: the same assets and resources as the UI, so a partition
-materialized here shows up there (and the reverse). A (asset, partition) counts as done when the
-instance has a materialization for it and its Parquet file exists; done work is never redone.
+materialized here shows up there (and the reverse). A (asset, partition) counts as done when its
+Parquet file records the data version the current code, settings and inputs would give it
+(kcal_pipeline/core/versions.py): a changed setting or a rebuilt input reruns exactly what it
+affects, an interrupted partition (no final file) is never done, and done work is never redone.
 """
 
 import os
@@ -16,10 +18,12 @@ from assets.definitions import all_assets
 from assets.partitions import model_partitions, partition_changes
 from kcal_pipeline.core.paths import dagster_home, registry_path
 from kcal_pipeline.core.storage import partition_path
+from kcal_pipeline.core.versions import data_version, input_versions, stored_version
 from kcal_pipeline.core.warehouse import refresh_views
 from kcal_pipeline.dataset.relations import relation_ids
-from kcal_pipeline.scoring.models import Registry
+from kcal_pipeline.scoring.models import DEFAULT_MODEL, ModelLoadError, Registry
 from resources import default_resources
+from resources.settings import declared_reads, resolve_reads
 
 # Stages in dependency order; inside a stage, assets share one partitions definition. Facts are
 # fetched for every relation (cheap, and the top-up pools of short answer spaces must not depend
@@ -36,10 +40,41 @@ STAGES: list[tuple[str, tuple[str, ...]]] = [
 QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "INFO"}}}}
 
 
+@dataclass(frozen=True)
+class Failure:
+    """One stage of one model partition that failed; the run went on with the other models."""
+
+    assets: tuple[str, ...]
+    model: str
+    relation: str | None
+    error: str
+
+    def __str__(self) -> str:
+        where = f"model {self.model}" + (f", relation {self.relation}" if self.relation else "")
+        return f"{', '.join(self.assets)} [{where}]: {self.error}"
+
+
 @dataclass
 class RunSummary:
     materialized: list[tuple[str, str]] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)
+    failed: list[Failure] = field(default_factory=list)
+
+
+def _interrupted(error: BaseException) -> bool:
+    """An error raised while an interruption (Ctrl-C) unwound: the run stops, it does not go on."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        if not isinstance(error, Exception):
+            return True
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return False
+
+
+def _one_line(error: BaseException, limit: int = 600) -> str:
+    text = f"{type(error).__name__}: {' '.join(str(error).split())}"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def get_instance(home: Path) -> DagsterInstance:
@@ -79,12 +114,46 @@ def _partitions(kind: str, models: Sequence[str], relations: Sequence[str]) -> l
     ]
 
 
-def _is_done(instance: DagsterInstance, home: Path, asset: str, pkey, dims: dict) -> bool:
-    if not partition_path(home, asset, dims).exists():
-        return False
-    if pkey is None:
-        return instance.get_latest_materialization_event(AssetKey(asset)) is not None
-    return str(pkey) in instance.get_materialized_partitions(AssetKey(asset))
+KIND_OF = {
+    asset: "relation" if kind == "all_relations" else kind for kind, names in STAGES for asset in names
+}
+
+
+def _upstream_files(home: Path, upstream: str, dims: dict) -> list[Path]:
+    """The files of `upstream` that a partition with `dims` reads, as the IO manager maps them:
+    the same partition, or every materialized relation where the step spans relations."""
+    kind = KIND_OF[upstream]
+    if kind == "none":
+        return [partition_path(home, upstream)]
+    if kind == "model":
+        return [partition_path(home, upstream, {"model": dims["model"]})]
+    if kind == "relation" and "relation" in dims:
+        return [partition_path(home, upstream, {"relation": dims["relation"]})]
+    if kind == "model_relation" and "relation" in dims:
+        return [partition_path(home, upstream, dims)]
+    fixed = {"model": dims["model"]} if kind == "model_relation" else {}
+    spanned = [partition_path(home, upstream, {**fixed, "relation": r}) for r in relation_ids()]
+    return [path for path in spanned if path.exists()]
+
+
+def expected_version(home: Path, asset: str, dims: dict, resources: dict) -> str:
+    """The data version the current code, settings and inputs give this partition; the IO manager
+    records the same computation when it writes the partition (resources/parquet_io.py)."""
+    assets_def = next(a for a in all_assets if AssetKey(asset) in a.keys)
+    spec = assets_def.specs_by_key[AssetKey(asset)]
+    values, extra = resolve_reads(
+        declared_reads(spec.metadata), dims, resources["probe_settings"], resources["scoring_settings"], home
+    )
+    files = [f for dep in spec.deps for f in _upstream_files(home, dep.asset_key.to_user_string(), dims)]
+    code_version = assets_def.code_versions_by_key.get(AssetKey(asset))
+    return data_version(asset, code_version, values, input_versions(home, [*files, *extra]))
+
+
+def is_up_to_date(home: Path, asset: str, dims: dict, resources: dict) -> bool:
+    """A partition is up to date when its file records the version it would be computed with now:
+    a changed setting, a rebuilt input or a missing final file (an interrupted run) all differ."""
+    stored = stored_version(partition_path(home, asset, dims))
+    return stored is not None and stored == expected_version(home, asset, dims, resources)
 
 
 def materialize_unpartitioned(home: Path, asset: str, settings: dict | None = None) -> None:
@@ -99,14 +168,32 @@ def materialize_unpartitioned(home: Path, asset: str, settings: dict | None = No
     )
 
 
-def _upstream_changed(summary: RunSummary, position: int, kind: str, dims: dict) -> bool:
-    """Aggregates over many partitions (object pools, data quality, a model's metrics) are
-    recomputed when this run materialized any of the partitions they read."""
-    if kind == "none" and position > 0:
-        return bool(summary.materialized)
-    if kind == "model":
-        return any(label.startswith(f"{dims['model']}|") for _, label in summary.materialized)
-    return False
+def _blocked(summary: RunSummary, unloadable: dict[str, str], kind: str, model: str) -> str | None:
+    """Why a model's partition is not run: its model failed to load, or (for the per-model
+    summaries) some of its relation partitions failed, so they would summarise a partial model."""
+    if model in unloadable:
+        return unloadable[model]
+    failed = [f for f in summary.failed if f.model == model]
+    if kind == "model" and failed:
+        return f"not run: {len(failed)} partition(s) of this model failed"
+    return None
+
+
+def check_run(
+    home: Path, models: Sequence[str] | None, relations: Sequence[str] | None
+) -> tuple[list[str], list[str]]:
+    """The models and relations of a run, each checked against the registry and the catalog
+    without writing anything (a store without models.toml has the default model only)."""
+    path = registry_path(home)
+    registered = [e.key for e in Registry(path).entries()] if path.exists() else [DEFAULT_MODEL.key]
+    unknown = [m for m in models or () if m not in registered]
+    if unknown:
+        raise KeyError(f"--model {', '.join(unknown)}: not registered; registered: {', '.join(registered)}")
+    known = relation_ids()
+    bad = [r for r in relations or () if r not in known]
+    if bad:
+        raise KeyError(f"--relation {', '.join(bad)}: not in the catalog; known: {', '.join(known)}")
+    return list(models or registered), list(relations or known)
 
 
 def run_missing(
@@ -117,38 +204,52 @@ def run_missing(
     refresh: bool = False,
     log: Callable[[str], None] = print,
 ) -> RunSummary:
-    """Materialize every missing (asset, partition) for the given models and relations."""
-    instance = get_instance(home)
-    registered = sync_model_partitions(home, instance)
-    models = list(models or registered)
-    unknown = [m for m in models if m not in registered]
-    if unknown:
-        raise KeyError(f"model key(s) {unknown} are not registered; registered: {registered}")
-    relations = list(relations or relation_ids())
-    bad = [r for r in relations if r not in relation_ids()]
-    if bad:
-        raise KeyError(f"unknown relation(s) {bad}; known: {relation_ids()}")
+    """Materialize every missing (asset, partition) for the given models and relations.
+
+    A failure in a model's partitions (its scoring, its estimates, its summaries) is recorded in
+    the summary's `failed` and the other models go on; a failure in the shared dataset stages stops
+    the run."""
+    # Everything is checked before the first write: models, relations, settings.
+    models, relations = check_run(home, models, relations)
     resources = default_resources(home=str(home), **(settings or {}))
+    instance = get_instance(home)
+    sync_model_partitions(home, instance)
     summary = RunSummary()
-    for position, (kind, stage_assets) in enumerate(STAGES):
+    unloadable: dict[str, str] = {}  # model key -> why its remaining partitions are not run
+    for kind, stage_assets in STAGES:
         for pkey, dims in _partitions(kind, models, relations):
             label = str(pkey) if pkey is not None else "-"
-            stale = _upstream_changed(summary, position, kind, dims)
-            done = [not (refresh or stale) and _is_done(instance, home, a, pkey, dims) for a in stage_assets]
+            # Stage assets are in dependency order: from the first stale one on, all are recomputed.
+            done = [not refresh and is_up_to_date(home, a, dims, resources) for a in stage_assets]
             first_missing = done.index(False) if False in done else len(done)
             todo = list(stage_assets[first_missing:])
             summary.skipped += [(a, label) for a in stage_assets[:first_missing]]
             if not todo:
                 continue
+            model = dims.get("model")
+            if model is not None and (reason := _blocked(summary, unloadable, kind, model)):
+                summary.failed.append(Failure(tuple(todo), model, dims.get("relation"), reason))
+                continue
             log(f"materializing {', '.join(todo)} [{label}]")
-            materialize(
-                all_assets,
-                selection=[AssetKey(a) for a in todo],
-                partition_key=pkey,
-                instance=instance,
-                resources=resources,
-                run_config=QUIET_LOGS,
-            )
+            try:
+                materialize(
+                    all_assets,
+                    selection=[AssetKey(a) for a in todo],
+                    partition_key=pkey,
+                    instance=instance,
+                    resources=resources,
+                    run_config=QUIET_LOGS,
+                )
+            except Exception as error:
+                if model is None or _interrupted(error):  # shared dataset stages; Ctrl-C
+                    raise
+                # One model's failure (a broken folder, an OOM) fails that model's partitions only.
+                failure = Failure(tuple(todo), model, dims.get("relation"), _one_line(error))
+                summary.failed.append(failure)
+                log(f"failed: {failure}")
+                if isinstance(error, ModelLoadError):
+                    unloadable[model] = "not run: the model failed to load (see its first failure)"
+                continue
             summary.materialized += [(a, label) for a in todo]
     refresh_views(home)
     return summary

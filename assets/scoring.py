@@ -8,6 +8,7 @@ from kcal_pipeline.core.paths import kcal_home
 from kcal_pipeline.core.progress import terminal_stream
 from kcal_pipeline.scoring.partition import score_partition
 from resources import ModelProvider, ScoringSettings
+from resources.settings import reads, scoring_reads
 
 
 @asset(
@@ -15,6 +16,7 @@ from resources import ModelProvider, ScoringSettings
     partitions_def=model_relation_partitions,
     code_version="2",
     ins=one_dimension_of("statements", "relation"),
+    metadata=reads("model", *scoring_reads()),
 )
 def statement_scores(
     context: AssetExecutionContext,

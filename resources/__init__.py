@@ -4,20 +4,30 @@ from resources.model_provider import ModelProvider
 from resources.parquet_io import ParquetIOManager
 from resources.settings import ProbeSettings, ScoringSettings
 from resources.sparql_endpoint import SparqlEndpoint
+from resources.store_lock import StoreLock
 from resources.warehouse import DuckDBWarehouse
 
 
-def default_resources(home: str = "", sparql_url: str = "", **settings) -> dict:
+def default_resources(
+    home: str = "", sparql_url: str = "", wait_for_store_lock: bool = True, **settings
+) -> dict:
     """The resources of one KCAL_HOME; tests pass a temporary home and small settings (a key that
-    is a ScoringSettings field goes there, every other key to ProbeSettings)."""
+    is a ScoringSettings field goes there, every other key to ProbeSettings). A run waits for the
+    store lock while another process writes the home, or fails at once with wait_for_store_lock
+    false."""
     scoring = {k: settings.pop(k) for k in list(settings) if k in ScoringSettings.model_fields}
+    probe_settings, scoring_settings = ProbeSettings(home=home, **settings), ScoringSettings(**scoring)
+    store_lock = StoreLock(home=home, wait=wait_for_store_lock)
     return {
-        "io_manager": ParquetIOManager(home=home),
+        "io_manager": ParquetIOManager(
+            home=home, probe_settings=probe_settings, scoring_settings=scoring_settings, store_lock=store_lock
+        ),
         "sparql": SparqlEndpoint(url=sparql_url, home=home),
         "models": ModelProvider(home=home),
         "warehouse": DuckDBWarehouse(home=home),
-        "probe_settings": ProbeSettings(home=home, **settings),
-        "scoring_settings": ScoringSettings(**scoring),
+        "probe_settings": probe_settings,
+        "scoring_settings": scoring_settings,
+        "store_lock": store_lock,
     }
 
 
@@ -28,5 +38,6 @@ __all__ = [
     "ProbeSettings",
     "ScoringSettings",
     "SparqlEndpoint",
+    "StoreLock",
     "default_resources",
 ]

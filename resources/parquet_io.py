@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import polars as pl
 from dagster import (
     ConfigurableIOManager,
@@ -11,10 +13,16 @@ from dagster import (
     OutputContext,
     PartitionsDefinition,
 )
+from pydantic import PrivateAttr
 
 from kcal_pipeline.core.paths import kcal_home
 from kcal_pipeline.core.storage import partition_path, read_partitions, table_has_data, write_parquet_atomic
+from kcal_pipeline.core.versions import DATA_VERSION_KEY, data_version, input_versions
 from kcal_pipeline.core.warehouse import refresh_views
+from kcal_pipeline.scoring.partition import TABLE as SCORES_TABLE
+from kcal_pipeline.scoring.partition import discard_checkpoints
+from resources.settings import ProbeSettings, ScoringSettings, declared_reads, resolve_reads
+from resources.store_lock import StoreLock
 
 
 def partition_dims(pdef: PartitionsDefinition | None, key: str | None) -> dict[str, str]:
@@ -40,6 +48,28 @@ class ParquetIOManager(ConfigurableIOManager):
     """
 
     home: str = ""
+    probe_settings: ProbeSettings
+    scoring_settings: ScoringSettings
+    # The store is written only while the run holds its lock (resources/store_lock.py).
+    store_lock: StoreLock
+
+    # Input files each step of each run read ((run id, step key) -> paths): a partition's data
+    # version is computed from exactly the files that went into it.
+    _read: dict[tuple[str, str], list[Path]] = PrivateAttr(default_factory=dict)
+
+    def _version(self, context: OutputContext, home: Path, dims: dict[str, str]) -> str:
+        """The partition's data version (kcal_pipeline/core/versions.py)."""
+        values, extra = resolve_reads(
+            declared_reads(context.definition_metadata),
+            dims,
+            self.probe_settings,
+            self.scoring_settings,
+            home,
+        )
+        read = self._read.get((context.run_id, context.step_key), [])
+        inputs = input_versions(home, [*read, *extra])
+        code = context.step_context.job_def.asset_layer.get(context.asset_key).code_version
+        return data_version(table_name(context), code, values, inputs)
 
     def handle_output(self, context: OutputContext, obj: pl.DataFrame) -> None:
         if not isinstance(obj, pl.DataFrame):
@@ -49,18 +79,28 @@ class ParquetIOManager(ConfigurableIOManager):
         key = context.asset_partition_key if context.has_asset_partitions else None
         pdef = context.asset_partitions_def if context.has_asset_partitions else None
         home, table = kcal_home(self.home or None), table_name(context)
-        path = partition_path(home, table, partition_dims(pdef, key))
+        dims = partition_dims(pdef, key)
+        path = partition_path(home, table, dims)
         first_file = not table_has_data(home, table)
-        changed = write_parquet_atomic(obj, path)
+        version = self._version(context, home, dims)
+        changed = write_parquet_atomic(obj, path, metadata={DATA_VERSION_KEY: version})
+        if table == SCORES_TABLE:
+            # Only now, the final file written, flushed and renamed, are the checkpoints redundant.
+            discard_checkpoints(home, dims)
         if first_file:
             # DuckDB cannot create a view over a glob that matches nothing, so a table's view
             # appears with its first file; later partitions are picked up by the glob itself.
             refresh_views(home)
-        context.add_output_metadata({"path": str(path), "rows": obj.height, "file_changed": changed})
+        context.add_output_metadata(
+            {"path": str(path), "rows": obj.height, "file_changed": changed, "kcal_data_version": version}
+        )
 
     def load_input(self, context: InputContext) -> pl.DataFrame:
         home = kcal_home(self.home or None)
+        step = context.step_context
+        read = self._read.setdefault((step.run_id, step.step.key), [])
         if not context.has_asset_partitions:
+            read.append(partition_path(home, table_name(context)))
             return read_partitions(home, table_name(context), [{}])
         pdef, table = context.asset_partitions_def, table_name(context)
         dims = [partition_dims(pdef, k) for k in sorted(context.asset_partition_keys)]
@@ -75,4 +115,5 @@ class ParquetIOManager(ConfigurableIOManager):
                     f"materialized and are left out: {missing}"
                 )
                 dims = present
+        read.extend(partition_path(home, table, d) for d in dims)
         return read_partitions(home, table, dims)

@@ -4,9 +4,14 @@ Their fields are those of kcal_pipeline.core.options (defined and validated ther
 resources add only where state lives.
 """
 
+import hashlib
+from pathlib import Path
+
 from dagster import ConfigurableResource
 
 from kcal_pipeline.core.options import ProbeOptions, ScoringOptions
+from kcal_pipeline.core.paths import registry_path
+from kcal_pipeline.core.storage import partition_path
 
 
 class ProbeSettings(ConfigurableResource, ProbeOptions):
@@ -18,3 +23,62 @@ class ProbeSettings(ConfigurableResource, ProbeOptions):
 class ScoringSettings(ConfigurableResource, ScoringOptions):
     """How statement_scores scores (kcal_pipeline.core.options.ScoringOptions); part of its
     fingerprint, so changing a field rescores, and leaving them alone never does."""
+
+
+# An asset declares what it reads besides its inputs in its definition metadata, under this key:
+# "probe.<field>" / "scoring.<field>" settings, "catalog" (the whole relation catalog), "relation"
+# (the partition's relation spec), "model" (the partition's registry entry), "table:<name>" (an
+# unpartitioned table read directly, e.g. generated_templates). Both the IO manager (recording a
+# partition's data version) and the CLI runner (deciding whether it is up to date) resolve it here.
+READS_KEY = "kcal/reads"
+
+
+def declared_reads(metadata: dict | None) -> list[str]:
+    raw = (metadata or {}).get(READS_KEY, "")
+    raw = getattr(raw, "value", raw)  # Dagster may wrap definition metadata values
+    return [part.strip() for part in str(raw).split(",") if part.strip()]
+
+
+def _digest(value: object) -> str:
+    return hashlib.sha256(repr(value).encode()).hexdigest()[:16]
+
+
+def resolve_reads(
+    reads: list[str], dims: dict[str, str], probe: ProbeOptions, scoring: ScoringOptions, home: Path
+) -> tuple[dict[str, object], list[Path]]:
+    """(setting values, extra input files) of one partition's declared reads."""
+    from kcal_pipeline.dataset.relations import get_relation, load_catalog
+    from kcal_pipeline.scoring.models.registry import Registry
+
+    values: dict[str, object] = {}
+    files: list[Path] = []
+    for name in reads:
+        group, _, field = name.partition(".")
+        if group == "probe":
+            values[name] = getattr(probe, field)
+        elif group == "scoring":
+            values[name] = getattr(scoring, field)
+        elif name == "catalog":
+            values[name] = _digest(sorted(load_catalog().items()))
+        elif name == "relation":
+            values[name] = _digest(get_relation(dims["relation"]))
+        elif name == "model":
+            entry = Registry(registry_path(home)).get(dims["model"])
+            values[name] = _digest(entry)
+        elif group.startswith("table:"):
+            path = partition_path(home, group.removeprefix("table:"))
+            if path.exists():
+                files.append(path)
+        else:
+            raise ValueError(f"unknown declared read {name!r} (see resources/settings.py READS_KEY)")
+    return values, files
+
+
+def reads(*names: str) -> dict[str, str]:
+    """Definition metadata declaring what an asset reads besides its inputs (see READS_KEY)."""
+    return {READS_KEY: ",".join(names)}
+
+
+def scoring_reads() -> tuple[str, ...]:
+    """Every scoring setting a score depends on (all but chunking), as declared reads."""
+    return tuple(f"scoring.{name}" for name in ScoringOptions().fingerprint_values())

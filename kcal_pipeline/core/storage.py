@@ -52,7 +52,18 @@ def partition_path(home: Path, table: str, partition: Mapping[str, str] | None =
     return path / PART_FILE
 
 
-def write_parquet_atomic(frame: pl.DataFrame, path: Path) -> bool:
+def fsync_dir(directory: Path) -> None:
+    """Flush a folder's entries, so a rename into it survives a crash or power cut (POSIX)."""
+    if os.name != "posix":
+        return
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_parquet_atomic(frame: pl.DataFrame, path: Path, metadata: dict[str, str] | None = None) -> bool:
     """Write via a temp file and rename; an unchanged file is left untouched.
 
     Returns True if the file changed. Either the old file or the complete new one is on disk at
@@ -62,13 +73,14 @@ def write_parquet_atomic(frame: pl.DataFrame, path: Path) -> bool:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
     try:
-        frame.write_parquet(tmp, compression="zstd", statistics=True)
+        frame.write_parquet(tmp, compression="zstd", statistics=True, metadata=metadata)
         with open(tmp, "rb") as fh:
             os.fsync(fh.fileno())
         if path.exists() and filecmp.cmp(tmp, path, shallow=False):
             tmp.unlink()
             return False
         os.replace(tmp, path)
+        fsync_dir(path.parent)
         return True
     finally:
         if tmp.exists():
@@ -90,10 +102,55 @@ def write_text_atomic(path: Path, text: str, mode: int = 0o644) -> Path:
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
+        fsync_dir(path.parent)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+class BadFileError(ValueError):
+    """A stored or imported file cannot be read; the message names it and says how to rebuild it."""
+
+
+# Tables `kcal demo` does not build; how each one is rebuilt instead.
+_REBUILT_BY = {"generated_templates": "`kcal dataset paraphrase`"}
+
+
+def rebuild_hint(table: str, partition: Mapping[str, str] | None = None) -> str:
+    """How to rebuild one partition of a table: delete its file and re-materialize it."""
+    dims = {d: partition[d] for d in DIMENSIONS if d in (partition or {})}
+    label = f" [{', '.join(f'{d}={v}' for d, v in dims.items())}]" if dims else ""
+    flags = "".join(f" --{d} {v}" for d, v in dims.items())
+    command = _REBUILT_BY.get(table, f"`kcal demo{flags}`")
+    return (
+        f"delete it and re-materialize {table}{label} ({command} with the settings of the run "
+        "that made it, or materialize it in the Dagster UI)"
+    )
+
+
+def store_file_hint(home: Path, path: str | Path) -> str | None:
+    """rebuild_hint for a Parquet file of the store at `path`, None for any other path."""
+    try:
+        parts = Path(path).resolve().relative_to(Path(home).resolve()).parts
+    except (OSError, ValueError):
+        return None
+    if len(parts) < 2 or parts[-1] != PART_FILE or not set(parts[0]) <= _TABLE_OK:
+        return None
+    dims = dict(p.split("=", 1) for p in parts[1:-1] if "=" in p)
+    if len(dims) != len(parts) - 2 or not set(dims) <= set(DIMENSIONS):
+        return None
+    return rebuild_hint(parts[0], dims)
+
+
+def read_parquet_named(path: Path, rebuild: str) -> pl.DataFrame:
+    """pl.read_parquet, except that a truncated or corrupted file is a BadFileError naming the file
+    and saying how to rebuild it (`rebuild`)."""
+    try:
+        return pl.read_parquet(path)
+    except (OSError, pl.exceptions.PolarsError) as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise BadFileError(f"{path}: not a readable Parquet file ({reason}); {rebuild}") from exc
 
 
 def read_partition(home: Path, table: str, partition: Mapping[str, str] | None = None) -> pl.DataFrame:
@@ -101,7 +158,7 @@ def read_partition(home: Path, table: str, partition: Mapping[str, str] | None =
     if not path.exists():
         where = ", ".join(f"{k}={v}" for k, v in (partition or {}).items()) or "unpartitioned"
         raise FileNotFoundError(f"table {table!r} has no data for partition ({where}): {path} is missing")
-    return pl.read_parquet(path)
+    return read_parquet_named(path, rebuild_hint(table, partition))
 
 
 def read_partitions(home: Path, table: str, partitions: Iterable[Mapping[str, str]]) -> pl.DataFrame:

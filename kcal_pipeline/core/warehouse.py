@@ -3,21 +3,49 @@
 Views read the hive tree with a glob, so new partitions show up without recreating anything; a
 view is (re)created only for tables that already have files, since DuckDB refuses a glob that
 matches nothing.
+
+The views hold the store's absolute path with its glob characters escaped (DuckDB resolves a
+relative path against the process's working directory, not against the database file). The file
+records what its views were made for (kcal_meta.views: the home and a hash of the view
+statements), and every read-only connection checks that first: a store that was copied or moved,
+or whose tables or view files changed, gets its views recreated before it is read, so it never
+reads another folder's files.
+
+`query` is the read-only door of `kcal sql`: one SELECT (or EXPLAIN of one), every other statement
+refused by its type, on a connection that may open files only inside KCAL_HOME.
 """
 
 from __future__ import annotations
 
+import hashlib
+import re
 import time
 from pathlib import Path
+from typing import NoReturn
 
 import duckdb
 
 from kcal_pipeline.core.paths import duckdb_path, repo_sql_dir
-from kcal_pipeline.core.storage import existing_tables
+from kcal_pipeline.core.storage import existing_tables, store_file_hint
 
 TABLE_VIEW = "_table.sql"
 # Views built on other views, created after the table views they read.
 DERIVED_VIEWS = {"headline_estimates": ("estimates", "templates")}
+# Where the file records what its views were made for (not a table of results).
+META_TABLE = "kcal_meta.views"
+# DuckDB's glob characters; each is escaped as a bracket that holds only itself.
+GLOB_CHARS = "[*?"
+# DuckDB cuts a database path at '?' (its WAL lands elsewhere) and reads '\' as a separator.
+NO_DATABASE_CHARS = "?\\"
+WRITABLE_SESSION = (
+    "for a writable session open KCAL_HOME/kcal.duckdb with the duckdb CLI or duckdb.connect() "
+    "(README, 'Using it')"
+)
+_EXPLAIN = re.compile(r"\s*EXPLAIN\s+(?:ANALY[SZ]E\s+)?(?P<inner>.*)", re.IGNORECASE | re.DOTALL)
+
+
+class RefusedQuery(ValueError):
+    """A query the read-only door does not run; the message is one line."""
 
 
 def sql_literal(text: str) -> str:
@@ -27,11 +55,41 @@ def sql_literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
+def glob_escape(path: str) -> str:
+    """A path as a DuckDB glob that matches only itself: `store[1]` -> `store[[]1]`."""
+    return "".join(f"[{c}]" if c in GLOB_CHARS else c for c in path)
+
+
 def view_sql(sql_dir: Path, table: str, home: Path) -> str:
     """The view of one table: its own sql/views/<table>.sql if there is one, else the default."""
     own = sql_dir / "views" / f"{table}.sql"
     template = (own if own.exists() else sql_dir / "views" / TABLE_VIEW).read_text("utf-8")
-    return template.replace("{view}", table).replace("{root}", sql_literal(str(Path(home) / table)))
+    root = sql_literal(glob_escape(str(Path(home).absolute() / table)))
+    return template.replace("{view}", table).replace("{root}", root)
+
+
+def _view_statements(home: Path, sql_dir: Path) -> tuple[list[str], list[str]]:
+    """(view names, their CREATE statements) for the tables of `home` that have data."""
+    tables = existing_tables(home)
+    derived = [v for v, needs in DERIVED_VIEWS.items() if set(needs) <= set(tables)]
+    statements = [view_sql(sql_dir, table, home) for table in tables]
+    statements += [(sql_dir / "views" / f"{view}.sql").read_text("utf-8") for view in derived]
+    return tables + derived, statements
+
+
+def _fingerprint(statements: list[str]) -> str:
+    return hashlib.sha256("\n;\n".join(statements).encode("utf-8")).hexdigest()
+
+
+def _database(home: Path) -> Path:
+    """KCAL_HOME/kcal.duckdb, refused clearly where DuckDB cannot keep a database."""
+    bad = sorted({c for c in str(home) if c in NO_DATABASE_CHARS})
+    if bad:
+        raise ValueError(
+            f"KCAL_HOME {home} cannot hold a DuckDB database: its path contains "
+            f"{' and '.join(repr(c) for c in bad)}; use a folder whose path has no '?' or '\\'"
+        )
+    return duckdb_path(home)
 
 
 def _connect(path: Path, read_only: bool, attempts: int = 20) -> duckdb.DuckDBPyConnection:
@@ -47,39 +105,157 @@ def _connect(path: Path, read_only: bool, attempts: int = 20) -> duckdb.DuckDBPy
 
 
 def refresh_views(home: Path, sql_dir: Path | None = None) -> list[str]:
-    """Create or replace the view of every table that has data; returns the view names."""
-    sql_dir = sql_dir or repo_sql_dir()
-    tables = existing_tables(home)
-    derived = [v for v, needs in DERIVED_VIEWS.items() if set(needs) <= set(tables)]
-    path = duckdb_path(Path(home))
+    """Create or replace the view of every table that has data, and record what they were made
+    for (one transaction); returns the view names."""
+    home = Path(home).absolute()
+    names, statements = _view_statements(home, sql_dir or repo_sql_dir())
+    path = _database(home)
     path.parent.mkdir(parents=True, exist_ok=True)
     con = _connect(path, read_only=False)
     try:
-        for table in tables:
-            con.execute(view_sql(sql_dir, table, home))
-        for view in derived:
-            con.execute((sql_dir / "views" / f"{view}.sql").read_text("utf-8"))
+        con.execute("BEGIN TRANSACTION")
+        for statement in statements:
+            try:
+                con.execute(statement)
+            except duckdb.Error as exc:  # a view reads every file's schema: a bad one fails here
+                _raise_naming_bad_file(home, exc)
+        con.execute("CREATE SCHEMA IF NOT EXISTS kcal_meta")
+        con.execute(
+            f"CREATE OR REPLACE TABLE {META_TABLE} AS SELECT "
+            f"{sql_literal(str(home))} AS home, {sql_literal(_fingerprint(statements))} AS fingerprint"
+        )
+        con.execute("COMMIT")
     finally:
         con.close()
-    return tables + derived
+    return names
+
+
+def _recorded_fingerprint(con: duckdb.DuckDBPyConnection) -> str | None:
+    try:
+        row = con.execute(f"SELECT fingerprint FROM {META_TABLE}").fetchone()
+    except duckdb.CatalogException:  # a file made before views were recorded
+        return None
+    return row[0] if row else None
+
+
+def _confine(con: duckdb.DuckDBPyConnection, home: Path) -> None:
+    """Files only inside KCAL_HOME, then no more configuration changes on this connection.
+
+    DuckDB checks allowed_directories against the path as written, so the glob-escaped home of
+    the views is allowed too (as a glob it matches only the home; `..` is refused either way).
+    """
+    allowed = dict.fromkeys([str(home), glob_escape(str(home))])
+    con.execute(f"SET allowed_directories = [{', '.join(sql_literal(d) for d in allowed)}]")
+    con.execute("SET enable_external_access = false")
+    con.execute("SET lock_configuration = true")
 
 
 def connect_readonly(home: Path) -> duckdb.DuckDBPyConnection:
-    path = duckdb_path(Path(home))
+    """A read-only connection on this store's views that may open files only inside KCAL_HOME.
+
+    Views made for another place (a copied or moved store) or for other tables or view files are
+    recreated first (a short write), so they read this store's files. Then file access is limited
+    to KCAL_HOME and the configuration locked: no /etc/passwd, no extension, no lifting the limits.
+    """
+    home = Path(home).absolute()
+    path = _database(home)
+    _, statements = _view_statements(home, repo_sql_dir())
     if not path.exists():
-        raise FileNotFoundError(f"no DuckDB file at {path}: run `kcal demo` (or materialize assets) first")
-    return _connect(path, read_only=True)
+        if not statements:
+            raise FileNotFoundError(
+                f"no DuckDB file at {path}: run `kcal demo` (or materialize assets) first"
+            )
+        refresh_views(home)
+    con = _connect(path, read_only=True)
+    try:
+        if _recorded_fingerprint(con) != _fingerprint(statements):
+            con.close()
+            refresh_views(home)
+            con = _connect(path, read_only=True)
+        _confine(con, home)
+    except BaseException:
+        con.close()
+        raise
+    return con
 
 
-def query(home: Path, sql: str):
-    """Run one statement on a read-only connection; returns (column names, rows)."""
+def _statement_type(statement) -> str:
+    try:
+        return statement.type.name
+    except ValueError:  # a type this duckdb's Python enum has no name for (e.g. UPDATE EXTENSIONS)
+        return "UNKNOWN"
+
+
+def _explains_a_select(text: str) -> bool:
+    """EXPLAIN [ANALYZE] <one SELECT>; anything else (EXPLAIN ANALYZE runs its statement) is not."""
+    match = _EXPLAIN.fullmatch(text)
+    if match is None:
+        return False
+    try:
+        inner = duckdb.extract_statements(match["inner"])
+    except duckdb.ParserException:  # e.g. EXPLAIN (FORMAT json) …: refused as an EXPLAIN
+        return False
+    return len(inner) == 1 and _statement_type(inner[0]) == "SELECT"
+
+
+def check_reading(sql: str) -> None:
+    """Raise RefusedQuery unless `sql` is exactly one SELECT, or EXPLAIN [ANALYZE] of one
+    (DESCRIBE, SHOW, SUMMARIZE and FROM-first queries are SELECTs). Invalid SQL raises DuckDB's
+    ParserException."""
+    statements = duckdb.extract_statements(sql)
+    if not statements:
+        raise RefusedQuery("empty query: give one SELECT statement")
+    if len(statements) > 1:
+        raise RefusedQuery(f"{len(statements)} statements given: kcal sql runs one SELECT at a time")
+    kind = _statement_type(statements[0])
+    if kind == "SELECT" or (kind == "EXPLAIN" and _explains_a_select(statements[0].query)):
+        return
+    why = " (a PIVOT without IN (...) is several statements: list its values)" if kind == "MULTI" else ""
+    raise RefusedQuery(
+        f"kcal sql is read-only: {kind} statements are refused{why}; it runs one SELECT "
+        f"(or EXPLAIN SELECT) — {WRITABLE_SESSION}"
+    )
+
+
+def one_line(message: object) -> str:
+    """A DuckDB error on one line: its text without the `LINE n:` excerpt and the caret under it."""
+    kept, caret_next = [], False
+    for line in str(message).splitlines():
+        if line.startswith("LINE "):
+            caret_next = True
+            continue
+        if caret_next:  # a hint may follow the caret on its line
+            line, caret_next = line.lstrip(" ^"), False
+        if line.strip():
+            kept.append(line.strip())
+    return " ".join(kept)
+
+
+def query(home: Path, sql: str, *, trusted: bool = False):
+    """Run one statement on a read-only connection confined to KCAL_HOME; returns (column names,
+    rows). Unless `trusted` (the project's own sql/queries, e.g. a PIVOT that DuckDB runs as
+    several statements), the statement must be a reading one (check_reading)."""
+    if not trusted:
+        check_reading(sql)
     con = connect_readonly(home)
     try:
         cur = con.execute(sql)
         cols = [d[0] for d in cur.description] if cur.description else []
         return cols, cur.fetchall()
+    except duckdb.Error as exc:
+        _raise_naming_bad_file(home, exc)
     finally:
         con.close()
+
+
+def _raise_naming_bad_file(home: Path, exc: duckdb.Error) -> NoReturn:
+    """Re-raise a DuckDB error; one that names a Parquet file of the store (truncated, corrupted)
+    gets how to rebuild that file added."""
+    for path in re.findall(r"['\"]([^'\"]+\.parquet)['\"]", str(exc)):
+        hint = store_file_hint(home, path)
+        if hint:
+            raise type(exc)(f"{exc}; {hint}") from exc
+    raise exc
 
 
 def named_query(name: str, sql_dir: Path | None = None) -> str:

@@ -97,7 +97,21 @@ def _read(path_or_resource: str, packaged: bool) -> tuple[dict, str]:
         return tomllib.loads(
             resources.files("kcal_pipeline.dataset").joinpath(path_or_resource).read_text("utf-8")
         ), path_or_resource.split("/")[-1]
-    return tomllib.loads(Path(path_or_resource).read_text("utf-8")), str(path_or_resource)
+    path = Path(path_or_resource)
+    try:
+        return tomllib.loads(path.read_text("utf-8")), str(path)
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ValueError(f"{path}: not a valid TOML catalog ({exc}); {_how_to_fix(path)}") from None
+
+
+def _how_to_fix(path: Path) -> str:
+    """What to do about a bad catalog file: imported ones are rebuilt by re-importing."""
+    if path.name == "catalog.toml" and path.parent.parent.name == "datasets":
+        return (
+            "it is written by `kcal dataset import-bear`: re-run the import (with --replace to start "
+            "the catalog over), or delete the file to drop the imported relations"
+        )
+    return "fix the file (KCAL_CATALOG names it), or unset KCAL_CATALOG"
 
 
 @cache
@@ -117,7 +131,10 @@ def load_catalog(path: str | None = None) -> dict[str, RelationSpec]:
     for extra in [*_imported_catalogs(), path or os.environ.get("KCAL_CATALOG")]:
         if extra:
             data, origin = _read(str(extra), packaged=False)
-            catalog.update(parse_catalog(data, origin))
+            try:
+                catalog.update(parse_catalog(data, origin))
+            except ValueError as exc:  # names the file and the relation; add the way out
+                raise type(exc)(f"{exc}; {_how_to_fix(Path(origin))}") from exc
     return catalog
 
 

@@ -7,7 +7,7 @@ gets the frame to store plus the metadata to show in the UI.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
@@ -48,6 +48,16 @@ def checkpoint_dir(home: Path, model_key: str, relation: str) -> Path:
     return part.parent
 
 
+def discard_checkpoints(home: Path, partition: Mapping[str, str]) -> None:
+    """Drop one partition's checkpoints ({'model': key, 'relation': id}); call it only once the
+    partition's final file is written, flushed and renamed (the IO manager does, after its write).
+
+    Until then the checkpoints are the only copy of the scores: a failed write (a full disk, a
+    kill) leaves them, and the next run resumes from them instead of rescoring.
+    """
+    discard(checkpoint_dir(home, partition["model"], partition["relation"]))
+
+
 def score_partition(
     loaded: LoadedModel,
     model_id: str,
@@ -79,7 +89,7 @@ def score_partition(
     }
     directory = checkpoint_dir(home, loaded.key, relation)
     if previous is not None:
-        discard(directory)
+        discard(directory)  # the stored file already holds these scores: leftovers are redundant
         print_(f"{relation}: scores are up to date (fingerprint {fp}); nothing rescored")
         return PartitionScores(
             previous, {**meta, "rescored": False, "tokens": int(previous["n_tokens"].sum())}
@@ -102,9 +112,7 @@ def score_partition(
         statements, score_chunk, directory, fp, chunk_size=chunk_size, on_chunk=after_chunk
     )
     elapsed = time.perf_counter() - started
-    # Dropped now rather than after the IO manager's write: a crash in that instant costs a rescore,
-    # never a wrong or duplicated row, and no Dagster hook is needed.
-    discard(directory)
+    # The checkpoints stay until the final file is stored: discard_checkpoints, after the write.
     if report.resumed:
         print_(f"{relation}: resumed {report.resumed} of {report.chunks} chunks from an interrupted run")
     frame = pl.concat(

@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_kcal
+from tests.scoring.tiny_mlm import build_tiny_mlm
 
 
 def kcal(home: Path, *args: str):
@@ -18,13 +19,26 @@ def partitions(home: Path) -> list[str]:
         return sorted(inst.get_dynamic_partitions("model"))
 
 
+def embedded_gguf() -> Path:
+    """The GGUF file of the embedded model, in its package (registering a file does not load it)."""
+    import importlib.util
+
+    from kcal_pipeline.scoring.models import DEFAULT_MODEL
+
+    spec = importlib.util.find_spec(DEFAULT_MODEL.package)
+    return Path(next(iter(spec.submodule_search_locations))) / DEFAULT_MODEL.file
+
+
 def test_models_add_list_remove_keeps_partitions_in_sync(tmp_path):
     (tmp_path / "dagster").mkdir()
     (tmp_path / "dagster" / "dagster.yaml").touch()
     out = kcal(tmp_path, "models", "list")
     assert out.returncode == 0 and "HuggingFaceTB/SmolLM2-135M-Instruct" in out.stdout
-    model_dir = tmp_path / "my model"
-    model_dir.mkdir()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    out = kcal(tmp_path, "models", "add", "lab/my-clm", "--path", str(empty))
+    assert out.returncode == 2 and "has no config.json" in out.stderr and "Traceback" not in out.stderr
+    model_dir = build_tiny_mlm(tmp_path / "my model")
     out = kcal(tmp_path, "models", "add", "lab/my-clm", "--path", str(model_dir), "--batch-size", "8")
     assert out.returncode == 0, out.stderr
     assert partitions(tmp_path) == ["HuggingFaceTB--SmolLM2-135M-Instruct", "lab--my-clm"]
@@ -34,6 +48,8 @@ def test_models_add_list_remove_keeps_partitions_in_sync(tmp_path):
     assert kcal(tmp_path, "models", "remove", "lab/my-clm").returncode == 0
     assert partitions(tmp_path) == ["HuggingFaceTB--SmolLM2-135M-Instruct"]
     out = kcal(tmp_path, "models", "add", "lab/my-gguf", "--gguf", str(tmp_path / "m.gguf"))
+    assert out.returncode == 2 and "does not exist" in out.stderr
+    out = kcal(tmp_path, "models", "add", "lab/my-gguf", "--gguf", str(embedded_gguf()))
     assert out.returncode == 0, out.stderr
     listed = kcal(tmp_path, "models", "list").stdout
     assert "lab--my-gguf" in listed and "gguf_file" in listed
@@ -103,6 +119,8 @@ def test_demo_flags_are_the_option_fields():
         (["--template-kinds", "curated,bogus"], "probe setting template_kinds=['curated', 'bogus']"),
         (["--dropout-passes", "-2"], "scoring setting dropout_passes=-2"),
         (["--dropout-rate", "1.5", "--n-negatives", "0"], "n_negatives=0"),
+        (["--relation", "P36", "--relation", "P999"], "--relation P999: not in the catalog; known: P36,"),
+        (["--model", "nobody/none"], "--model nobody/none: not registered; registered: HuggingFaceTB--"),
     ],
 )
 def test_demo_refuses_bad_settings_before_any_work(tmp_path, args, needle):

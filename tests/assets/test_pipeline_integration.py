@@ -2,6 +2,8 @@
 and a real Dagster instance in a temporary DAGSTER_HOME."""
 
 import subprocess
+import sys
+from pathlib import Path
 
 import polars as pl
 import pytest
@@ -119,13 +121,9 @@ def test_second_run_recomputes_nothing_and_refresh_changes_no_file(run):
 def test_definitions_load_from_workspace():
     from tests.conftest import REPO
 
-    exe = (
-        str(REPO / ".venv" / "bin" / "dagster")
-        if (REPO / ".venv" / "bin" / "dagster").exists()
-        else "dagster"
-    )
+    exe = Path(sys.executable).with_name("dagster")  # the dagster of the venv running the tests
     out = subprocess.run(
-        [exe, "definitions", "validate", "-w", "workspace.yaml"],
+        [str(exe), "definitions", "validate", "-w", "workspace.yaml"],
         cwd=REPO,
         capture_output=True,
         text=True,

@@ -14,10 +14,16 @@ def test_hive_layout(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "dims", [{"model": "../x"}, {"model": "a/b"}, {"relation": "P36/.."}, {"batch": "1"}]
+    ("dims", "message"),
+    [
+        ({"model": "../x"}, r"invalid model partition '\.\./x': must be one plain path segment"),
+        ({"model": "a/b"}, r"invalid model partition 'a/b': must be one plain path segment"),
+        ({"relation": "P36/.."}, r"invalid relation partition 'P36/\.\.': expected a letter followed by"),
+        ({"batch": "1"}, r"unknown partition dimension\(s\) \['batch'\] for table 'estimates'"),
+    ],
 )
-def test_partition_values_cannot_escape(tmp_path, dims):
-    with pytest.raises(ValueError):
+def test_partition_values_cannot_escape(tmp_path, dims, message):
+    with pytest.raises(ValueError, match=message):
         partition_path(tmp_path, "estimates", dims)
 
 
@@ -45,7 +51,7 @@ def test_interrupted_write_keeps_previous_file(tmp_path, monkeypatch):
         raise KeyboardInterrupt("killed mid-write")
 
     monkeypatch.setattr(pl.DataFrame, "write_parquet", half_then_fail)
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(KeyboardInterrupt, match="killed mid-write"):
         write_parquet_atomic(pl.DataFrame({"a": [9, 9, 9]}), path)
     assert path.read_bytes() == before
     assert [p.name for p in path.parent.iterdir()] == ["part.parquet"]

@@ -1,3 +1,4 @@
+import dataclasses
 import os
 
 import polars as pl
@@ -116,7 +117,14 @@ def test_real_generation_on_one_relation(loaded):
     kept, rejected = filter_candidates(candidates, list(spec.templates))
     assert len(kept) + len(rejected) == len(candidates)
     assert all(why in REASONS for _, why in rejected)
+    # A small model's lines are often all rejected; one well-formed line with the real candidates'
+    # provenance makes sure the provenance checks below run on at least one kept template.
+    written = dataclasses.replace(candidates[0], text="[X] is governed from [Y].")
+    kept, _ = filter_candidates([*candidates, written], list(spec.templates))
+    assert written.text in {c.text for c in kept}
     for cand in kept:
         check_template(cand.text)
+    for cand in [*candidates, *kept]:
+        assert cand.relation_id == "P36" and cand.model_id == DEFAULT_MODEL.id
         assert cand.generator == f"{DEFAULT_MODEL.id}@{loaded.revision}"
         assert "<|im_start|>" in cand.prompt and spec.templates[0] in cand.prompt

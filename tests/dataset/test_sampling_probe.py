@@ -1,3 +1,6 @@
+import random
+from collections import Counter
+
 import polars as pl
 import pytest
 
@@ -8,7 +11,8 @@ from kcal_pipeline.dataset.instances.probe import (
     build_statements,
     templates_frame,
 )
-from kcal_pipeline.dataset.instances.sampling import sample_negatives
+from kcal_pipeline.dataset.instances.quality import label_key
+from kcal_pipeline.dataset.instances.sampling import negative_rank, sample_negatives
 from kcal_pipeline.dataset.relations import load_catalog, parse_catalog
 from kcal_pipeline.dataset.templates import TemplateError, fill
 
@@ -38,6 +42,155 @@ def test_duplicate_labels_never_share_an_answer_space():
             gold_ids=["a"], pool=pool, k=3, seed=s, relation_id="P36", subject_id="x", labels=pool
         )
         assert "b" not in neg and sorted(neg) == ["c", "d"]
+
+
+def test_two_distractors_never_share_a_label_ignoring_case_and_spacing():
+    # Three candidates for three slots: only the label rule keeps Lyon and lyon apart.
+    pool = {"a": "Paris", "b": "Lyon", "c": "lyon", "d": "Nice"}
+    picked = set()
+    for s in range(40):
+        neg = sample_negatives(
+            gold_ids=["a"], pool=pool, k=3, seed=s, relation_id="P36", subject_id="x", labels=pool
+        )
+        assert len(neg) == 2 and "d" in neg and len({"b", "c"} & set(neg)) == 1, neg
+        picked |= set(neg)
+    assert picked == {"b", "c", "d"}  # either spelling can be the one kept
+    spaced = {"a": "Paris", "b": "Saint  Denis", "c": "saint denis ", "d": "Nice"}
+    neg = sample_negatives(gold_ids=["a"], pool=spaced, k=3, seed=0, relation_id="P36", subject_id="x")
+    assert len(neg) == 2 and "d" in neg
+
+
+def check_change(old, new, x, k, pool_ids, rank, labels):
+    """What adding the new candidate x may do to one subject's distractors (sampling.py docstring):
+    nothing; or, where the subject had fewer than k or x outranks one of them (a pool object
+    outranking every top-up one), x comes in and at most one old distractor leaves: the one with
+    x's label if any, else (when there were k) the lowest-ranked. Returns which of these it was."""
+    if set(new) == set(old):
+        return "unchanged"
+
+    def key(o):
+        return (o not in pool_ids, rank(o), o)
+
+    assert x in new
+    assert len(old) < k or key(x) < max(key(o) for o in old)
+    assert set(new) - {x} <= set(old)
+    left = sorted(set(old) - set(new))
+    same_label = [o for o in old if label_key(labels[o]) == label_key(labels[x])]
+    if same_label:
+        assert left == same_label and key(x) < key(same_label[0])
+        return "replaced its namesake"
+    if len(old) == k:
+        assert left == [max(old, key=key)]
+        return "replaced the lowest-ranked"
+    assert left == []
+    return "joined"
+
+
+def random_labels(rng, n, prefix):
+    """n object ids with labels from a small vocabulary in random case: label clashes are common."""
+    words = ["Lyon", "Nice", "Paris", "Rome", "Oslo", "Bern", "Kyiv", "Lima", "Riga", "Baku"]
+    return {
+        f"{prefix}{i}": rng.choice([str.lower, str.upper, str.title])(rng.choice(words)) for i in range(n)
+    }
+
+
+def new_label(rng, labels):
+    """An existing label in another case (a clash) or a new one, half the time each."""
+    return rng.choice([rng.choice(sorted(labels.values())), "Quito"]).swapcase()
+
+
+def test_adding_a_candidate_changes_a_subject_only_where_it_outranks_a_distractor():
+    outcomes = Counter()
+    for trial in range(60):
+        rng = random.Random(trial)
+        pool = random_labels(rng, rng.randint(3, 14), "o")
+        topup = random_labels(rng, rng.randint(0, 6), "t")
+        labels = {**topup, **pool}
+        k = rng.randint(1, 6)
+        golds = {f"s{i}": rng.sample(sorted(pool), rng.randint(1, 2)) for i in range(8)}
+
+        def negatives(pool, topup, golds=golds, k=k, trial=trial):
+            return {
+                s: sample_negatives(
+                    gold_ids=g, pool=pool, k=k, seed=trial, relation_id="P36", subject_id=s,
+                    topup_pool=topup, labels={**topup, **pool},
+                )
+                for s, g in golds.items()
+            }  # fmt: skip
+
+        before = negatives(pool, topup)
+        # the same candidates listed in another order (as when facts are added or reordered)
+        assert negatives(dict(reversed(list(pool.items()))), topup) == before
+        # a new object x, in the pool or in the top-up pool, with a label that may clash
+        x_label = new_label(rng, labels)
+        for new_pool, new_topup in (({**pool, "x": x_label}, topup), (pool, {**topup, "x": x_label})):
+            after = negatives(new_pool, new_topup)
+            for s in golds:
+                outcomes[
+                    check_change(
+                        before[s], after[s], "x", k, set(new_pool),
+                        lambda o, s=s, trial=trial: negative_rank(trial, "P36", s, o),
+                        {**labels, "x": x_label},
+                    )
+                ] += 1  # fmt: skip
+    assert min(outcomes.values()) >= 20 and len(outcomes) == 4, outcomes  # every case is exercised
+
+
+def random_facts(rng, n_subjects, n_objects):
+    objects = random_labels(rng, n_objects, "o")
+    rows = []
+    for i in range(n_subjects):
+        for o in rng.sample(sorted(objects), rng.randint(1, 2)):
+            rows.append(("P36", f"s{i:02d}", f"Subject {i}", o, objects[o]))
+    return rows
+
+
+def facts_frame(rows):
+    schema = ["relation_id", "subject_id", "subject_label", "object_id", "object_label"]
+    return pl.DataFrame(rows, schema=schema, orient="row")
+
+
+def by_subject(instances):
+    return {r["subject_id"]: r for r in instances.iter_rows(named=True)}
+
+
+def test_adding_subjects_leaves_earlier_instances_untouched_unless_a_new_object_outranks():
+    outcomes = Counter()
+    for trial in range(30):
+        rng = random.Random(100 + trial)
+        rows = random_facts(rng, rng.randint(3, 10), rng.randint(3, 12))
+        options = ProbeOptions(n_negatives=rng.randint(1, 5), max_instances=0, seed=trial)
+        before = by_subject(build_instances(facts_frame(rows), "P36", options))
+        labels = {r[3]: r[4] for r in rows}
+
+        # new subjects whose objects are all in the pool already: every earlier instance stays
+        known = [rng.choice(sorted(labels)) for _ in range(3)]
+        more = [("P36", f"n{j}", f"New {j}", o, labels[o]) for j, o in enumerate(known)]
+        after = by_subject(build_instances(facts_frame(rows + more), "P36", options))
+        assert {s: after[s] for s in before} == before
+
+        # a new subject with a new object x: an earlier instance changes only where x outranks
+        # one of its distractors (x in, at most one out); every other instance is equal
+        x_label = new_label(rng, labels)
+        new_fact = ("P36", "new", "New", "x", x_label)
+        after = by_subject(build_instances(facts_frame([*rows, new_fact]), "P36", options))
+        for s, old in before.items():
+            gold = set(old["gold_ids"])
+            outcome = check_change(
+                [o for o in old["option_ids"] if o not in gold],
+                [o for o in after[s]["option_ids"] if o not in gold],
+                "x", options.n_negatives, {*labels, "x"},
+                lambda o, s=s, trial=trial: negative_rank(trial, "P36", s, o),
+                {**labels, "x": x_label},
+            )  # fmt: skip
+            outcomes[outcome] += 1
+            if outcome == "unchanged":
+                assert after[s] == old  # option order, split and all
+            else:
+                assert {k: v for k, v in after[s].items() if "option" not in k} == {
+                    k: v for k, v in old.items() if "option" not in k
+                }
+    assert outcomes["unchanged"] >= 20 and sum(outcomes.values()) - outcomes["unchanged"] >= 20, outcomes
 
 
 def test_topup_used_only_when_pool_is_short():
@@ -80,6 +233,13 @@ def test_max_instances_picks_a_stable_subset():
     small = build_instances(FACTS, "P36", ProbeOptions(n_negatives=2, max_instances=2))
     assert small.height == 2
     assert small.equals(build_instances(FACTS, "P36", ProbeOptions(n_negatives=2, max_instances=2)))
+    # the smaller subset lies inside the larger one, instance for instance
+    for larger in (3, 0):
+        large = build_instances(FACTS, "P36", ProbeOptions(n_negatives=2, max_instances=larger))
+        assert large.height == (larger or 5)
+        assert small.join(large, on=small.columns, how="anti").height == 0
+    middle = build_instances(FACTS, "P36", ProbeOptions(n_negatives=2, max_instances=3))
+    assert set(small["subject_id"]) < set(middle["subject_id"])
 
 
 def test_empty_relation_is_a_clear_error():

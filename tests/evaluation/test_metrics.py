@@ -68,6 +68,31 @@ def test_ace_ties_keep_input_order():
     assert ace(c, alternating) == pytest.approx(0.0)
 
 
+def test_ace_ties_mixed_with_distinct_values_keep_input_order():
+    # 19 distinct wrong points d_k = 0.02·(k+1), k = 0..18, and 21 ties at 0.5 whose correctness,
+    # in input order, is T, then pairs TT FF TT FF … (5 of each). Sorted: d_0..d_18, then the ties.
+    # 40 points → 20 bins of 2:
+    #   bins 0..8: (d_2b, d_2b+1), acc 0, conf 0.04b + 0.03 → Σ_b (0.04b + 0.03) = 1.44 + 0.27 = 1.71
+    #   bin 9: (d_18 = 0.38 ✗, first tie 0.5 ✓): conf 0.44, acc 0.5 → 0.06
+    #   bins 10..19: the tie pairs TT or FF: |1 − 0.5| = |0 − 0.5| = 0.5 each → 5.0
+    # ACE = (1.71 + 0.06 + 5.0) / 20 = 0.3385. An unstable sort that moves another tie into bin 9 or
+    # splits a TT/FF pair gives less (a TF pair has gap 0).
+    ties_y = [True] + [True, True, False, False] * 5
+    distinct = [0.02 * (k + 1) for k in range(19)]
+    c, y = [], []
+    for i, tie_y in enumerate(ties_y):  # interleave so the sort has to move points
+        c.append(0.5)
+        y.append(tie_y)
+        if i < 19:
+            c.append(distinct[18 - i])
+            y.append(False)
+    c, y = np.array(c), np.array(y)
+    assert ace(c, y) == pytest.approx(0.3385)
+    curve = calibration_curve(c, y)
+    assert curve["conf"][9] == pytest.approx(0.44) and curve["acc"][9] == 0.5
+    assert curve["acc"][10:].to_list() == [1.0, 0.0] * 5
+
+
 def test_ece_edges_and_closed_last_bin():
     # width 0.05; 1.0 falls in the closed last bin [0.95, 1.0] together with 0.95;
     # 0.15 sits exactly on an edge → bin 3 [0.15, 0.20); 0.1499 → bin 2.
@@ -94,7 +119,10 @@ def test_every_decimal_edge_lands_in_its_upper_bin():
 def test_brier():
     # ((0.9 − 1)² + (0.6 − 0)² + (0.3 − 0)²) / 3 = (0.01 + 0.36 + 0.09) / 3 = 0.46 / 3
     assert brier(C3, Y3) == pytest.approx(0.46 / 3)
-    assert brier(np.full(10, 0.5), np.arange(10) % 3 == 0) == pytest.approx(0.25)
+    # always 0.2, right on i = 0, 3, 6, 9 (4 of 10): (4·0.8² + 6·0.2²) / 10 = (2.56 + 0.24) / 10 = 0.28
+    assert brier(np.full(10, 0.2), np.arange(10) % 3 == 0) == pytest.approx(0.28)
+    # the same confidences, all wrong: 0.2² = 0.04
+    assert brier(np.full(10, 0.2), np.zeros(10, dtype=bool)) == pytest.approx(0.04)
 
 
 def test_auroc_ties_get_half_credit():
@@ -133,6 +161,28 @@ def test_aurc_ties_keep_input_order():
     # tie at 0.5: errors [1, 0] → risks 1, 1/2 → 0.75; reversed [0, 1] → 0, 1/2 → 0.25
     assert aurc([0.5, 0.5], [0, 1]) == pytest.approx(0.75)
     assert aurc([0.5, 0.5], [1, 0]) == pytest.approx(0.25)
+
+
+def test_aurc_ties_mixed_with_distinct_values_keep_input_order():
+    # Most confident first: 0.9, 0.8, 0.7, 0.6 (all right); 16 ties at 0.5, in input order right,
+    # wrong, right, wrong, …; then 0.4, 0.3, 0.2, 0.1 (all wrong). Errors among the k most confident:
+    #   k = 1..4: E_k = 0;  k = 4 + j, j = 1..16: E_k = ⌊j/2⌋;  k = 21..24: E_k = k − 12.
+    # Σ E_k/k = (1/6 + 1/7 + 2/8 + 2/9 + 3/10 + 3/11 + 4/12 + 4/13 + 5/14 + 5/15 + 6/16 + 6/17
+    #            + 7/18 + 7/19 + 8/20) + (9/21 + 10/22 + 11/23 + 12/24)
+    #         = 4.571226 + 1.861378 = 6.432604 → AURC = 6.432604 / 24 = 0.268025.
+    # Swapping a right tie with the wrong tie after it (an unstable sort may) raises an E_k.
+    high, low = [0.9, 0.8, 0.7, 0.6], [0.4, 0.3, 0.2, 0.1]
+    c, y = [], []
+    for i in range(16):  # interleave so the sort has to move points
+        c.append(0.5)
+        y.append(i % 2 == 0)
+        if i < 4:
+            c.append(low[i])
+            y.append(False)
+        elif i < 8:
+            c.append(high[i - 4])
+            y.append(True)
+    assert aurc(np.array(c), np.array(y)) == pytest.approx(0.268025, abs=1e-6)
 
 
 @pytest.mark.parametrize("bad", [1.5, -0.1, float("nan")])
@@ -234,6 +284,34 @@ def test_compute_curves_reuse_the_ace_bins():
     assert (overall["y"] - overall["x"]).abs().mean() == pytest.approx(ace(c, y))
     expected = calibration_curve(c, y)
     assert overall["x"].to_list() == pytest.approx(expected["conf"].to_list())
+
+
+def test_curve_and_ace_on_unequal_bins_by_hand():
+    # 22 points → numpy.array_split into 20 bins: bins 0 and 1 get 2 points, bins 2..19 get 1.
+    #   bin 0: 0.1 ✓, 0.2 ✗ → conf 0.15, acc 0.5 → gap 0.35
+    #   bin 1: 0.3 ✗, 0.4 ✗ → conf 0.35, acc 0   → gap 0.35
+    #   bins 2..19: 0.9 each, 9 right (gap 0.1) and 9 wrong (gap 0.9) → Σ 9·0.1 + 9·0.9 = 9.0
+    # ACE = (0.35 + 0.35 + 9.0) / 20 = 0.485
+    c = [0.1, 0.2, 0.3, 0.4] + [0.9] * 18
+    y = [True, False, False, False] + [True, False] * 9
+    est = pl.DataFrame(
+        {
+            "model_id": "m",
+            "relation_id": "P36",
+            "instance_id": [f"Q{i:02d}" for i in range(22)],
+            "template_id": "t0",
+            "estimator": "base",
+            "confidence": c,
+            "correct": y,
+        }
+    )
+    curve = compute_curves(est).filter(scope="all")
+    assert curve["bin"].to_list() == list(range(20))
+    assert curve["n"].to_list() == [2, 2] + [1] * 18
+    assert curve["x"].to_list() == pytest.approx([0.15, 0.35] + [0.9] * 18)
+    assert curve["y"].to_list() == [0.5, 0.0] + [1.0, 0.0] * 9
+    reported = compute_metrics(est, ["ace"]).filter(scope="all")["value"].item()
+    assert reported == pytest.approx(0.485)
 
 
 # The metric contract: what each metric needs, and which direction is better.

@@ -154,7 +154,7 @@ def test_write_report_is_atomic(tmp_path):
     assert write_report(target, "<p>one</p>") == target
     write_report(target, "<p>two</p>")
     assert target.read_text(encoding="utf-8") == "<p>two</p>"
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match=r"write\(\) argument must be str, not None"):
         write_report(target, None)  # fails mid-write: the old page survives, no temp file is left
     assert target.read_text(encoding="utf-8") == "<p>two</p>"
     assert os.listdir(target.parent) == ["index.html"]

@@ -1,10 +1,13 @@
 """Prefix-packed CLM scoring against the plain path (score_clm) on many random candidate sets."""
 
+import dataclasses
 import random
 
 import numpy as np
 import polars as pl
 import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
 
 from kcal_pipeline.dataset.templates import fill
 from kcal_pipeline.scoring import prefix as prefix_mod
@@ -145,14 +148,65 @@ def test_packing_is_checked_once_and_supported_by_smollm2(loaded):
     assert prefix_mod._support[id(loaded.model)] is True
 
 
-def test_unsupported_models_take_the_plain_path(loaded, monkeypatch):
-    """A model that fails the probe (faked here: the probe verdict) is scored by score_clm."""
-    monkeypatch.setitem(prefix_mod._support, id(loaded.model), False)
+class Wrapped(torch.nn.Module):
+    """The loaded model behind a forward that may drop what packing needs: the 4D attention mask
+    (as an attention kernel that ignores custom masks would) and/or the explicit position ids."""
+
+    def __init__(self, inner, *, drop_mask: bool, drop_positions: bool):
+        super().__init__()
+        self.inner, self.drop_mask, self.drop_positions = inner, drop_mask, drop_positions
+
+    def forward(self, input_ids, attention_mask=None, position_ids=None, **kw):
+        if self.drop_mask and attention_mask is not None and attention_mask.dim() == 4:
+            attention_mask = None  # plain causal attention over the whole packed row
+        if self.drop_positions:
+            position_ids = None  # positions 0, 1, 2, … along the row instead of trie depths
+        return self.inner(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, **kw)
+
+
+@pytest.fixture(scope="module")
+def tiny(loaded):
+    """A random 2-layer Llama with SmolLM2's tokenizer: fast, and with weights large enough
+    (initializer_range 0.2) that a wrong mask or position moves log-probs by ~2, while the packed
+    and plain paths of the honest model agree to ~1e-6 (the probe's tolerance is 1e-4)."""
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=len(loaded.tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128, initializer_range=0.2,
+    )  # fmt: skip
+    return dataclasses.replace(loaded, model=LlamaForCausalLM(config).eval(), key="tiny-llama")
+
+
+def wrapped(loaded, **drop):
+    model = Wrapped(loaded.model, **drop).eval()  # eval: a model in training mode is not probed
+    return dataclasses.replace(loaded, model=model, key=f"{loaded.key}+{drop}")
+
+
+def test_a_model_that_honours_mask_and_positions_passes_the_probe(tiny, monkeypatch):
+    monkeypatch.setattr(prefix_mod, "_support", {})  # a fresh cache, no verdict planted
+    honest = wrapped(tiny, drop_mask=False, drop_positions=False)
+    assert packing_supported(honest) is True
+    assert prefix_mod._support == {id(honest.model): True}
+
+
+@pytest.mark.parametrize(
+    "drop", [{"drop_mask": True, "drop_positions": True}, {"drop_mask": True, "drop_positions": False},
+             {"drop_mask": False, "drop_positions": True}],
+    ids=["ignores-mask-and-positions", "ignores-mask", "ignores-positions"],
+)  # fmt: skip
+def test_a_model_that_ignores_mask_or_positions_fails_the_probe_and_takes_the_plain_path(
+    tiny, monkeypatch, drop
+):
+    """The real probe (no verdict planted) sends such a model to score_clm, and decides it once."""
+    monkeypatch.setattr(prefix_mod, "_support", {})
+    bad = wrapped(tiny, **drop)
+    assert packing_supported(bad) is False
+    assert prefix_mod._support == {id(bad.model): False}  # decided once, cached
     monkeypatch.setattr(prefix_mod, "_forward_rows", lambda *a: pytest.fail("packed path used"))
     filled = CASES[:6]
     assert_same(
-        score_clm(loaded, *args(filled)),
-        score_clm_shared_prefix(loaded, *args(filled)),
+        score_clm(tiny, *args(filled)),
+        score_clm_shared_prefix(bad, *args(filled)),
         [f.text for f in filled],
     )
 

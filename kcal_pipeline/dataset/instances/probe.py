@@ -88,7 +88,9 @@ def build_instances(
             topup_pool=topup_pool,
             labels=labels,
         )
-        options = list(gold_ids) + negatives
+        # Shuffle a canonical list, so that the order depends on the option set alone (not on
+        # the order in which the distractors were picked).
+        options = list(gold_ids) + sorted(negatives)
         derived_rng(config.seed, relation_id, subject_id, "order").shuffle(options)
         rows.append(
             instance_row(

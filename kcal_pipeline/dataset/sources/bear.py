@@ -13,6 +13,7 @@ Rows that are merely unusable (empty or id-like subject label, a repeated fact) 
 
 from __future__ import annotations
 
+import io
 import json
 import tomllib
 from collections import Counter
@@ -81,11 +82,27 @@ def _no_duplicate_keys(pairs: list) -> dict:
     return dict(pairs)
 
 
+def _read_text(path: Path) -> str:
+    """The file as text; a byte that is not UTF-8 is an error naming the file, line and column."""
+    raw = path.read_bytes()
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        column = exc.start - raw.rfind(b"\n", 0, exc.start)
+        raise BearFormatError(
+            f"{path}:{line}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at column {column}); BEAR files "
+            "are UTF-8: convert the file (e.g. `iconv -f latin1 -t utf-8`), then re-run "
+            "`kcal dataset import-bear`"
+        ) from None
+
+
 def _read_metadata(path: Path) -> dict:
     if not path.is_file():
         raise BearFormatError(f"{path.parent}: missing {METADATA}")
+    text = _read_text(path)
     try:
-        data = json.loads(path.read_text("utf-8"), object_pairs_hook=_no_duplicate_keys)
+        data = json.loads(text, object_pairs_hook=_no_duplicate_keys)
     except json.JSONDecodeError as exc:
         raise BearFormatError(
             f"{path}: malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
@@ -177,7 +194,8 @@ def _read_facts(path: Path, meta: dict) -> tuple[list[dict], list[dict]]:
         raise BearFormatError(f"{path}: missing facts file for a relation in {METADATA}")
     ids, labels = meta["answer_space_ids"], meta["answer_space_labels"]
     kept, dropped, seen = [], [], set()
-    with open(path, encoding="utf-8") as fh:
+    # io.StringIO splits lines as a text-mode file does (universal newlines).
+    with io.StringIO(_read_text(path), newline=None) as fh:
         for lineno, text in enumerate(fh, 1):
             if not text.strip():
                 continue
@@ -320,43 +338,96 @@ def catalog_toml(entries: dict[str, dict]) -> str:
     return "".join(parts)
 
 
-def write_catalog_toml(entries: dict[str, dict], path: Path | str) -> Path:
-    """Write atomically, after checking the text reads back to `entries` and is a valid catalog."""
+def checked_catalog_toml(entries: dict[str, dict], path: Path | str) -> str:
+    """The catalog text, after checking it reads back to `entries` and is a valid catalog."""
     text = catalog_toml(entries)
     if tomllib.loads(text) != entries:
         raise RuntimeError(f"{path}: catalog TOML does not read back to the entries written")
     parse_catalog(tomllib.loads(text), str(path))
-    return write_text_atomic(Path(path), text)
+    return text
+
+
+def write_catalog_toml(entries: dict[str, dict], path: Path | str) -> Path:
+    """Write atomically, after checking the text reads back to `entries` and is a valid catalog."""
+    return write_text_atomic(Path(path), checked_catalog_toml(entries, path))
+
+
+def imported_entries(path: Path) -> dict[str, dict]:
+    """The entries of an earlier import's catalog.toml ({} when there is none), validated; a
+    catalog that cannot be read is an error naming it and the way out (--replace)."""
+    if not path.exists():
+        return {}
+    try:
+        data = tomllib.loads(path.read_text("utf-8"))
+        parse_catalog(data, str(path))
+        catalog_toml(data)  # only what this module writes: strings and lists of strings
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError, ValueError, TypeError) as exc:
+        reason = str(exc) if str(path) in str(exc) else f"{path}: {exc}"
+        raise ValueError(
+            f"{reason}; cannot merge the new relations into it: re-run `kcal dataset import-bear` "
+            "with --replace (the catalog then holds only the relations of this import)"
+        ) from None
+    return data
 
 
 def import_bear(
-    directory: Path | str, home: Path | str, prefix: str = "bear-", log: Callable[[str], None] = print
+    directory: Path | str,
+    home: Path | str,
+    prefix: str = "bear-",
+    log: Callable[[str], None] = print,
+    replace: bool = False,
 ) -> tuple[Path, dict[str, Path]]:
     """BEAR directory -> home/datasets/bear/{catalog.toml, facts/<prefix><rel>.parquet}.
 
     Relation ids get `prefix` so an imported P19 never replaces the packaged P19 (the catalog
-    loader picks up every home/datasets/*/catalog.toml). Facts are written before the catalog that
-    points at them, so a loaded catalog never names a missing file.
+    loader picks up every home/datasets/*/catalog.toml). A second import merges with the first by
+    relation id: a relation imported again gets the new entry and facts, the others stay. With
+    `replace` the catalog holds only this import's relations and the other facts files go.
+
+    Everything is read and checked (the new directory, the earlier catalog, the merged catalog)
+    before anything is written; facts are written before the catalog that points at them, so a
+    loaded catalog never names a missing file. Returns the catalog and this import's facts files.
     """
     ds = read_bear(directory)
     base = Path(home) / "datasets" / "bear"
-    facts = facts_frame(ds).with_columns(relation_id=pl.lit(prefix) + pl.col("relation_id"))
-    paths = {}
-    for rid, rel in ds.relations.items():
-        new_id = check_relation_id(prefix + rid, "prefixed BEAR relation id")
-        paths[new_id] = base / "facts" / f"{new_id}.parquet"
-        write_parquet_atomic(facts.filter(pl.col("relation_id") == new_id), paths[new_id])
-        log(
-            f"BEAR {rid} -> {new_id}: {len(rel.facts)} facts, {len(rel.answer_space_ids)} options, "
-            f"dropped {rel.dropped_counts() or 'none'}"
-        )
-    entries = {
-        prefix + rid: {
+    catalog = base / "catalog.toml"
+    new = {
+        check_relation_id(prefix + rid, "prefixed BEAR relation id"): {
             **entry,
             "object_type": prefix + rid,
             "data": str(base / "facts" / f"{prefix}{rid}.parquet"),
         }
         for rid, entry in catalog_entries(ds, base / "facts").items()
     }
-    catalog = write_catalog_toml(entries, base / "catalog.toml")
+    earlier = {} if replace else imported_entries(catalog)
+    # Earlier relations keep their place (a re-imported one gets its new entry there); new ones follow.
+    entries = {rid: new.get(rid, entry) for rid, entry in earlier.items()} | new
+    text = checked_catalog_toml(entries, catalog)
+    facts = facts_frame(ds).with_columns(relation_id=pl.lit(prefix) + pl.col("relation_id"))
+    paths = {}
+    for rid, rel in ds.relations.items():
+        new_id = prefix + rid
+        paths[new_id] = base / "facts" / f"{new_id}.parquet"
+        write_parquet_atomic(facts.filter(pl.col("relation_id") == new_id), paths[new_id])
+        log(
+            f"BEAR {rid} -> {new_id}: {len(rel.facts)} facts, {len(rel.answer_space_ids)} options, "
+            f"dropped {rel.dropped_counts() or 'none'}"
+        )
+    write_text_atomic(catalog, text)
+    replaced = [rid for rid in new if rid in earlier]
+    kept = [rid for rid in earlier if rid not in new]
+    if replaced:
+        log(
+            f"replaced {', '.join(replaced)}: catalog entr{'ies' if len(replaced) > 1 else 'y'} and facts "
+            f"now come from {Path(directory)}"
+            + (f"; kept {', '.join(kept)} from the earlier import" if kept else "")
+        )
+    elif kept:
+        log(f"merged with the earlier import: kept {', '.join(kept)}")
+    if replace:
+        stale = sorted(p for p in (base / "facts").glob("*.parquet") if p not in paths.values())
+        for path in stale:  # after the catalog stopped naming them
+            path.unlink()
+        if stale:
+            log(f"--replace: removed {len(stale)} earlier relation(s): {', '.join(p.stem for p in stale)}")
     return catalog, paths

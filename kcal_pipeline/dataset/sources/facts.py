@@ -14,6 +14,7 @@ from pathlib import Path
 
 import polars as pl
 
+from kcal_pipeline.core.storage import read_parquet_named
 from kcal_pipeline.dataset.relations import RelationSpec
 from kcal_pipeline.dataset.sources import mace
 from kcal_pipeline.dataset.sources.sparql_cache import CachedSparql
@@ -71,7 +72,11 @@ def relation_facts(
     log: Callable[[str], None] = print,
 ) -> RelationFacts:
     if spec.source == "bear":
-        facts = pl.read_parquet(Path(spec.data))
+        facts = read_parquet_named(
+            Path(spec.data),
+            f"it holds the imported facts of {spec.relation_id}: re-run `kcal dataset import-bear` "
+            "on the BEAR directory to rewrite it",
+        )
         return RelationFacts(_shape(facts, COLUMNS), _no_drops(), {})
     if spec.source == "rule":
         facts = _provenance(mace.math_facts(spec.relation_id), "rule:kcal", None, None)

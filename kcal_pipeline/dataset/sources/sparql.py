@@ -8,17 +8,25 @@ endpoint serves the embedded snapshot so the same queries run offline.
 from __future__ import annotations
 
 import ast
+import atexit
+import contextlib
+import ctypes
 import http.client
 import json
+import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 
 import SPARQLWrapper as _sparqlwrapper
@@ -190,12 +198,141 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-class LocalEndpoint:
-    """`oxigraph serve-read-only` over a store, on a free 127.0.0.1 port, for as long as needed."""
+# --- the local server's lifetime: it never outlives the process that started it -------------------
 
-    def __init__(self, store_dir: Path | str, startup_timeout: float = 15.0) -> None:
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+PID_DIR = ".oxigraph-pids"  # beside the store: one record per running server
+_running: set[LocalEndpoint] = set()
+_running_guard = threading.Lock()
+
+
+def _stop_running() -> None:
+    """atexit: stop every server this process started and did not stop (an exception, sys.exit)."""
+    with _running_guard:
+        endpoints = list(_running)
+    for endpoint in endpoints:
+        endpoint.stop()
+
+
+atexit.register(_stop_running)
+
+
+def _die_with_parent() -> Callable[[], None] | None:
+    """preexec_fn that makes the kernel send SIGTERM to the child when its parent dies, even by
+    SIGKILL (Linux prctl PR_SET_PDEATHSIG; elsewhere None: the atexit hook and the stale-server
+    reaping still apply). The death signal follows the *thread* that started the child, so an
+    endpoint is started and stopped by the same long-lived thread (a Dagster resource is)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved here, not in the forked child
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before the death signal was armed
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return preexec
+
+
+def _proc_stat(pid: int) -> tuple[str, int] | None:
+    """(state, parent pid) of a process from /proc, or None when it does not exist (or no /proc)."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text("utf-8", "replace")
+    except OSError:
+        return None
+    fields = text.rsplit(")", 1)[-1].split()
+    try:
+        return fields[0], int(fields[1])
+    except (IndexError, ValueError):
+        return None
+
+
+def _alive(pid: int) -> bool:
+    stat = _proc_stat(pid)
+    return stat is not None and stat[0] not in ("Z", "X")
+
+
+def serves_store(pid: int, store_dir: Path | str) -> bool:
+    """True only if pid is a live `oxigraph serve-read-only --location <store_dir>` (/proc/<pid>/cmdline):
+    a recorded pid that a finished server left to an unrelated process is never touched."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode("utf-8", "replace").split("\0")
+    except OSError:
+        return False
+    if not _alive(pid) or not argv or "oxigraph" not in Path(argv[0]).name or "serve-read-only" not in argv:
+        return False
+    try:
+        location = argv[argv.index("--location") + 1]
+    except (ValueError, IndexError):
+        return False
+    return os.path.realpath(location) == os.path.realpath(store_dir)
+
+
+def _terminate(pid: int, grace: float = 5.0) -> None:
+    """SIGTERM, then SIGKILL after `grace` seconds, for a process that is not our child."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if _alive(pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def reap_stale_servers(store_dir: Path | str, pid_dir: Path | str) -> list[int]:
+    """Stop the servers of `store_dir` recorded in pid_dir whose starting process is gone.
+
+    A record names the server's pid and its owner (the process that started it). The server is
+    terminated only if that pid is still an oxigraph serving this store (checked in /proc) and it
+    is no longer the owner's child (the owner died, e.g. by SIGKILL, on a system without the death
+    signal). A live owner's server is left alone; a record naming a dead or unrelated process is
+    just removed. Returns the pids terminated.
+    """
+    store_dir, pid_dir = Path(store_dir), Path(pid_dir)
+    reaped = []
+    for record_file in sorted(pid_dir.glob("oxigraph-*.json")):
+        try:
+            record = json.loads(record_file.read_text("utf-8"))
+            pid, owner, store = int(record["pid"]), record.get("owner"), record["store"]
+        except (OSError, ValueError, KeyError, TypeError):
+            record_file.unlink(missing_ok=True)
+            continue
+        if os.path.realpath(store) != os.path.realpath(store_dir):
+            continue
+        if not serves_store(pid, store_dir):
+            record_file.unlink(missing_ok=True)  # gone, or the pid now belongs to something else
+            continue
+        stat = _proc_stat(pid)
+        if stat is not None and stat[1] == owner and _alive(owner):
+            continue  # its owner is alive and still its parent: in use
+        _terminate(pid)
+        reaped.append(pid)
+        record_file.unlink(missing_ok=True)
+    return reaped
+
+
+class LocalEndpoint:
+    """`oxigraph serve-read-only` over a store, on a free 127.0.0.1 port, for as long as needed.
+
+    The server never outlives kcal: it runs in its own session (a Ctrl-C in the terminal reaches
+    kcal, which stops it, not the server mid-request), stop() ends it, an atexit hook ends what was
+    not stopped, on Linux the kernel sends it SIGTERM when kcal dies (even by SIGKILL), and a
+    record under pid_dir (default: `.oxigraph-pids` beside the store) lets the next start reap a
+    server whose owner died anyway.
+    """
+
+    def __init__(
+        self, store_dir: Path | str, startup_timeout: float = 15.0, pid_dir: Path | str | None = None
+    ) -> None:
         self.store_dir = Path(store_dir)
         self.startup_timeout = startup_timeout
+        self.pid_dir = Path(pid_dir) if pid_dir is not None else self.store_dir.resolve().parent / PID_DIR
+        self._record: Path | None = None
         self._proc: subprocess.Popen | None = None
         self._stderr = None
         self._url: str | None = None
@@ -213,6 +350,8 @@ class LocalEndpoint:
     def start(self) -> str:
         if self._proc is not None:
             return self.url
+        with contextlib.suppress(OSError):  # an unwritable pid_dir only loses the reaping
+            reap_stale_servers(self.store_dir, self.pid_dir)
         port = _free_port()
         # stderr goes to a file, not a pipe: a chatty server must never block on a full pipe.
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - open while the server runs; stop() closes it
@@ -228,7 +367,12 @@ class LocalEndpoint:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=self._stderr,
+            start_new_session=True,
+            preexec_fn=_die_with_parent(),
         )
+        with _running_guard:
+            _running.add(self)
+        self._write_record()
         self._url = f"http://127.0.0.1:{port}/query"
         try:
             self._wait_ready()
@@ -264,9 +408,26 @@ class LocalEndpoint:
         self._stderr.seek(0)
         return self._stderr.read().decode("utf-8", "replace").strip()
 
+    def _write_record(self) -> None:
+        record = {
+            "pid": self._proc.pid,
+            "owner": os.getpid(),
+            "store": str(self.store_dir.resolve()),
+            "started": datetime.now().astimezone().isoformat(timespec="seconds"),
+        }
+        path = self.pid_dir / f"oxigraph-{self._proc.pid}.json"
+        try:
+            self.pid_dir.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(record) + "\n", "utf-8")
+        except OSError:
+            return  # an unwritable pid_dir only loses the reaping; the server still dies with us
+        self._record = path
+
     def stop(self) -> None:
         """Terminate exactly the process this endpoint started, and reap it."""
         proc, self._proc, self._url = self._proc, None, None
+        with _running_guard:
+            _running.discard(self)
         if proc is not None and proc.poll() is None:
             proc.terminate()
             try:
@@ -277,6 +438,9 @@ class LocalEndpoint:
         if self._stderr is not None:
             self._stderr.close()
             self._stderr = None
+        if self._record is not None:
+            self._record.unlink(missing_ok=True)
+            self._record = None
 
     def __enter__(self) -> LocalEndpoint:
         self.start()

@@ -7,6 +7,7 @@ builds. A model's kind ("clm" or "mlm") is detected from its config when the ent
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import threading
@@ -277,3 +278,123 @@ def _dir_fingerprint(folder: Path) -> str:
         f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in sorted(folder.glob("*.safetensors"))
     ]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:12]
+
+
+# --- checking a source without loading its weights -------------------------------------------------
+
+
+def check_loadable(entry: ModelEntry) -> str | None:
+    """Check, cheaply, that an entry's source holds a model kcal can load; returns its kind.
+
+    A local folder must hold a readable config.json, a loadable fast tokenizer (with a usable start
+    or mask token) and *.safetensors weights whose headers read (the tensors are not read); its
+    kind is detected from the config when the entry says 'auto'. A GGUF source must be an existing
+    file that starts with the GGUF magic (kind 'clm'). A hub id is not checked (that needs the
+    network): None. Raises ModelLoadError naming the model, the path and what is missing.
+    """
+    if entry.source == "local":
+        return _check_folder(entry, Path(entry.path).expanduser().resolve())
+    if entry.source in GGUF_SOURCES:
+        from kcal_pipeline.scoring.models.gguf import _gguf_source
+
+        gguf, _ = _gguf_source(entry)
+        with open(gguf, "rb") as handle:
+            magic = handle.read(4)
+        if magic != b"GGUF":
+            raise ModelLoadError(
+                f"model {entry.id!r}: {str(gguf)!r} is not a GGUF file (it does not start with the "
+                f"bytes 'GGUF', got {magic!r})"
+            )
+        return "clm"
+    if Path(entry.id).exists():
+        raise ModelLoadError(
+            f"model id {entry.id!r} names a local path; register it with "
+            f"`kcal models add ID --path {entry.id}`"
+        )
+    return None
+
+
+_FOLDER_NEEDS = "config.json, tokenizer files and *.safetensors weights, as save_pretrained writes them"
+
+
+def _check_folder(entry: ModelEntry, folder: Path) -> str:
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
+
+    where = f"model {entry.id!r}: {str(folder)!r}"
+    if not folder.exists():
+        raise ModelLoadError(f"{where} does not exist")
+    if not folder.is_dir():
+        hint = " (a .gguf file is registered with --gguf FILE)" if folder.suffix == ".gguf" else ""
+        raise ModelLoadError(f"{where} is not a directory{hint}; a model folder holds {_FOLDER_NEEDS}")
+    if not (folder / "config.json").is_file():
+        raise ModelLoadError(f"{where} has no config.json; a model folder holds {_FOLDER_NEEDS}")
+    opts = {"trust_remote_code": entry.trust_remote_code}
+    try:
+        config = AutoConfig.from_pretrained(folder, **opts)
+    except Exception as e:  # OSError, ValueError, KeyError: transformers raises many kinds here
+        raise ModelLoadError(f"{where}: config.json cannot be read: {_first_line(e)}") from e
+    kind = detect_kind(config, entry.id) if entry.kind == "auto" else entry.kind
+    auto = AutoModelForMaskedLM if kind == "mlm" else AutoModelForCausalLM
+    if type(config) not in auto._model_mapping and not getattr(config, "auto_map", None):
+        raise ModelLoadError(
+            f"{where}: model type {getattr(config, 'model_type', None)!r} has no "
+            f"{'masked' if kind == 'mlm' else 'causal'} LM class in transformers (kind {kind!r})"
+        )
+    _check_weights(where, folder)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder, **opts)
+    except Exception as e:
+        raise ModelLoadError(f"{where}: no loadable tokenizer: {_first_line(e)}") from e
+    _fast(tokenizer, where)
+    if len(tokenizer) <= len(set(tokenizer.all_special_tokens)):
+        # transformers builds an empty tokenizer for some model types when the files are missing
+        raise ModelLoadError(
+            f"{where}: the tokenizer has no vocabulary beyond its special tokens "
+            f"({len(tokenizer)} tokens): are the tokenizer files missing? "
+            f"A model folder holds {_FOLDER_NEEDS}"
+        )
+    if kind == "clm":
+        _start_token_id(entry, tokenizer)
+    else:
+        _mlm_start_token_id(entry, tokenizer)
+    return kind
+
+
+def _check_weights(where: str, folder: Path) -> None:
+    """*.safetensors present (every shard an index names, if there is an index) with readable headers."""
+    from safetensors import safe_open
+
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            shards = sorted(set(json.loads(index.read_text("utf-8"))["weight_map"].values()))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            raise ModelLoadError(f"{where}: {index.name} cannot be read: {_first_line(e)}") from e
+        files = [folder / name for name in shards]
+        missing = [f.name for f in files if not f.is_file()]
+        if missing:
+            raise ModelLoadError(f"{where}: weight shard(s) named in {index.name} are missing: {missing}")
+    else:
+        files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        other = sorted(p.name for p in folder.iterdir() if p.suffix in (".bin", ".pt", ".pth", ".ckpt"))
+        hint = (
+            f"; it has {other}, which kcal does not load (it never unpickles weights): save the model "
+            f"with save_pretrained(..., safe_serialization=True)"
+            if other
+            else ""
+        )
+        raise ModelLoadError(f"{where} has no *.safetensors weights{hint}")
+    for file in files:
+        try:
+            with safe_open(str(file), framework="pt") as weights:
+                weights.keys()
+        except Exception as e:  # SafetensorError for a truncated or corrupted header
+            raise ModelLoadError(
+                f"{where}: weights file {file.name!r} cannot be read: {_first_line(e)}"
+            ) from e
+
+
+def _first_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else type(error).__name__

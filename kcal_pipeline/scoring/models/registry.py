@@ -229,8 +229,11 @@ class Registry:
             self._write([DEFAULT_MODEL])
         try:
             data = tomllib.loads(self.path.read_text(encoding="utf-8"))
-        except tomllib.TOMLDecodeError as e:
-            raise ModelConfigError(f"{self.path}: not valid TOML: {e}") from None
+        except (UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+            raise ModelConfigError(
+                f"{self.path}: not valid TOML: {e}; fix the file, or move it away to start over with "
+                "only the default model (then `kcal models add` the others again)"
+            ) from None
         extra = sorted(set(data) - {"model"})
         if extra:
             raise ModelConfigError(

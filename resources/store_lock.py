@@ -1,0 +1,41 @@
+"""The store-lock resource: a Dagster run writes KCAL_HOME only while it holds the store's lock.
+
+The IO manager depends on it, so every run that writes (every asset step) takes the lock at set-up
+and releases it at teardown; see kcal_pipeline/core/store_lock.py. Inside `kcal demo`, which holds
+the lock for the whole command, the runs it starts re-enter the lock of their own process.
+"""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+
+from dagster import ConfigurableResource, InitResourceContext
+from pydantic import Field, PrivateAttr
+
+from kcal_pipeline.core.paths import kcal_home
+from kcal_pipeline.core.store_lock import hold_store_lock
+
+
+class StoreLock(ConfigurableResource):
+    home: str = ""
+    wait: bool = Field(
+        default=True,
+        description="wait while another run or kcal command writes this KCAL_HOME (false: fail at once)",
+    )
+
+    _held: ExitStack | None = PrivateAttr(default=None)
+
+    def setup_for_execution(self, context: InitResourceContext) -> None:
+        run = context.run
+        command = f"dagster run {run.run_id} ({run.job_name})" if run is not None else None
+        notify = context.log.warning if context.log is not None else print
+        held = ExitStack()
+        held.enter_context(
+            hold_store_lock(kcal_home(self.home or None), wait=self.wait, command=command, notify=notify)
+        )
+        self._held = held
+
+    def teardown_after_execution(self, context: InitResourceContext) -> None:
+        held, self._held = self._held, None
+        if held is not None:
+            held.close()

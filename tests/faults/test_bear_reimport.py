@@ -1,0 +1,112 @@
+"""A second BEAR import merges with the first by relation id; `--replace` starts the catalog over."""
+
+import tomllib
+
+import polars as pl
+import pytest
+
+from assets.cli import main
+from kcal_pipeline.dataset.relations import load_catalog
+from tests.dataset.test_bear import FACTS, METADATA, line, write_bear
+
+# The second directory: P36 again with a larger answer space and other facts (B'), and P37 (C).
+METADATA_2 = {
+    "P36": {
+        "templates": ["[Y] is the capital of [X]."],
+        "answer_space_ids": ["Q90", "Q64", "Q1490"],
+        "answer_space_labels": ["Paris", "Berlin", "Tokyo"],
+    },
+    "P37": {
+        "templates": ["The official language of [X] is [Y]."],
+        "answer_space_ids": ["Q150", "Q188"],
+        "answer_space_labels": ["French", "German"],
+    },
+}
+FACTS_2 = {
+    "P36": [
+        line("Q142", "France", "Q90", 0),
+        line("Q183", "Germany", "Q64", 1),
+        line("Q17", "Japan", "Q1490", 2),
+    ],
+    "P37": [line("Q142", "France", "Q150", 0), line("Q183", "Germany", "Q188", 1)],
+}
+
+
+@pytest.fixture
+def kcal(tmp_path, monkeypatch, capsys):
+    home = tmp_path / "home"
+    monkeypatch.setenv("KCAL_HOME", str(home))  # main() sets it; monkeypatch restores it
+
+    def run(*args):
+        load_catalog.cache_clear()
+        code = main(["--home", str(home), *args])
+        out = capsys.readouterr()
+        assert code == 0, out.err
+        return out.out
+
+    yield run
+    load_catalog.cache_clear()
+
+
+def imported(home):
+    base = home / "datasets" / "bear"
+    catalog = tomllib.loads((base / "catalog.toml").read_text("utf-8"))
+    facts = {p.stem: pl.read_parquet(p) for p in sorted((base / "facts").glob("*.parquet"))}
+    return catalog, facts
+
+
+def test_a_second_import_merges_by_relation_and_replace_starts_over(tmp_path, kcal):
+    home = tmp_path / "home"
+    first = write_bear(tmp_path / "first", metadata=METADATA, facts=FACTS)  # A = P19, B = P36
+    second = write_bear(tmp_path / "second", metadata=METADATA_2, facts=FACTS_2)  # B' = P36, C = P37
+    kcal("dataset", "import-bear", str(first))
+    _, facts_1 = imported(home)
+
+    out = kcal("dataset", "import-bear", str(second))
+    catalog, facts = imported(home)
+    assert list(catalog) == ["bear-P19", "bear-P36", "bear-P37"]
+    assert catalog["bear-P36"]["answer_space_ids"] == ["Q90", "Q64", "Q1490"]  # B' replaced B's entry
+    assert catalog["bear-P36"]["templates"] == ["[Y] is the capital of [X]."]
+    assert sorted(facts["bear-P36"]["subject_label"]) == ["France", "Germany", "Japan"]  # and its facts
+    assert facts["bear-P19"].equals(facts_1["bear-P19"])  # A kept as it was
+    assert set(facts["bear-P37"]["object_label"]) == {"French", "German"}
+    said = [row for row in out.splitlines() if row.startswith("replaced ")]
+    assert said == [
+        f"replaced bear-P36: catalog entry and facts now come from {second}; "
+        "kept bear-P19 from the earlier import"
+    ]
+    load_catalog.cache_clear()
+    assert {"bear-P19", "bear-P36", "bear-P37"} <= set(load_catalog())
+    assert load_catalog()["bear-P36"].answer_space_labels == ("Paris", "Berlin", "Tokyo")
+
+    out = kcal("dataset", "import-bear", str(second), "--replace")
+    catalog, facts = imported(home)
+    assert list(catalog) == ["bear-P36", "bear-P37"]
+    assert list(facts) == ["bear-P36", "bear-P37"]  # A's facts file went with its entry
+    assert "removed 1 earlier relation(s): bear-P19" in out
+    load_catalog.cache_clear()
+    assert "bear-P19" not in load_catalog() and "bear-P37" in load_catalog()
+
+
+def test_an_unreadable_earlier_catalog_is_named_and_nothing_is_written(tmp_path, kcal, capsys):
+    home = tmp_path / "home"
+    kcal("dataset", "import-bear", str(write_bear(tmp_path / "first")))
+    catalog = home / "datasets" / "bear" / "catalog.toml"
+    catalog.write_text("[bear-P19\n")
+    facts_before = {p: p.read_bytes() for p in catalog.parent.rglob("*.parquet")}
+    load_catalog.cache_clear()
+    code = main(
+        [
+            "--home",
+            str(home),
+            "dataset",
+            "import-bear",
+            str(write_bear(tmp_path / "second", METADATA_2, FACTS_2)),
+        ]
+    )
+    err = capsys.readouterr().err
+    assert code != 0 and str(catalog) in err and "--replace" in err
+    assert catalog.read_text() == "[bear-P19\n"
+    assert {p: p.read_bytes() for p in catalog.parent.rglob("*.parquet")} == facts_before
+    kcal("dataset", "import-bear", str(tmp_path / "second"), "--replace")
+    assert list(imported(home)[0]) == ["bear-P36", "bear-P37"]

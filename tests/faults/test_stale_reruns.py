@@ -1,0 +1,110 @@
+"""Freshness follows the settings and the upstream data, not a file's existence (issue 11, point 1).
+
+A partition is up to date when its Parquet file records the data version the current code,
+settings and inputs would give it. Before data versions, any existing file counted as done, so a
+changed setting kept the old data and an interrupted run could leave stale scores that the next
+run called "done".
+"""
+
+import polars as pl
+import pytest
+
+from kcal_pipeline.core.storage import partition_path
+from kcal_pipeline.core.versions import DATA_VERSION_KEY, stored_version
+
+pytestmark = pytest.mark.integration
+KEY = "HuggingFaceTB--SmolLM2-135M-Instruct"
+BASE = {"max_instances": 4, "max_templates": 1, "n_negatives": 2}
+MR = {"model": KEY, "relation": "P36"}
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    from assets.runner import run_missing
+
+    home = tmp_path_factory.mktemp("kcal")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DAGSTER_HOME", str(tmp_path_factory.mktemp("dagster")))
+
+        def run(**settings):
+            return run_missing(home, relations=["P36"], settings={**BASE, **settings}, log=lambda m: None)
+
+        run()
+        yield home, run
+
+
+def materialized(summary) -> set[tuple[str, str]]:
+    return {(asset, label) for asset, label in summary.materialized}
+
+
+def test_every_partition_records_its_data_version(store):
+    home, _ = store
+    version = stored_version(partition_path(home, "statement_scores", MR))
+    assert version and len(version) == 20
+    import pyarrow.parquet as pq
+
+    meta = pq.read_metadata(partition_path(home, "estimates", MR)).metadata
+    assert DATA_VERSION_KEY.encode() in meta
+
+
+def test_a_changed_probe_setting_reruns_exactly_what_it_affects(store):
+    home, run = store
+    assert run().materialized == []  # nothing changed: nothing to do
+    summary = run(answer_space_k=2)
+    relation, model = "P36", KEY
+    assert materialized(summary) == {
+        ("probe_instances", relation), ("statements", relation), ("data_quality", "-"),
+        ("statement_scores", f"{model}|{relation}"), ("estimates", f"{model}|{relation}"),
+        ("metrics", model), ("curves", model), ("report", model),
+    }  # fmt: skip
+    inst = pl.read_parquet(partition_path(home, "probe_instances", {"relation": "P36"}))
+    statements = pl.read_parquet(partition_path(home, "statements", {"relation": "P36"}))
+    scores = pl.read_parquet(partition_path(home, "statement_scores", MR))
+    assert inst["instance_id"].str.ends_with("#k2").sum() == 4  # the new data, not the old
+    assert scores.height == statements.height == int(inst["n_options"].sum())
+    assert run(answer_space_k=2).materialized == []
+
+
+def test_a_changed_template_kind_keeps_the_instances_and_a_scoring_setting_keeps_the_statements(store):
+    home, run = store
+    summary = run(answer_space_k=2, template_kinds=["curated", "marker_verbal"])
+    assert ("probe_instances", "P36") not in materialized(summary)
+    assert ("statements", "P36") in materialized(summary)
+    statements = pl.read_parquet(partition_path(home, "statements", {"relation": "P36"}))
+    assert statements["template_id"].n_unique() == 3  # the curated template and its two verbal markers
+    summary = run(answer_space_k=2, template_kinds=["curated", "marker_verbal"], subject_mask=True)
+    assert {a for a, _ in summary.materialized} == {
+        "statement_scores",
+        "estimates",
+        "metrics",
+        "curves",
+        "report",
+    }
+    scores = pl.read_parquet(partition_path(home, "statement_scores", MR))
+    assert scores["ll_sum_masked"].null_count() == 0
+
+
+def test_an_interrupted_run_never_leaves_stale_partitions_called_done(store, monkeypatch):
+    # A run with other settings dies while scoring: statements are new, the scores file is still
+    # the old one. The next run must rescore, not say "Nothing to do".
+    from kcal_pipeline.scoring import partition
+
+    home, run = store
+    real = partition.score_statements
+
+    def dies(*args, **kwargs):
+        raise KeyboardInterrupt("killed while scoring")
+
+    monkeypatch.setattr(partition, "score_statements", dies)
+    with pytest.raises(BaseException):  # noqa: B017 (whatever Dagster wraps the interrupt in)
+        run(max_instances=8)
+    monkeypatch.setattr(partition, "score_statements", real)
+    statements = pl.read_parquet(partition_path(home, "statements", {"relation": "P36"}))
+    old_scores = pl.read_parquet(partition_path(home, "statement_scores", MR))
+    # the stale state the old runner called done: scores of other statements than the current ones
+    assert old_scores["statement_id"].to_list() != statements["statement_id"].to_list()
+    summary = run(max_instances=8)
+    assert ("statement_scores", f"{KEY}|P36") in materialized(summary)
+    scores = pl.read_parquet(partition_path(home, "statement_scores", MR))
+    assert scores["statement_id"].to_list() == statements["statement_id"].to_list()
+    assert scores["statement_id"].is_unique().all()
