@@ -10,6 +10,7 @@ import argparse
 import contextlib
 import logging
 import os
+import select
 import signal
 import sys
 import threading
@@ -433,11 +434,22 @@ class CtrlC:
         # Unblocked here, so some thread can always take SIGINT (the main thread blocks it).
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
         main = threading.main_thread().ident
-        while data := os.read(self._read, 64):
+        pokes = 0
+        while True:
+            # After Ctrl-C the main thread is poked a few more times, 0.2 s apart, in case one poke
+            # landed just before a blocking call began; bounded, since each poke interrupts a syscall.
+            retry = self.pressed and pokes < 10
+            ready, _, _ = select.select([self._read], [], [], 0.2 if retry else None)
+            if retry:
+                pokes += 1
+                signal.pthread_kill(main, self.POKE)
+            if not ready:
+                continue
+            data = os.read(self._read, 64)
             if signal.SIGINT in data or signal.SIGTERM in data:
                 self.pressed = True
                 signal.pthread_kill(main, self.POKE)
-            if b"\xff" in data:  # __exit__: the command is over
+            if not data or b"\xff" in data:  # __exit__: the command is over
                 return
 
     def __exit__(self, *exc) -> bool:
