@@ -426,6 +426,8 @@ class CtrlC:
         self._wakeup = signal.set_wakeup_fd(self._write, warn_on_full_buffer=False)
         self._poke_handler = signal.signal(self.POKE, lambda signum, frame: None)
         self._mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        # The poke must reach the main thread even if the caller's mask blocks it.
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {self.POKE})
         self._thread = threading.Thread(target=self._watch, name="kcal-ctrl-c", daemon=True)
         self._thread.start()
         return self

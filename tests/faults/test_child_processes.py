@@ -109,15 +109,26 @@ time.sleep(120)
 """
 
 
-def start_in_child(store_dir: Path, then: str) -> tuple[subprocess.Popen, int]:
+def block_termination() -> None:
+    """preexec_fn: a caller whose mask blocks SIGTERM (as a Dagster run or a test runner can)."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
+
+
+def start_in_child(store_dir: Path, then: str, preexec=None) -> tuple[subprocess.Popen, int]:
     parent = subprocess.Popen(
-        [sys.executable, "-c", STARTER, str(store_dir), then], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", STARTER, str(store_dir), then],
+        stdout=subprocess.PIPE,
+        text=True,
+        preexec_fn=preexec,
     )
     return parent, int(parent.stdout.readline())
 
 
-def test_sigkill_of_the_parent_takes_the_server_with_it(store_dir):
-    parent, server = start_in_child(store_dir, "sleep")
+@pytest.mark.parametrize("preexec", [None, block_termination], ids=["plain", "caller-blocks-sigterm"])
+def test_sigkill_of_the_parent_takes_the_server_with_it(store_dir, preexec):
+    # With SIGTERM blocked in the caller and inherited, the death signal stayed pending and the
+    # server lived on (seen in CI); the server now starts with a clean signal mask.
+    parent, server = start_in_child(store_dir, "sleep", preexec)
     try:
         assert alive(server)
         assert os.getsid(server) == server  # its own session: a terminal's Ctrl-C goes to kcal only

@@ -24,6 +24,13 @@ def _facts(home: Path) -> list[Path]:
     return sorted((home / "wikidata_facts").rglob("part.parquet"))
 
 
+def as_from_a_terminal() -> None:
+    """preexec_fn: the signal state of a command started from a terminal (SIGINT at its default,
+    nothing blocked), whatever the test runner inherited (a background job ignores SIGINT)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, set())
+
+
 def ctrl_c_demo(tmp_path: Path, ready) -> tuple[int, str, str, Path]:
     """Start `kcal demo` in its own process group, Ctrl-C it once ready(home), wait for it to end."""
     home = tmp_path / "home"
@@ -37,6 +44,7 @@ def ctrl_c_demo(tmp_path: Path, ready) -> tuple[int, str, str, Path]:
             stderr=stderr,
             env=env,
             start_new_session=True,
+            preexec_fn=as_from_a_terminal,
         )
         try:
             deadline = time.monotonic() + 150
@@ -85,7 +93,11 @@ def _blocks_sigint(pid: int) -> bool:
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads signal masks from /proc")
 def test_ctrl_c_reaches_a_blocked_main_thread_and_spares_the_children():
     proc = subprocess.Popen(
-        [sys.executable, "-c", BLOCKED], stdout=subprocess.PIPE, text=True, start_new_session=True
+        [sys.executable, "-c", BLOCKED],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=as_from_a_terminal,
     )
     try:
         child = int(proc.stdout.readline())
