@@ -114,6 +114,11 @@ def block_termination() -> None:
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
 
 
+def ignore_termination() -> None:
+    """preexec_fn: a caller that ignores SIGTERM (seen in CI: an ignored signal survives exec)."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
 def start_in_child(store_dir: Path, then: str, preexec=None) -> tuple[subprocess.Popen, int]:
     parent = subprocess.Popen(
         [sys.executable, "-c", STARTER, str(store_dir), then],
@@ -124,10 +129,14 @@ def start_in_child(store_dir: Path, then: str, preexec=None) -> tuple[subprocess
     return parent, int(parent.stdout.readline())
 
 
-@pytest.mark.parametrize("preexec", [None, block_termination], ids=["plain", "caller-blocks-sigterm"])
+@pytest.mark.parametrize(
+    "preexec",
+    [None, block_termination, ignore_termination],
+    ids=["plain", "caller-blocks-sigterm", "caller-ignores-sigterm"],
+)
 def test_sigkill_of_the_parent_takes_the_server_with_it(store_dir, preexec):
-    # With SIGTERM blocked in the caller and inherited, the death signal stayed pending and the
-    # server lived on (seen in CI); the server now starts with a clean signal mask.
+    # With SIGTERM blocked or ignored in the caller and inherited, the death signal was swallowed
+    # and the server lived on (seen in CI); the server now starts with SIGTERM at its default.
     parent, server = start_in_child(store_dir, "sleep", preexec)
     try:
         assert alive(server)

@@ -231,8 +231,9 @@ def _die_with_parent() -> Callable[[], None] | None:
     parent = os.getpid()
 
     def preexec() -> None:
-        # A blocked SIGTERM inherited from the caller (a Dagster run, a test runner) would hold the
-        # death signal pending forever; the server gets a clean mask.
+        # A SIGTERM blocked or ignored by the caller (a Dagster run, a test runner) is inherited
+        # and would swallow the death signal; the server gets the default disposition, unblocked.
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_SETMASK, set())
         prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
         if os.getppid() != parent:  # the parent died before the death signal was armed
