@@ -41,29 +41,30 @@ FACT_READS = reads("relation", "probe.page_size", "probe.min_sitelinks")
 EVERY_RELATION = AllPartitionMapping()
 
 
-@asset(group_name=GROUP, code_version="2", metadata=reads("catalog"))
+@asset(group_name=GROUP, code_version="3", metadata=reads("catalog"))
 def relations() -> pl.DataFrame:
     """The relation catalog (closed-set relations, MACE domains, imported sets) as a table."""
     return relations_frame(load_catalog())
 
 
-@asset(group_name=GROUP, code_version="2", metadata=reads("catalog", "probe.seed"))
-def templates(probe_settings: ProbeSettings) -> pl.DataFrame:
-    """Curated templates of every relation (rank 0 = headline) and their marker and perturbation
-    variants; a run picks kinds with probe_settings.template_kinds."""
-    return curated_and_variants(templates_frame(load_catalog()), probe_settings.seed)
+@asset(group_name=GROUP, code_version="3", metadata=reads("catalog", "probe.seed"))
+def templates(context: AssetExecutionContext, probe_settings: ProbeSettings) -> pl.DataFrame:
+    """Curated templates of every relation (rank 0 = headline; marked_text = the hand-marked form)
+    and their marker and perturbation variants; a run picks kinds with probe_settings.template_kinds."""
+    return curated_and_variants(templates_frame(load_catalog()), probe_settings.seed, log=context.log.info)
 
 
 @multi_asset(
     group_name=GROUP,
     partitions_def=relation_partitions,
-    code_version="2",
+    code_version="3",
     outs={
         "wikidata_facts": AssetOut(
             description="Facts of one relation with English labels and provenance.", metadata=FACT_READS
         ),
         "dropped_facts": AssetOut(
-            description="Rows the validity filters dropped, with the reason.", metadata=FACT_READS
+            description="Rows the validity filters (and MACE's paper filters) dropped, with the reason.",
+            metadata=FACT_READS,
         ),
     },
 )
@@ -104,9 +105,10 @@ def object_pools(wikidata_facts: pl.DataFrame) -> pl.DataFrame:
 @asset(
     group_name=GROUP,
     partitions_def=relation_partitions,
-    code_version="2",
+    code_version="3",
     metadata=reads(
-        "relation", "probe.n_negatives", "probe.seed", "probe.max_instances", "probe.dev_fraction",
+        "relation", "probe.answer_space", "probe.answer_space_size", "probe.answer_space_size_one_to_one",
+        "probe.n_negatives", "probe.seed", "probe.max_instances", "probe.dev_fraction",
         "probe.answer_space_k",
     ),
 )  # fmt: skip
@@ -116,8 +118,9 @@ def probe_instances(
     object_pools: pl.DataFrame,
     probe_settings: ProbeSettings,
 ) -> pl.DataFrame:
-    """Instances of one relation: gold objects plus distractors (METHODS §5), a fixed answer space,
-    or MACE questions with exactly 1, 2, 4 or 6 answers."""
+    """Instances of one relation: gold objects plus the relation's answer space (BEAR) or sampled
+    distractors (METHODS §5), an imported fixed answer space, or MACE questions with exactly 1, 2,
+    4 or 6 answers; the answer_space column says which."""
     spec = get_relation(context.partition_key)
     instances = relation_instances(spec, wikidata_facts, object_pools, probe_settings, log=context.log.info)
     context.add_output_metadata(
@@ -128,6 +131,18 @@ def probe_instances(
             "dev": int((instances["split"] == "dev").sum()),
             "seed": probe_settings.seed,
             "n_negatives": probe_settings.n_negatives,
+            "answer_space": MetadataValue.json(
+                dict(instances.group_by("answer_space").len().sort("answer_space").iter_rows())
+            ),
+            "answer_space_size": MetadataValue.json(
+                dict(
+                    instances.group_by("answer_space_size")
+                    .len()
+                    .drop_nulls()
+                    .sort("answer_space_size")
+                    .iter_rows()
+                )
+            ),
         }
     )
     return instances
@@ -136,9 +151,12 @@ def probe_instances(
 @asset(
     group_name=GROUP,
     partitions_def=relation_partitions,
-    code_version="2",
-    metadata=reads("probe.template_kinds", "probe.max_templates", "probe.seed", "table:generated_templates"),
-)
+    code_version="3",
+    metadata=reads(
+        "probe.template_kinds", "probe.max_templates", "probe.seed", "probe.capitalize_statements",
+        "table:generated_templates",
+    ),
+)  # fmt: skip
 def statements(
     context: AssetExecutionContext,
     probe_instances: pl.DataFrame,
@@ -157,8 +175,11 @@ def statements(
         probe_settings.template_kinds,
         probe_settings.template_limit,
         probe_settings.seed,
+        log=context.log.info,
     )
-    frame = relation_statements(probe_instances, chosen, probe_settings.seed)
+    frame = relation_statements(
+        probe_instances, chosen, probe_settings.seed, capitalize=probe_settings.capitalize_statements
+    )
     context.add_output_metadata(
         {
             "statements": frame.height,
@@ -171,19 +192,21 @@ def statements(
 
 @asset(
     group_name=GROUP,
-    code_version="1",
+    code_version="2",
     ins={
         "wikidata_facts": AssetIn(partition_mapping=EVERY_RELATION),
         "dropped_facts": AssetIn(partition_mapping=EVERY_RELATION),
         "probe_instances": AssetIn(partition_mapping=EVERY_RELATION),
     },
+    metadata=reads("catalog"),
 )
 def data_quality(
     wikidata_facts: pl.DataFrame, dropped_facts: pl.DataFrame, probe_instances: pl.DataFrame
 ) -> pl.DataFrame:
-    """Per relation: facts, drops by reason, options per instance, duplicate and id-like labels."""
+    """Per relation: facts, drops by reason, options per instance, duplicate and id-like labels;
+    MACE relations also the candidate questions each filter dropped and questions per gold count."""
     facts = pl.concat([wikidata_facts, dropped_facts], how="diagonal_relaxed")
-    return quality_report(facts, probe_instances)
+    return quality_report(facts, probe_instances, load_catalog())
 
 
 @asset(

@@ -10,7 +10,7 @@ from kcal_pipeline.estimation import build_cube, compute_estimates
 @asset(
     group_name="estimation",
     partitions_def=model_relation_partitions,
-    code_version="2",
+    code_version="3",
     ins=one_dimension_of("probe_instances", "relation"),
 )
 def estimates(
@@ -20,8 +20,8 @@ def estimates(
     templates: pl.DataFrame,
 ) -> pl.DataFrame:
     """Prediction, confidence and correctness of every registered estimator (per template or per
-    instance, under each reduction it declares); estimators whose inputs this partition lacks are
-    skipped with a logged reason."""
+    instance, under each reduction it declares), with each instance's split and answer_space_k;
+    estimators whose inputs this partition lacks are skipped with a logged reason."""
     cube = build_cube(statement_scores, probe_instances, templates)
     frame = compute_estimates(cube, log=context.log.info)
     ran = frame.group_by("estimator", "reduction").len().sort("estimator", "reduction")

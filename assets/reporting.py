@@ -13,7 +13,7 @@ from resources.settings import reads
 GROUP = "reporting"
 
 
-@asset(group_name=GROUP, partitions_def=model_partitions, code_version="3", metadata=reads("model"))
+@asset(group_name=GROUP, partitions_def=model_partitions, code_version="4", metadata=reads("model"))
 def report(
     context: AssetExecutionContext,
     metrics: pl.DataFrame,

@@ -12,6 +12,7 @@ from dagster import ConfigurableResource
 from kcal_pipeline.core.options import ProbeOptions, ScoringOptions
 from kcal_pipeline.core.paths import registry_path
 from kcal_pipeline.core.storage import partition_path
+from kcal_pipeline.core.versions import stored_version
 
 
 class ProbeSettings(ConfigurableResource, ProbeOptions):
@@ -61,7 +62,10 @@ def resolve_reads(
         elif name == "catalog":
             values[name] = _digest(sorted(load_catalog().items()))
         elif name == "relation":
-            values[name] = _digest(get_relation(dims["relation"]))
+            spec = get_relation(dims["relation"])
+            # An imported relation's facts file is part of it: a re-import that changes only the
+            # facts (e.g. a label) must still make them stale.
+            values[name] = _digest((spec, stored_version(Path(spec.data)))) if spec.data else _digest(spec)
         elif name == "model":
             entry = Registry(registry_path(home)).get(dims["model"])
             values[name] = _digest(entry)

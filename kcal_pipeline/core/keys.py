@@ -10,8 +10,9 @@ import hashlib
 import re
 
 WIKIDATA_ENTITY_IRI = "http://www.wikidata.org/entity/"
-# Entities of the embedded snapshot that have no certain Wikidata QID live here. The .invalid
-# TLD is reserved (RFC 2606), so such an IRI can never be mistaken for a resolvable one.
+# Entities of the embedded snapshot for which no cited source carries a Wikidata QID live here
+# (snapshot/ids.py). The .invalid TLD is reserved (RFC 2606), so such an IRI can never be
+# mistaken for a resolvable one.
 PROJECT_ENTITY_IRI = "https://kcal.invalid/entity/"
 PROJECT_PREFIX = "kcal:"
 

@@ -12,9 +12,14 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-TEMPLATE_KINDS = ("curated", "generated", "marker_verbal", "marker_numeric", "perturbation")
+# "question": question-answer templates with the answer last (MACE), read by the answer-conditional
+# estimators; relations without questions (closed-set ones) simply have none.
+TEMPLATE_KINDS = ("curated", "generated", "marker_verbal", "marker_numeric", "perturbation", "question")
 MLM_VARIANTS = ("original", "within_word_l2r")  # METHODS §1
 MlmVariant = Literal[MLM_VARIANTS]
+# How closed-set options are formed (METHODS §1, §5); see dataset/instances/probe.py build_instances.
+ANSWER_SPACE_MODES = ("relation", "sampled")
+AnswerSpaceMode = Literal[ANSWER_SPACE_MODES]
 
 
 class OptionsError(ValueError):
@@ -58,17 +63,35 @@ class ProbeOptions(Options):
 
     GROUP: ClassVar[str] = "probe"
 
-    n_negatives: int = Field(5, ge=1, description="distractors sampled per instance")
+    answer_space: AnswerSpaceMode = Field(
+        "relation",
+        description="closed-set options: 'relation' = one answer space per relation from its facts "
+        "(BEAR), 'sampled' = gold + n_negatives distractors per instance (Tinner)",
+    )
+    answer_space_size: int = Field(
+        25, ge=2, description="answer_space=relation: options per instance (BEAR's N:1 size; gold kept)"
+    )
+    answer_space_size_one_to_one: int = Field(
+        60, ge=2, description="answer_space=relation: options per instance of a one_to_one relation (BEAR)"
+    )
+    n_negatives: int = Field(
+        5, ge=1, description="distractors per instance for answer_space=sampled and MACE questions"
+    )
     seed: int = Field(13, description="seed of sampling, splits and template variants")
     max_instances: int = Field(
         100, ge=0, description="instances per relation (MACE: a quarter per gold count); 0 = all"
     )
     max_templates: int = Field(
-        3, ge=0, description="curated templates per relation (variants follow their parents); 0 = all"
+        5, ge=0, description="curated templates per relation (variants follow their parents); 0 = all"
     )
     dev_fraction: float = Field(0.2, ge=0.0, lt=1.0, description="share of subjects in the dev split")
+    capitalize_statements: bool = Field(
+        True,
+        description="upper-case each statement's first letter, as lm-pub-quiz does (a sentence that "
+        "opens in lower case reads as odd text to an LM); statements.capitalized marks the changed ones",
+    )
     template_kinds: list[str] = Field(
-        default_factory=lambda: ["curated"],
+        default_factory=lambda: ["curated", "question"],
         min_length=1,
         description="template kinds that become statements",
     )
@@ -108,6 +131,11 @@ class ProbeOptions(Options):
     def template_limit(self) -> int | None:
         return self.max_templates or None
 
+    def relation_space_size(self, kind: str) -> int:
+        """The cap of a relation's answer space (answer_space=relation): BEAR gives its 1:1
+        relations 60 options and its N:1 relations (mostly) 25."""
+        return self.answer_space_size_one_to_one if kind == "one_to_one" else self.answer_space_size
+
 
 class ScoringOptions(Options):
     """How statements are scored. Every field but chunk_size is part of the scoring fingerprint."""
@@ -119,21 +147,56 @@ class ScoringOptions(Options):
     mlm_variant: MlmVariant = Field(
         "within_word_l2r", description="masked LMs: pseudo-log-likelihood variant"
     )
-    dropout_passes: int = Field(
-        0, ge=0, description="M > 0 adds M stochastic passes (ll_sum_dropout, ll_answer_sum_dropout)"
+    dropout: bool = Field(
+        False,
+        description="also score M stochastic passes with the model's own dropout on "
+        "(ll_sum_dropout, ll_answer_sum_dropout: DropoutMean/DropoutVar)",
     )
+    dropout_passes: int = Field(30, ge=1, description="M: stochastic passes per statement, as in the paper")
     dropout_rate: float | None = Field(
-        0.1, gt=0.0, lt=1.0, description="dropout probability of those passes; None keeps the model's own"
+        None,
+        gt=0.0,
+        lt=1.0,
+        description="dropout probability for a model without dropout of its own (SmolLM2 needs "
+        "one); ignored for a model with dropout, which keeps its own",
     )
-    dropout_seed: int = Field(0, description="seed of the dropout passes")
-    subject_mask: bool = Field(False, description="also score the statement with the subject masked")
-    placeholder: str = Field("something", min_length=1, description="text that replaces the subject")
+    dropout_seed: int = Field(0, description="seed of the dropout passes (pass p uses seed + p)")
+    subject_mask: bool = Field(
+        False,
+        description="also score the statement with the subject masked (TemplateDiff): "
+        "masked LMs by one mask token per subject token, causal LMs by the placeholder",
+    )
+    placeholder: str = Field(
+        "something", min_length=1, description="causal LMs: the text that replaces a masked subject"
+    )
     chunk_size: int = Field(1024, ge=1, description="statements per checkpoint (a killed run loses one)")
 
     @model_validator(mode="after")
     def _placeholder(self) -> ScoringOptions:
         if not self.placeholder.strip():
             raise ValueError(f"placeholder={self.placeholder!r} must contain a non-space character")
+        return self
+
+    @model_validator(mode="after")
+    def _switched_on(self) -> ScoringOptions:
+        """A setting of a switched-off score would be silently ignored: say so instead. Compared
+        with the default (not 'was it given'), as Dagster passes every field of a resource."""
+        inert = [
+            (name, switch)
+            for name, switch in (
+                ("dropout_passes", "dropout"),
+                ("dropout_rate", "dropout"),
+                ("dropout_seed", "dropout"),
+                ("placeholder", "subject_mask"),
+            )
+            if not getattr(self, switch) and getattr(self, name) != type(self).model_fields[name].default
+        ]
+        if inert:
+            name, switch = inert[0]
+            raise ValueError(
+                f"{name}={getattr(self, name)!r} has no effect while {switch} is off; "
+                f"switch it on ({switch}=True, --{switch.replace('_', '-')}) or leave {name} out"
+            )
         return self
 
     def fingerprint_values(self) -> dict[str, Any]:

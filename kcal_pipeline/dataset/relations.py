@@ -16,7 +16,7 @@ from importlib import resources
 from pathlib import Path
 
 from kcal_pipeline.core.keys import check_pid, check_qid, check_relation_id
-from kcal_pipeline.dataset.templates import check_template
+from kcal_pipeline.dataset.templates import OBJECT_SLOT, check_marked_template, check_template
 
 DOMAINS = ("closed_set", "mace")
 KINDS = ("n_to_1", "n_to_m", "one_to_one", "multi_answer", "rule")
@@ -41,6 +41,12 @@ class RelationSpec:
     data: str | None = None  # bear: the imported facts file
     answer_space_ids: tuple[str, ...] = ()
     answer_space_labels: tuple[str, ...] = ()
+    # templates[i] with a [M] slot where a verbal marker goes (templates.MARKER_SLOT); empty =
+    # none curated (imported sets), then variants.verbal_marker places it by rule or not at all.
+    marked_templates: tuple[str, ...] = ()
+    # Question-answer templates, the answer [Y] last (MACE): their ll_answer_sum is
+    # log P(answer | question), what answer-conditional estimators (SCA, Token) read.
+    questions: tuple[str, ...] = ()
 
 
 _REQUIRED = ("label", "kind", "object_type", "templates")
@@ -73,6 +79,8 @@ def parse_entry(rid: str, entry: dict, origin: str) -> RelationSpec:
         raise ValueError(f"{where}: duplicate templates")
     for t in templates:
         check_template(t, f"{where} template")
+    questions = _questions(entry.get("questions", []), where)
+    marked = _marked_templates(entry.get("marked_templates", []), templates, where)
     ids, labels = entry.get("answer_space_ids", []), entry.get("answer_space_labels", [])
     if len(ids) != len(labels):
         raise ValueError(
@@ -82,7 +90,37 @@ def parse_entry(rid: str, entry: dict, origin: str) -> RelationSpec:
         raise ValueError(f"{where}: a fixed BEAR answer space needs answer_space_ids")
     fields = {k: v for k, v in entry.items() if k != "relation_id"}
     fields.update(templates=tuple(templates), answer_space_ids=tuple(ids), answer_space_labels=tuple(labels))
+    fields.update(questions=questions)
+    fields.update(marked_templates=marked)
     return RelationSpec(relation_id=rid, **fields)
+
+
+def _questions(questions, where: str) -> tuple[str, ...]:
+    """Question templates: [X] and [Y] once each and nothing but a final period after [Y], so the
+    answer's log-probability is conditioned on the whole question."""
+    if not isinstance(questions, list) or not all(isinstance(q, str) for q in questions):
+        raise ValueError(f"{where}: questions must be a list of strings, got {questions!r}")
+    if len(set(questions)) != len(questions):
+        raise ValueError(f"{where}: duplicate questions")
+    for q in questions:
+        check_template(q, f"{where} question")
+        if not q.removesuffix(".").endswith(OBJECT_SLOT):
+            raise ValueError(f"{where} question: {q!r} must end with the answer slot {OBJECT_SLOT}")
+    return tuple(questions)
+
+
+def _marked_templates(marked, templates: list[str], where: str) -> tuple[str, ...]:
+    """The marked forms, one per template in the same order (or none); errors name the index."""
+    if not isinstance(marked, list) or not all(isinstance(m, str) for m in marked):
+        raise ValueError(f"{where}: marked_templates must be a list of strings, got {marked!r}")
+    if marked and len(marked) != len(templates):
+        raise ValueError(
+            f"{where}: marked_templates has {len(marked)} entries but templates has {len(templates)}; "
+            "give one marked form per template, in the same order"
+        )
+    for i, (m, t) in enumerate(zip(marked, templates, strict=False)):
+        check_marked_template(m, t, f"{where} marked_templates[{i}]")
+    return tuple(marked)
 
 
 def parse_catalog(data: dict, origin: str = "relations.toml") -> dict[str, RelationSpec]:

@@ -10,6 +10,9 @@ from dataclasses import dataclass
 
 SUBJECT_SLOT = "[X]"
 OBJECT_SLOT = "[Y]"
+# Where a verbal epistemic marker goes in a template's marked form (METHODS §2): inside the clause,
+# never sentence-initially ("[X] [M] died in [Y].", "The capital of [X] is [M] [Y].").
+MARKER_SLOT = "[M]"
 
 
 class TemplateError(ValueError):
@@ -24,6 +27,22 @@ def check_template(text: str, where: str = "template") -> str:
         if n != 1:
             raise TemplateError(f"{where}: {text!r} must contain {slot} exactly once (found {n})")
     return text
+
+
+def check_marked_template(marked: str, template: str, where: str = "marked template") -> str:
+    """A template's marked form: the template itself with "[M] " inserted once, not at the start
+    (so [X] and [Y] stay exactly once and only the marker's place is chosen)."""
+    check_template(marked, where)
+    n = marked.count(MARKER_SLOT)
+    if n != 1:
+        raise TemplateError(f"{where}: {marked!r} must contain {MARKER_SLOT} exactly once (found {n})")
+    if marked.startswith(MARKER_SLOT):
+        raise TemplateError(f"{where}: {marked!r} puts {MARKER_SLOT} first; a marker goes inside the clause")
+    if marked.replace(f"{MARKER_SLOT} ", "", 1) != template:
+        raise TemplateError(
+            f"{where}: {marked!r} must be its template {template!r} with '{MARKER_SLOT} ' inserted once"
+        )
+    return marked
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,8 @@ class OptionScoreCube:
     I instances (sorted by id), T templates (sorted by id), O = the largest option_index + 1.
     `scores[col]` is float64 `[I, T, O]` (or `[I, T, O, M]` for the M dropout passes) with −inf
     where `valid` is False. Per instance: `gold`, `option_ids` (None where padded), `n_options`,
-    `split`; per template: `template_kinds`, `template_ranks`.
+    `split`, `answer_space_k` (0 = the full answer space, k = a `#k` subsample copy); per template:
+    `template_kinds`, `template_ranks`.
     """
 
     model_id: str
@@ -59,7 +60,11 @@ class OptionScoreCube:
     gold: np.ndarray
     n_options: np.ndarray
     split: np.ndarray
+    answer_space_k: np.ndarray
     scores: dict[str, np.ndarray] = field(default_factory=dict)
+    # Per template, its text when the templates table was given (else None): where the answer slot
+    # sits decides what ll_answer_sum is conditioned on (estimation/conditioning.py).
+    template_texts: np.ndarray | None = None
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -108,12 +113,15 @@ def _check_finite(frame: pl.DataFrame, column: str, values: np.ndarray) -> None:
 
 
 def _per_instance(instance_ids: np.ndarray, instances: pl.DataFrame | None, counted: np.ndarray):
-    """(n_options, split) per instance, from probe_instances when given (else counted, split null)."""
+    """(n_options, split, answer_space_k) per instance, from probe_instances when given (else the
+    counted options, split null, k 0). answer_space_k is probe_instances.subsample_k, 0 where it is
+    null or the column is absent (no subsampling): metrics keep the two apart."""
     if instances is None:
-        return counted, np.full(len(instance_ids), None, dtype=object)
+        return counted, np.full(len(instance_ids), None, dtype=object), np.zeros(len(instance_ids), np.int32)
     require_columns(instances, ["instance_id", "n_options", "split"], "probe_instances")
+    k = pl.col("subsample_k") if "subsample_k" in instances.columns else pl.lit(None)
     ordered = pl.DataFrame({"instance_id": instance_ids}).join(
-        instances.select("instance_id", "n_options", "split"),
+        instances.select("instance_id", "n_options", "split", k.fill_null(0).cast(pl.Int32).alias("k")),
         on="instance_id",
         how="left",
         maintain_order="left",
@@ -121,7 +129,11 @@ def _per_instance(instance_ids: np.ndarray, instances: pl.DataFrame | None, coun
     missing = ordered.filter(pl.col("n_options").is_null())
     if missing.height:
         raise ValueError(f"probe_instances: no row for scored instance {missing['instance_id'][0]!r}")
-    return ordered["n_options"].to_numpy().astype(np.int64), ordered["split"].to_numpy()
+    return (
+        ordered["n_options"].to_numpy().astype(np.int64),
+        ordered["split"].to_numpy(),
+        ordered["k"].to_numpy().astype(np.int32),
+    )
 
 
 def _per_template(relation_id: str, template_ids: np.ndarray, templates: pl.DataFrame | None):
@@ -141,13 +153,24 @@ def _per_template(relation_id: str, template_ids: np.ndarray, templates: pl.Data
     return ordered["kind"].to_numpy(), ordered["rank"].to_numpy().astype(np.int64)
 
 
+def _template_texts(relation_id: str, template_ids: np.ndarray, templates: pl.DataFrame | None):
+    """Text per template, or None without a templates table (or one without a text column)."""
+    if templates is None or "text" not in templates.columns:
+        return None
+    texts = dict(
+        templates.filter(pl.col("relation_id") == relation_id).select("template_id", "text").iter_rows()
+    )
+    return np.array([texts[t] for t in template_ids], dtype=object)
+
+
 def build_cube(
     scores: pl.DataFrame, instances: pl.DataFrame | None = None, templates: pl.DataFrame | None = None
 ) -> OptionScoreCube:
     """The cube of one (model, relation) partition of statement_scores.
 
-    `instances` (probe_instances) adds option counts and splits, `templates` the template kinds and
-    ranks; without them the counts are those of the scored options and kinds/splits are null.
+    `instances` (probe_instances) adds option counts, splits and answer spaces, `templates` the
+    template kinds and ranks; without them the counts are those of the scored options, kinds and
+    splits are null and every answer space is full (0).
     Fails on duplicate (instance, template, option) rows and on non-finite scores, naming the row.
     """
     require_columns(scores, [*KEY_COLUMNS, "ll_sum"], "scores")
@@ -186,8 +209,9 @@ def build_cube(
         cube_scores[column] = target
 
     counted = valid.any(axis=1).sum(axis=1)
-    n_options, split = _per_instance(instance_ids, instances, counted)
+    n_options, split, answer_space_k = _per_instance(instance_ids, instances, counted)
     kinds, ranks = _per_template(relation_id, template_ids, templates)
+    texts = _template_texts(relation_id, template_ids, templates)
     return OptionScoreCube(
         model_id=model_id,
         relation_id=relation_id,
@@ -195,11 +219,13 @@ def build_cube(
         template_ids=template_ids,
         template_kinds=kinds,
         template_ranks=ranks,
+        template_texts=texts,
         option_ids=option_ids,
         valid=valid,
         gold=gold,
         n_options=n_options,
         split=split,
+        answer_space_k=answer_space_k,
         scores=cube_scores,
     )
 

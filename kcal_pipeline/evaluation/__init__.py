@@ -6,7 +6,12 @@ selective), so `METRICS` is complete and ordered wherever it is read.
 
 from kcal_pipeline.evaluation import accuracy, calibration, selective
 from kcal_pipeline.evaluation.curves import compute_curves
-from kcal_pipeline.evaluation.registry import METRICS, compute_metrics, summary_metrics
+from kcal_pipeline.evaluation.registry import (
+    METRICS,
+    compute_metrics,
+    compute_template_metrics,
+    summary_metrics,
+)
 
 __all__ = [
     "METRICS",
@@ -14,6 +19,7 @@ __all__ = [
     "calibration",
     "compute_curves",
     "compute_metrics",
+    "compute_template_metrics",
     "selective",
     "summary_metrics",
 ]

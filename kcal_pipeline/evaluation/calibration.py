@@ -13,51 +13,53 @@ import polars as pl
 from kcal_pipeline.evaluation.registry import as_arrays, register
 
 BINS = 20
-# How each binned metric bins (quantile = equal-count, uniform = equal-width on [0, 1]).
+# How each binned metric bins (quantile: edges at the confidence quantiles; uniform: equal width on
+# [0, 1]). Shown next to every binned number.
 BINNING = {
-    "ace": f"{BINS} quantile bins",
+    "ace": f"{BINS} quantile bins as in sklearn's calibration_curve (ties share a bin, empty bins dropped)",
     "ece": f"{BINS} equal-width bins",
 }
 
 
-def _bins(c: np.ndarray, bins: int, strategy: str) -> list[np.ndarray]:
-    """Index arrays of the `bins` bins (some may be empty).
+def _bin_ids(c: np.ndarray, bins: int, strategy: str) -> np.ndarray:
+    """The bin (0..bins−1) of every confidence.
 
-    quantile: stable argsort by confidence, then numpy.array_split into near-equal counts (the
-    first N mod B bins get one extra). Tie rule: equal confidences keep their input order and may
-    straddle a bin boundary, so the result depends on input order among ties — callers sort their
-    input (compute_metrics sorts by relation_id, instance_id) to make it deterministic.
+    quantile: exactly as sklearn.calibration.calibration_curve(strategy="quantile") forms them,
+    as the seed's code does: edges = np.percentile(c, linspace(0, 1, B+1)·100), bin =
+    np.searchsorted(inner edges, c) (side "left": a value equal to an edge goes to the lower bin).
+    Equal confidences therefore always share a bin, several edges may coincide (their bins stay
+    empty), and the bins depend only on the values, never on the input order.
     uniform: bin k = [k/B, (k+1)/B), the last bin closed at 1.0; computed as floor(B·c) so that a
     value exactly on an edge (e.g. 0.15) lands in the upper bin.
     """
     if strategy == "quantile":
-        return np.array_split(np.argsort(c, kind="stable"), bins)
+        edges = np.percentile(c, np.linspace(0, 1, bins + 1) * 100)
+        return np.searchsorted(edges[1:-1], c)
     if strategy == "uniform":
-        idx = np.minimum(np.floor(c * bins).astype(np.int64), bins - 1)
-        return [np.flatnonzero(idx == k) for k in range(bins)]
+        return np.minimum(np.floor(c * bins).astype(np.int64), bins - 1)
     raise ValueError(f"unknown binning strategy {strategy!r}; known: ['quantile', 'uniform']")
 
 
 def _bin_stats(c: np.ndarray, y: np.ndarray, bins: int, strategy: str):
-    """(bin number, mean confidence, accuracy, count) of the non-empty bins."""
-    kept = [(k, ix) for k, ix in enumerate(_bins(c, bins, strategy)) if ix.size]
-    k = np.array([k for k, _ in kept], dtype=np.int64)
-    conf = np.array([c[ix].mean() for _, ix in kept])
-    acc = np.array([y[ix].mean() for _, ix in kept])
-    n = np.array([ix.size for _, ix in kept], dtype=np.int64)
-    return k, conf, acc, n
+    """(bin number, mean confidence, accuracy, count) of the non-empty bins; sums by np.bincount,
+    as sklearn does, so the per-bin numbers equal calibration_curve's prob_pred and prob_true."""
+    ids = _bin_ids(c, bins, strategy)
+    n = np.bincount(ids, minlength=bins)
+    conf_sum = np.bincount(ids, weights=c, minlength=bins)
+    acc_sum = np.bincount(ids, weights=y.astype(np.float64), minlength=bins)
+    k = np.flatnonzero(n)
+    return k.astype(np.int64), conf_sum[k] / n[k], acc_sum[k] / n[k], n[k].astype(np.int64)
 
 
 @register(
     "ace", label="ACE", family="calibration", needs="probability", higher_is_better=False, in_summary=True
 )
 def ace(c: np.ndarray, y: np.ndarray) -> float:
-    """Adaptive calibration error (Nixon et al.): mean over NON-EMPTY quantile bins of |acc_b − conf_b|.
+    """Adaptive calibration error (Nixon et al.): mean over the NON-EMPTY quantile bins of |acc_b − conf_b|.
 
-    20 bins of near-equal count (stable sort + numpy.array_split). Ties: equal confidences keep
-    their input order, so a run of ties may be split across two bins; sort the input (e.g. by
-    instance_id) for a deterministic result. With fewer points than bins, each point is its own
-    bin and the empty bins are skipped, so ACE = mean |1[correct] − C|.
+    Bins as sklearn's calibration_curve(strategy="quantile", n_bins=20) forms them (see _bin_ids):
+    tied confidences share one bin, so a bin may hold many points and fewer than 20 bins may
+    remain; each remaining bin counts once, whatever its size. Independent of the input order.
     """
     _, conf, acc, _ = _bin_stats(c, y, BINS, "quantile")
     return np.abs(acc - conf).mean()

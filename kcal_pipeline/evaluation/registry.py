@@ -3,9 +3,10 @@
 A metric spec says whether it needs probabilities (calibration: ACE, ECE, Brier) or accepts any
 real-valued score where higher means more confident (ranking: AUROC, AURC, accuracy), and whether
 higher values are better. `compute_metrics` applies every applicable metric per (model, estimator,
-reduction) to all instances and to each relation; a probability metric is never computed on a
-score-valued estimator, and calling one directly on scores is an error that says which metrics
-would apply. This registry is the only list of metric names in kcal.
+reduction, split, answer space) to all instances and to each relation, `compute_template_metrics`
+per template and averaged over templates (BEAR's relation accuracy). A probability metric is never
+computed on a score-valued estimator, and calling one directly on scores is an error that says
+which metrics would apply. This registry is the only list of metric names in kcal.
 """
 
 from __future__ import annotations
@@ -99,34 +100,48 @@ def summary_metrics() -> list[MetricSpec]:
 
 
 _EST_COLUMNS = ("model_id", "estimator", "relation_id", "instance_id", "confidence", "correct")
-GROUP = ("model_id", "estimator", "reduction", "output_kind")
+# A metric is computed within one of these groups, never across two: an estimator's reduction, its
+# kind of output, the probe split (metrics are reported on test; dev only tunes) and the answer
+# space (0 = each instance's full answer space, k = its `#k` subsample copy).
+GROUP = ("model_id", "estimator", "reduction", "output_kind", "split", "answer_space_k")
 
 
 def with_defaults(estimates: pl.DataFrame) -> pl.DataFrame:
-    """Estimates as metrics read them: reduction (null if absent) and output_kind (probability)."""
+    """Estimates as metrics read them: reduction (null if absent), output_kind (probability),
+    split (null: unknown) and answer_space_k (0: full answer spaces)."""
     require_columns(estimates, _EST_COLUMNS, "estimates")
-    if "reduction" not in estimates.columns:
-        estimates = estimates.with_columns(reduction=pl.lit(None, pl.String))
-    if "output_kind" not in estimates.columns:
-        estimates = estimates.with_columns(output_kind=pl.lit("probability", pl.String))
-    return estimates
+    defaults = {
+        "reduction": pl.lit(None, pl.String),
+        "output_kind": pl.lit("probability", pl.String),
+        "split": pl.lit(None, pl.String),
+        "answer_space_k": pl.lit(0, pl.Int32),
+    }
+    missing = {name: value for name, value in defaults.items() if name not in estimates.columns}
+    return estimates.with_columns(**missing).with_columns(pl.col("answer_space_k").cast(pl.Int32))
 
 
-def scopes(estimates: pl.DataFrame) -> Iterator[tuple[dict, str, str, np.ndarray, np.ndarray]]:
-    """Yield (group keys, scope, scope_value, confidence, correct) in a deterministic order.
-
-    Rows are sorted by (relation_id, instance_id) first: ACE/AURC tie handling depends on input
-    order, and this makes it independent of how the caller's frame happened to be ordered.
-    """
-    df = with_defaults(estimates)
-    keys = [*GROUP, "relation_id", "instance_id"]
+def _check_one_row_per_instance(df: pl.DataFrame, keys: Sequence[str], hint: str) -> None:
     dup = df.filter(pl.struct(keys).is_duplicated())
     if not dup.is_empty():
         row = dup.row(0, named=True)
         raise ValueError(
             f"estimates: several rows for instance {row['instance_id']!r} of estimator "
-            f"{row['estimator']!r}; filter to one template or aggregation first"
+            f"{row['estimator']!r}; {hint}"
         )
+
+
+def scopes(estimates: pl.DataFrame) -> Iterator[tuple[dict, str, str, np.ndarray, np.ndarray]]:
+    """Yield (group keys, scope, scope_value, confidence, correct) in a deterministic order.
+
+    One GROUP (split and answer space included) at a time: scope "all" is all relations of that
+    group, never dev and test together, never a full answer space with its subsamples. Rows are
+    sorted by (relation_id, instance_id) first, so AURC's tie order (and the last bits of a binned
+    sum) do not depend on how the caller's frame happened to be ordered.
+    """
+    df = with_defaults(estimates)
+    _check_one_row_per_instance(
+        df, [*GROUP, "relation_id", "instance_id"], "filter to one template or aggregation first"
+    )
     df = df.sort(*GROUP, "relation_id", "instance_id", nulls_last=True)
     for group, g in df.group_by(GROUP, maintain_order=True):
         key = dict(zip(GROUP, group, strict=True))
@@ -139,6 +154,8 @@ OUTPUT_SCHEMA = {
     "model_id": pl.String,
     "estimator": pl.String,
     "reduction": pl.String,
+    "split": pl.String,
+    "answer_space_k": pl.Int32,
     "scope": pl.String,
     "scope_value": pl.String,
     "metric": pl.String,
@@ -146,28 +163,87 @@ OUTPUT_SCHEMA = {
     "n": pl.Int64,
     "higher_is_better": pl.Boolean,
 }
+_KEYS = ("model_id", "estimator", "reduction", "split", "answer_space_k")
+
+
+def _specs(metrics: Sequence[str] | None) -> list[MetricSpec]:
+    names = list(METRICS) if metrics is None else list(metrics)
+    unknown = [m for m in names if m not in METRICS]
+    if unknown:
+        raise ValueError(f"unknown metric(s) {unknown}; known: {sorted(METRICS)}")
+    return [METRICS[m] for m in names]
 
 
 def compute_metrics(estimates: pl.DataFrame, metrics: Sequence[str] | None = None) -> pl.DataFrame:
-    """Long table (model_id, estimator, reduction, scope, scope_value, metric, value, n,
-    higher_is_better) for the scopes all and relation.
+    """Long table (model_id, estimator, reduction, split, answer_space_k, scope, scope_value,
+    metric, value, n, higher_is_better) for the scopes all and relation, within each split and
+    answer space separately.
 
     Expects one row per instance per (model_id, estimator, reduction): the caller filters to one
     template or one aggregation, since pooling templates would count an instance several times.
     Metrics that need probabilities are left out for score-valued estimators.
     """
-    names = list(METRICS) if metrics is None else list(metrics)
-    unknown = [m for m in names if m not in METRICS]
-    if unknown:
-        raise ValueError(f"unknown metric(s) {unknown}; known: {sorted(METRICS)}")
+    specs = _specs(metrics)
     if estimates.is_empty():
         raise ValueError("estimates: no rows to compute metrics on")
-    specs = [METRICS[m] for m in names]
     rows = [
-        (key["model_id"], key["estimator"], key["reduction"], scope, value, m.name,
-         m(c, y, key["output_kind"]), len(c), m.higher_is_better)
+        (*(key[k] for k in _KEYS), scope, value, m.name, m(c, y, key["output_kind"]), len(c),
+         m.higher_is_better)
         for key, scope, value, c, y in scopes(estimates)
         for m in specs
         if m.applies_to(key["output_kind"])
     ]  # fmt: skip
     return pl.DataFrame(rows, orient="row", schema=OUTPUT_SCHEMA)
+
+
+def compute_template_metrics(estimates: pl.DataFrame, metrics: Sequence[str] | None = None) -> pl.DataFrame:
+    """Metrics per template, and their mean over templates, in the schema of compute_metrics.
+
+    `estimates`: template-grain rows on the templates to average (the curated ones), one row per
+    (instance, template). Within each group (split and answer space included), per relation:
+      - scope "template", scope_value = template_id: every applicable metric on that template alone;
+      - scope "relation_template_mean", scope_value = relation_id: the unweighted mean of those
+        values over the relation's templates (NaN if one is NaN); n = the relation's instances;
+      - scope "all_template_mean", scope_value "all": the relations' template means weighted by
+        their instances (as "all" weighs the relations' headline values); n = their sum.
+    With every template covering every instance, the accuracy means equal the share of correct
+    (instance, template) pairs.
+    """
+    specs = _specs(metrics)
+    if "template_id" not in estimates.columns:
+        raise ValueError(f"estimates: missing column 'template_id' (have {estimates.columns})")
+    if estimates.is_empty():
+        return pl.DataFrame(schema=OUTPUT_SCHEMA)
+    df = with_defaults(estimates).drop_nulls("template_id")  # instance-grain rows have no template
+    if df.is_empty():
+        return pl.DataFrame(schema=OUTPUT_SCHEMA)
+    per = [*GROUP, "relation_id", "template_id"]
+    _check_one_row_per_instance(df, [*per, "instance_id"], "expected one per template")
+    df = df.sort(*per, "instance_id", nulls_last=True)
+    rows = [
+        (*(key[k] for k in _KEYS), key["relation_id"], key["template_id"], m.name,
+         m(g["confidence"].to_numpy(), g["correct"].to_numpy(), key["output_kind"]), g.height,
+         m.higher_is_better)
+        for values, g in df.group_by(per, maintain_order=True)
+        for key in [dict(zip(per, values, strict=True))]
+        for m in specs
+        if m.applies_to(key["output_kind"])
+    ]  # fmt: skip
+    schema = {**{k: OUTPUT_SCHEMA[k] for k in _KEYS}, "relation_id": pl.String, "template_id": pl.String}
+    schema |= {k: OUTPUT_SCHEMA[k] for k in ("metric", "value", "n", "higher_is_better")}
+    templates = pl.DataFrame(rows, orient="row", schema=schema)
+    instances = df.group_by(*_KEYS, "relation_id").agg(pl.col("instance_id").n_unique().alias("n"))
+    relation_mean = (
+        templates.group_by(*_KEYS, "relation_id", "metric", "higher_is_better", maintain_order=True)
+        .agg(pl.col("value").mean())
+        .join(instances, on=[*_KEYS, "relation_id"], nulls_equal=True, maintain_order="left")
+    )
+    all_mean = relation_mean.group_by(*_KEYS, "metric", "higher_is_better", maintain_order=True).agg(
+        ((pl.col("value") * pl.col("n")).sum() / pl.col("n").sum()).alias("value"), pl.col("n").sum()
+    )
+    frames = [
+        templates.with_columns(scope=pl.lit("template"), scope_value=pl.col("template_id")),
+        relation_mean.with_columns(scope=pl.lit("relation_template_mean"), scope_value=pl.col("relation_id")),
+        all_mean.with_columns(scope=pl.lit("all_template_mean"), scope_value=pl.lit("all")),
+    ]
+    return pl.concat([f.select(list(OUTPUT_SCHEMA)).cast(OUTPUT_SCHEMA) for f in frames])

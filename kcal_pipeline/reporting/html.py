@@ -15,7 +15,12 @@ from pathlib import Path
 import polars as pl
 
 from kcal_pipeline.core.storage import write_text_atomic
-from kcal_pipeline.estimation.registry import ESTIMATORS, summary_estimators
+from kcal_pipeline.estimation.registry import (
+    ESTIMATORS,
+    FULL_ANSWER_SPACE,
+    HEADLINE_SPLIT,
+    summary_estimators,
+)
 from kcal_pipeline.evaluation.calibration import BINNING
 from kcal_pipeline.evaluation.registry import METRICS, summary_metrics
 
@@ -48,27 +53,72 @@ def _headline(metrics: pl.DataFrame, estimator: str) -> pl.DataFrame:
     return rows
 
 
-def _metric(metrics: pl.DataFrame, estimator: str, metric: str) -> pl.DataFrame:
-    """(scope, relation, n, value) of one metric; missing rows are an error, not a blank cell."""
-    rows = _headline(metrics, estimator).filter(pl.col("metric") == metric)
+# Which metrics rows a summary column reads: the headline template (scopes all and relation), or
+# the mean over the relation's curated templates (BEAR's way).
+HEADLINE_SCOPES = {"all": "all", "relation": "relation"}
+TEMPLATE_MEAN_SCOPES = {"all_template_mean": "all", "relation_template_mean": "relation"}
+TEMPLATE_MEAN_SUFFIX = "_mean_t"
+
+
+def _metric(metrics: pl.DataFrame, estimator: str, metric: str, scopes: dict[str, str]) -> pl.DataFrame:
+    """(scope, relation, n, value) of one metric in the given scopes (renamed to all/relation);
+    missing rows are an error, not a blank cell."""
+    rows = _headline(metrics, estimator).filter(
+        (pl.col("metric") == metric) & pl.col("scope").is_in(list(scopes))
+    )
     if rows.is_empty():
-        raise ValueError(f"metrics: no rows for estimator {estimator!r}, metric {metric!r}")
-    return rows.select("scope", pl.col("scope_value").alias("relation"), "n", "value")
+        raise ValueError(
+            f"metrics: no rows for estimator {estimator!r}, metric {metric!r}, scope {sorted(scopes)}"
+        )
+    return rows.select(
+        pl.col("scope").replace_strict(scopes), pl.col("scope_value").alias("relation"), "n", "value"
+    )
 
 
-def summary_title(model_id: str) -> str:
-    """The line above the summary table: which template, estimators and binning it shows."""
+def _in_split(metrics: pl.DataFrame, split: str | None, answer_space_k: int | None) -> pl.DataFrame:
+    """Rows of one split and answer space (None: every one)."""
+    if split is not None:
+        metrics = metrics.filter(pl.col("split") == split)
+    if answer_space_k is not None:
+        metrics = metrics.filter(pl.col("answer_space_k") == answer_space_k)
+    return metrics
+
+
+def _space(answer_space_k: int) -> str:
+    return (
+        "full answer spaces"
+        if answer_space_k == FULL_ANSWER_SPACE
+        else f"answer spaces cut to {answer_space_k}"
+    )
+
+
+def summary_title(model_id: str, split: str = HEADLINE_SPLIT, answer_space_k: int = FULL_ANSWER_SPACE) -> str:
+    """The line above the summary table: which split, answer space, template, estimators and
+    binning it shows."""
     labels = " and ".join(s.label for s in summary_estimators())
     binned = "; ".join(f"{m.label}: {BINNING[m.name]}" for m in summary_metrics() if m.name in BINNING)
-    return f"Model {model_id} — headline template, {labels} ({binned})"
+    space = "" if answer_space_k == FULL_ANSWER_SPACE else f", {_space(answer_space_k)}"
+    return (
+        f"Model {model_id} — {split} split{space}, headline template, {labels}; "
+        f"acc{TEMPLATE_MEAN_SUFFIX}: accuracy averaged over the curated templates\n{binned}"
+    )
 
 
-def summary_table(metrics: pl.DataFrame, estimators: Sequence[str] | None = None) -> pl.DataFrame:
-    """One row per relation (sorted) and a final "all" row: instances, then the summary metrics.
+def summary_table(
+    metrics: pl.DataFrame,
+    estimators: Sequence[str] | None = None,
+    split: str = HEADLINE_SPLIT,
+    answer_space_k: int = FULL_ANSWER_SPACE,
+) -> pl.DataFrame:
+    """One row per relation (sorted) and a final "all" row of one split and answer space (the test
+    split on full answer spaces by default; nothing is pooled across them): instances, then the
+    summary metrics on the headline template, with accuracy also averaged over the curated
+    templates (`acc_mean_t`, BEAR's way) next to it.
 
     Estimators and metrics come from the registries (`in_summary`). A metric whose values are the
     same for every estimator (accuracy: Base and Margin share the argmax prediction) is one column
-    named after the metric; the others are `<metric>_<estimator>`, estimator by estimator.
+    named after the metric; the others are `<metric>_<estimator>`, estimator by estimator. A split
+    with no rows gives a table with no rows (a tiny probe may put every subject in dev).
     """
     models = metrics["model_id"].unique().to_list()
     if len(models) != 1:
@@ -76,20 +126,66 @@ def summary_table(metrics: pl.DataFrame, estimators: Sequence[str] | None = None
     names = [s.name for s in summary_estimators()] if estimators is None else list(estimators)
     if not names:
         raise ValueError("summary_table: no estimators given")
+    metrics = _in_split(metrics, split, answer_space_k)
+    specs = []  # (metric, scopes, column name)
+    for m in summary_metrics():
+        specs.append((m.name, HEADLINE_SCOPES, m.name))
+        if m.name == "accuracy":
+            specs.append((m.name, TEMPLATE_MEAN_SCOPES, f"acc{TEMPLATE_MEAN_SUFFIX}"))
+    if metrics.is_empty():
+        return pl.DataFrame(
+            schema={"relation": pl.String, "instances": pl.Int64} | {c: pl.Float64 for *_, c in specs}
+        )
     keys = ["scope", "relation"]
-    columns = {(m.name, e): _metric(metrics, e, m.name) for m in summary_metrics() for e in names}
-    table = columns[(summary_metrics()[0].name, names[0])].select(*keys, pl.col("n").alias("instances"))
+    columns = {(c, e): _metric(metrics, e, m, scopes) for m, scopes, c in specs for e in names}
+    table = columns[(specs[0][2], names[0])].select(*keys, pl.col("n").alias("instances"))
     shared = [
-        m.name for m in summary_metrics()
-        if all(columns[(m.name, e)].sort(keys).equals(columns[(m.name, names[0])].sort(keys)) for e in names)
+        c for *_, c in specs
+        if all(columns[(c, e)].sort(keys).equals(columns[(c, names[0])].sort(keys)) for e in names)
     ]  # fmt: skip
-    wanted = [(m, names[0], m) for m in shared] + [
-        (m.name, e, f"{m.name}_{e}") for e in names for m in summary_metrics() if m.name not in shared
+    wanted = [(c, names[0], c) for *_, c in specs if c in shared] + [
+        (c, e, f"{c}_{e}") for e in names for *_, c in specs if c not in shared
     ]
-    for metric, est, column in wanted:
-        value = columns[(metric, est)].select(*keys, pl.col("value").alias(column))
+    for name, est, column in wanted:
+        value = columns[(name, est)].select(*keys, pl.col("value").alias(column))
         table = table.join(value, on=keys, how="left")
     return table.sort(pl.col("scope") == "all", "relation").drop("scope")
+
+
+def split_table(metrics: pl.DataFrame, answer_space_k: int = FULL_ANSWER_SPACE) -> pl.DataFrame:
+    """Relations the way BEAR reports them, split by split (never pooled): per relation and split,
+    the instances, the accuracy averaged over the curated templates and the headline template's
+    accuracy, of the first summary estimator (accuracy reads only its prediction)."""
+    estimator = summary_estimators()[0].name
+    rows = _in_split(metrics, None, answer_space_k)
+    if rows.is_empty():
+        return pl.DataFrame(
+            schema={"relation": pl.String, "split": pl.String, "instances": pl.Int64}
+            | {f"acc{TEMPLATE_MEAN_SUFFIX}": pl.Float64, "accuracy": pl.Float64}
+        )
+    keys = ["scope", "relation", "split"]
+
+    def column(scopes: dict[str, str], name: str) -> pl.DataFrame:
+        picked = _headline(rows, estimator).filter(
+            (pl.col("metric") == "accuracy") & pl.col("scope").is_in(list(scopes))
+        )
+        if picked.is_empty():
+            raise ValueError(f"metrics: no accuracy rows for estimator {estimator!r}, scope {sorted(scopes)}")
+        return picked.select(
+            pl.col("scope").replace_strict(scopes),
+            pl.col("scope_value").alias("relation"),
+            "split",
+            pl.col("n").alias("instances"),
+            pl.col("value").alias(name),
+        )
+
+    mean_t = column(TEMPLATE_MEAN_SCOPES, f"acc{TEMPLATE_MEAN_SUFFIX}")
+    head = column(HEADLINE_SCOPES, "accuracy").drop("instances")
+    return (
+        mean_t.join(head, on=keys, how="full", coalesce=True, nulls_equal=True)
+        .sort(pl.col("scope") == "all", "relation", "split", nulls_last=True)
+        .select("relation", "split", "instances", f"acc{TEMPLATE_MEAN_SUFFIX}", "accuracy")
+    )
 
 
 def format_summary(summary: pl.DataFrame) -> str:
@@ -181,7 +277,7 @@ th{background:#f0f0f0}td.num{text-align:right;font-variant-numeric:tabular-nums}
 
 
 def _scalar(metrics: pl.DataFrame, model: str, est: str, metric: str) -> str:
-    v = metrics.filter(
+    v = _in_split(metrics, HEADLINE_SPLIT, FULL_ANSWER_SPACE).filter(
         (pl.col("model_id") == model)
         & (pl.col("estimator") == est)
         & (pl.col("scope") == "all")
@@ -195,7 +291,9 @@ def _first_line(doc: str | None) -> str:
 
 
 def _diagrams(metrics: pl.DataFrame, curves: pl.DataFrame) -> str:
-    overall = curves.filter(pl.col("scope") == "all").sort("model_id", "estimator", "bin")
+    """One reliability diagram per estimator: all relations, test split, full answer spaces."""
+    headline = _in_split(curves, HEADLINE_SPLIT, FULL_ANSWER_SPACE)
+    overall = headline.filter(pl.col("scope") == "all").sort("model_id", "estimator", "bin")
     svgs = []
     for (model, est), g in overall.group_by("model_id", "estimator", maintain_order=True):
         binned = ", ".join(f"{METRICS[m].label} {_scalar(metrics, model, est, m)}" for m in BINNING)
@@ -204,6 +302,21 @@ def _diagrams(metrics: pl.DataFrame, curves: pl.DataFrame) -> str:
         # so it fits the drawing whatever the model id's length.
         svgs.append(reliability_svg(g, f"{_label(est)} confidence", note))
     return f'<div class="diagrams">{"".join(svgs)}</div>'
+
+
+def _subsample_sections(metrics: pl.DataFrame) -> str:
+    """A summary per cut answer space (kcal demo --answer-space-k), on the test split, to read
+    beside the full-space summary; nothing when the probe has no `#k` copies."""
+    ks = sorted(k for k in metrics["answer_space_k"].unique().to_list() if k != FULL_ANSWER_SPACE)
+    if not ks:
+        return ""
+    tables = "".join(
+        f"<h3>{_esc(_space(k))}</h3>{_html_table(summary_table(metrics, answer_space_k=k))}" for k in ks
+    )
+    return f"""<h2>Answer-space subsamples ({_esc(HEADLINE_SPLIT)} split)</h2>
+<p class="note">Every instance again, its answer space cut to k options (gold kept): the options-count
+study, never pooled into the summary above.</p>
+{tables}"""
 
 
 def render_html(summary: pl.DataFrame, metrics: pl.DataFrame, curves: pl.DataFrame, meta: dict) -> str:
@@ -220,11 +333,17 @@ def render_html(summary: pl.DataFrame, metrics: pl.DataFrame, curves: pl.DataFra
 <style>{_CSS}</style></head><body>
 <h1>{_esc(title)}</h1>
 <h2>Run</h2><table>{meta_rows}</table>
-<h2>Summary</h2>
-<p class="note">A column named after a metric alone holds a value every estimator shares; the others are
-&lt;metric&gt;_&lt;estimator&gt;. Binning — {_esc(LEGEND)}.</p><ul class="note">{columns}</ul>
+<h2>Summary ({_esc(HEADLINE_SPLIT)} split, full answer spaces)</h2>
+<p class="note">Headline template; acc{TEMPLATE_MEAN_SUFFIX} is the accuracy averaged over the relation's
+curated templates (BEAR's way). A column named after a metric alone holds a value every estimator shares;
+the others are &lt;metric&gt;_&lt;estimator&gt;. Binning — {_esc(LEGEND)}.</p><ul class="note">{columns}</ul>
 {_html_table(summary)}
-<h2>Reliability diagrams (all relations)</h2>
+<h2>Accuracy by split (BEAR's way)</h2>
+<p class="note">Each split on its own, full answer spaces: dev only tunes thresholds and recalibration,
+the metrics above are on test.</p>
+{_html_table(split_table(metrics))}
+{_subsample_sections(metrics)}
+<h2>Reliability diagrams (all relations, {_esc(HEADLINE_SPLIT)} split)</h2>
 <p class="note">{_esc(LEGEND)}. Points are the quantile bins (those of ACE); the dashed diagonal is
 perfect calibration and each red segment is a bin's gap |acc − conf|.</p>
 {_diagrams(metrics, curves)}

@@ -3,8 +3,9 @@
 The scorer follows the model's kind: causal LMs take the prefix-packing fast path (prefix.py) unless
 it is switched off or the model fails its check; masked LMs take pseudo-log-likelihood (mlm.py) in
 the configured variant. Optional score columns — M dropout passes (DropoutMean/DropoutVar) and the
-subject-masked statement (TemplateDiff) — are always present in the output, null when not computed,
-so every partition of statement_scores has the same schema for SQL.
+subject-masked statement (TemplateDiff), each with the columns that record how they were made
+(dropout_rate/dropout_source, subject_mask_method/subject_mask_text) — are always present in the
+output, null when not computed, so every partition of statement_scores has the same schema for SQL.
 """
 
 from __future__ import annotations
@@ -22,16 +23,17 @@ from kcal_pipeline.scoring.clm import score_clm
 from kcal_pipeline.scoring.mlm import score_mlm
 from kcal_pipeline.scoring.prefix import packing_supported, score_clm_shared_prefix
 from kcal_pipeline.scoring.stochastic import SCHEMA as DROPOUT_SCHEMA
-from kcal_pipeline.scoring.stochastic import dropout_scores
-from kcal_pipeline.scoring.subject_mask import MASKED_COLUMNS, subject_masked_scores
+from kcal_pipeline.scoring.stochastic import dropout_plan, dropout_scores
+from kcal_pipeline.scoring.subject_mask import SCHEMA as MASKED_SCHEMA
+from kcal_pipeline.scoring.subject_mask import subject_masked_scores
 
 if TYPE_CHECKING:
     from kcal_pipeline.scoring.models.loading import LoadedModel
 
 # Bump when a change to any scorer changes scores: it is part of every scoring fingerprint.
-SCORER_VERSION = "2"
+SCORER_VERSION = "3"  # 3: masked LMs mask the subject with mask tokens; BERT's attention dropout
 INPUT_COLUMNS = ["statement_id", "text", "subject_start", "subject_end", "object_start", "object_end"]
-OPTIONAL_SCHEMA = {**DROPOUT_SCHEMA, **dict.fromkeys(MASKED_COLUMNS.values(), pl.Float64)}
+OPTIONAL_SCHEMA = {**DROPOUT_SCHEMA, **MASKED_SCHEMA}
 
 Scorer = Callable[..., pl.DataFrame]
 
@@ -71,16 +73,20 @@ def score_statements(
 ) -> pl.DataFrame:
     """Scores of every statement in input order: the scorer's columns plus the optional ones.
 
-    progress(done, total) counts statement passes: 1 + dropout_passes (+1 with subject_mask) per
-    statement.
+    progress(done, total) counts statement passes: 1 (+ dropout_passes with dropout, + 1 with
+    subject_mask) per statement. A model that cannot take the dropout passes (no dropout of its
+    own and no dropout_rate) fails here, before any scoring.
     """
     require_columns(statements, INPUT_COLUMNS, "statements")
+    if options.dropout:
+        dropout_plan(loaded.model, options.dropout_rate)
     _, scorer = scorer_for(loaded, options)  # decided in eval mode, before any dropout pass
     texts = statements["text"].to_list()
     subj = list(zip(statements["subject_start"], statements["subject_end"], strict=True))
     obj = list(zip(statements["object_start"], statements["object_end"], strict=True))
     n = len(texts)
-    stages = 1 + options.dropout_passes + int(options.subject_mask)
+    passes = options.dropout_passes if options.dropout else 0
+    stages = 1 + passes + int(options.subject_mask)
 
     def stage(offset: int, width: int = 1):
         if progress is None:
@@ -88,28 +94,25 @@ def score_statements(
         return lambda done, total: progress(offset * n + done * width * n // max(total, 1), stages * n)
 
     frame = scorer(loaded, texts, subj, obj, progress=stage(0))
-    if options.dropout_passes:
+    if passes:
         extra = dropout_scores(
             loaded,
             texts,
             subj,
             obj,
-            passes=options.dropout_passes,
+            passes=passes,
             seed=options.dropout_seed,
             rate=options.dropout_rate,
             scorer=scorer,
-            progress=stage(1, options.dropout_passes),
+            progress=stage(1, passes),
         )
     else:
         extra = pl.DataFrame({c: [None] * n for c in DROPOUT_SCHEMA}, schema=DROPOUT_SCHEMA)
     frame = pl.concat([frame, extra], how="horizontal")
     if options.subject_mask:
         masked = subject_masked_scores(
-            loaded, statements, options.placeholder, scorer=scorer, progress=stage(1 + options.dropout_passes)
+            loaded, statements, options.placeholder, scorer=scorer, progress=stage(1 + passes)
         )
     else:
-        masked = pl.DataFrame(
-            {c: [None] * n for c in MASKED_COLUMNS.values()},
-            schema=dict.fromkeys(MASKED_COLUMNS.values(), pl.Float64),
-        )
+        masked = pl.DataFrame({c: [None] * n for c in MASKED_SCHEMA}, schema=MASKED_SCHEMA)
     return pl.concat([frame, masked], how="horizontal")

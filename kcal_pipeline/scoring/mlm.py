@@ -16,6 +16,14 @@ Definitions follow lm-pub-quiz 0.3.3 / minicons 0.3.39, so scores agree with the
 The only intended difference: the softmax normaliser is taken in float64 (clm._target_logprobs),
 which moves a score by far less than 1e-4.
 
+Subject masking (mask_subject=True; TemplateDiff, METHODS.md §2, as Selective-LAMA masks the subject
+of a masked LM): the statement is tokenized as it is, and every token of the subject *in this
+statement* - a non-special token whose character range overlaps the subject span and not the object
+span, clm.token_roles' rule - is replaced by the mask token, so the subject becomes exactly as many
+mask tokens as it has in context. Those masks are in the input of every masked copy and are never
+scored themselves (they are no text): the PLL is over the template and object tokens, each given the
+rest with the subject masked. With within_word_l2r a word's later pieces are masked as usual.
+
 Cost is one forward row per token. Rows are built lazily per chunk of at most batch_size (never
 all copies at once), in statements of decreasing length so a chunk pads little, and a statement
 that occurs several times (same token ids) is scored once. Right padding with an attention mask
@@ -43,6 +51,7 @@ from kcal_pipeline.core.options import MLM_VARIANTS
 from kcal_pipeline.scoring.batching import map_batches
 from kcal_pipeline.scoring.clm import (
     MIN_ROWS,
+    ROLE_SUBJECT,
     SCHEMA,
     Span,
     _frame,
@@ -81,12 +90,15 @@ def score_mlm(
     variant: str = "original",
     batch_size: int | None = None,
     progress: Callable[[int, int], None] | None = None,
+    mask_subject: bool = False,
 ) -> pl.DataFrame:
     """One row per text, in input order, with exactly score_clm's columns (clm.SCHEMA).
 
     token_logprobs are the PLL terms of the statement's own tokens (no special tokens). batch_size
     bounds the rows of one forward pass (masked copies, not statements). progress(done, total)
-    counts input statements whose every token has been scored.
+    counts input statements whose every token has been scored. mask_subject: the subject's tokens
+    are mask tokens throughout and are not scored (see the module's "Subject masking"), so
+    n_tokens, token_logprobs and token_roles cover the template and object tokens only.
     """
     if variant not in VARIANTS:
         raise ValueError(f"variant must be one of {', '.join(VARIANTS)}, got {variant!r}")
@@ -101,7 +113,8 @@ def score_mlm(
     )
     if not texts:
         return pl.DataFrame(schema=SCHEMA)
-    statements, offsets, unique_of = _encode(loaded.tokenizer, texts, variant)
+    masked = subject_spans if mask_subject else None
+    statements, offsets, unique_of = _encode(loaded.tokenizer, texts, variant, masked, object_spans)
     logprobs = _pll(loaded, statements, unique_of, batch_size, progress)
     roles = [
         np.array(token_roles(off, s, o), dtype=np.int8)
@@ -110,27 +123,71 @@ def score_mlm(
     return _frame([logprobs[u] for u in unique_of], roles)
 
 
-def _encode(tokenizer, texts: list[str], variant: str) -> tuple[_Statements, list[list[Span]], list[int]]:
+def subject_token_positions(
+    offsets: Sequence[Span], special: Sequence[int], subject_span: Span, object_span: Span
+) -> list[int]:
+    """Positions of the subject's tokens in one encoded statement: non-special tokens whose role is
+    subject (clm.token_roles: overlapping the subject span, and not the object span)."""
+    roles = token_roles([tuple(o) for o in offsets], subject_span, object_span)
+    return [p for p, (s, r) in enumerate(zip(special, roles, strict=True)) if not s and r == ROLE_SUBJECT]
+
+
+def subject_token_counts(
+    tokenizer, texts: Sequence[str], subject_spans: Sequence[Span], object_spans: Sequence[Span]
+) -> list[int]:
+    """How many mask tokens replace each text's subject under mask_subject=True."""
+    encoded = _tokenize(tokenizer, list(texts))
+    return [
+        len(subject_token_positions(encoded["offset_mapping"][i], encoded["special_tokens_mask"][i], s, o))
+        for i, (s, o) in enumerate(zip(subject_spans, object_spans, strict=True))
+    ]
+
+
+def _tokenize(tokenizer, texts: list[str]):
+    return tokenizer(
+        texts, add_special_tokens=True, return_offsets_mapping=True, return_special_tokens_mask=True
+    )
+
+
+def _encode(
+    tokenizer,
+    texts: list[str],
+    variant: str,
+    masked_subjects: list[Span] | None = None,
+    object_spans: list[Span] | None = None,
+) -> tuple[_Statements, list[list[Span]], list[int]]:
     """Unique statements, each text's scored-token offsets, and each text's unique statement.
 
     Offsets stay per text: two texts can share token ids (e.g. differing only in spacing) but
-    not character positions.
+    not character positions. With masked_subjects (and object_spans), each text's subject tokens
+    become the mask token and leave the scored positions.
     """
-    encoded = tokenizer(
-        texts, add_special_tokens=True, return_offsets_mapping=True, return_special_tokens_mask=True
-    )
+    encoded = _tokenize(tokenizer, texts)
     all_ids, all_special, all_offsets = (
         encoded["input_ids"],
         encoded["special_tokens_mask"],
         encoded["offset_mapping"],
     )
+    mask_id = tokenizer.mask_token_id
+    if masked_subjects is not None and mask_id is None:
+        raise ValueError(f"{type(tokenizer).__name__} has no mask token: cannot mask the subject")
     seen: dict[tuple, int] = {}
     unique: list[tuple[list[int], list[int], list[int | None]]] = []
     offsets, unique_of, bare = [], [], []
     for i in range(len(texts)):
         ids, special = all_ids[i], all_special[i]
-        positions = [p for p, s in enumerate(special) if not s]
+        hidden: set[int] = set()
+        if masked_subjects is not None:
+            hidden = set(
+                subject_token_positions(all_offsets[i], special, masked_subjects[i], object_spans[i])
+            )
+            ids = [mask_id if p in hidden else t for p, t in enumerate(ids)]
+        positions = [p for p, s in enumerate(special) if not s and p not in hidden]
         if not positions:
+            if hidden:
+                raise ValueError(
+                    f"text #{i} has no tokens left to score once its subject is masked: {texts[i]!r}"
+                )
             bare.append(i)
             continue
         words = encoded.word_ids(i)

@@ -18,6 +18,7 @@ from kcal_pipeline.core.progress import ProgressMeter
 from kcal_pipeline.core.storage import partition_path
 from kcal_pipeline.scoring.checkpoints import discard, score_in_chunks
 from kcal_pipeline.scoring.engine import ScoringOptions, fingerprint, score_statements, scorer_for
+from kcal_pipeline.scoring.stochastic import dropout_plan
 
 if TYPE_CHECKING:
     from kcal_pipeline.scoring.models.loading import LoadedModel
@@ -87,6 +88,13 @@ def score_partition(
         "scorer": scorer_name,
         "fingerprint": fp,
     }
+    if options.dropout:  # also refuses a model without dropout and without a rate, before any work
+        plan = dropout_plan(loaded.model, options.dropout_rate)
+        meta["dropout"] = f"{options.dropout_passes} passes, {plan.describe()}"
+    if options.subject_mask:
+        meta["subject_mask"] = (
+            "mask tokens" if loaded.kind == "mlm" else f"placeholder {options.placeholder!r}"
+        )
     directory = checkpoint_dir(home, loaded.key, relation)
     if previous is not None:
         discard(directory)  # the stored file already holds these scores: leftovers are redundant

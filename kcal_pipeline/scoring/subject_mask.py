@@ -1,9 +1,18 @@
-"""Statements with the subject replaced by a neutral placeholder (METHODS.md §2, TemplateDiff).
+"""Statements with the subject masked (METHODS.md §2, TemplateDiff).
 
 TemplateDiff = p(ŷ | statement) − p(ŷ | the same statement with the subject masked): how much of
-the confidence comes from the subject rather than from the template and the object alone. The
-masked statements are scored like any other (same scorer, same spans), so `mask_subjects` returns
-a statements frame with `text` and the four span columns replaced.
+the confidence comes from the subject rather than from the template and the object alone. How the
+subject is masked follows the model's kind:
+- masked LMs: by mask tokens, as Selective-LAMA does - one mask token per token the subject has in
+  the statement (tokenized in context), in every masked copy, never scored (mlm.py, "Subject
+  masking"). `placeholder` is not used.
+- causal LMs: a causal LM has no mask token, so by a neutral placeholder (default "something"): the
+  placeholder statements are scored like any other (same scorer, same spans), so `mask_subjects`
+  returns a statements frame with `text` and the four span columns replaced.
+Each row records the choice: `subject_mask_method` ("mask_tokens" / "placeholder") and
+`subject_mask_text`, what stands in the subject's place - the mask tokens separated by single
+spaces ("[MASK] [MASK]": the count is len(string_split(subject_mask_text, ' '))) or the placeholder
+as it appears in the statement ("Something" at a sentence start).
 
 Span arithmetic: the subject [s0, s1) becomes the placeholder [s0, s0 + len(placeholder)); an
 object that ends at or before s0 keeps its span, one that starts at or after s1 moves by
@@ -20,7 +29,7 @@ before the subject ("St. [X]") would count as a sentence end; no curated templat
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
@@ -32,6 +41,12 @@ Span = tuple[int, int]
 DEFAULT_PLACEHOLDER = "something"
 # Scorer columns kept for the masked statements -> output column.
 MASKED_COLUMNS = {"ll_sum": "ll_sum_masked", "ll_answer_sum": "ll_answer_sum_masked"}
+METHOD_MASK_TOKENS, METHOD_PLACEHOLDER = "mask_tokens", "placeholder"
+SCHEMA = {
+    **dict.fromkeys(MASKED_COLUMNS.values(), pl.Float64),
+    "subject_mask_method": pl.String,
+    "subject_mask_text": pl.String,
+}
 SPAN_COLUMNS = ["subject_start", "subject_end", "object_start", "object_end"]
 _SENTENCE_END = ".!?"
 _OPENERS = "\"'“‘«([{¿¡"
@@ -61,11 +76,9 @@ def _check_span(name: str, span: Span, text: str) -> tuple[int, int]:
     return start, end
 
 
-def mask_subject(
-    text: str, subject_span: Span, object_span: Span, placeholder: str = DEFAULT_PLACEHOLDER
-) -> tuple[str, Span, Span]:
-    """(masked text, placeholder span, object span in the masked text)."""
-    check_placeholder(placeholder)
+def check_maskable(text: str, subject_span: Span, object_span: Span) -> tuple[Span, Span]:
+    """The spans as ints, if the subject can be masked: a non-empty subject span that does not
+    overlap the object, both inside the text."""
     if not isinstance(text, str):
         raise ValueError(f"text must be a string, got {text!r}")
     s0, s1 = _check_span("subject_span", subject_span, text)
@@ -74,6 +87,15 @@ def mask_subject(
         raise ValueError(f"subject_span {subject_span!r} is empty in {text!r}: there is no subject to mask")
     if o0 < s1 and s0 < o1 and o0 < o1:
         raise ValueError(f"subject_span {subject_span!r} and object_span {object_span!r} overlap in {text!r}")
+    return (s0, s1), (o0, o1)
+
+
+def mask_subject(
+    text: str, subject_span: Span, object_span: Span, placeholder: str = DEFAULT_PLACEHOLDER
+) -> tuple[str, Span, Span]:
+    """(masked text, placeholder span, object span in the masked text)."""
+    check_placeholder(placeholder)
+    (s0, s1), (o0, o1) = check_maskable(text, subject_span, object_span)
     word = placeholder[0].upper() + placeholder[1:] if starts_sentence(text, s0) else placeholder
     masked = text[:s0] + word + text[s1:]
     shift = len(word) - (s1 - s0)
@@ -85,20 +107,7 @@ def mask_subjects(statements: pl.DataFrame, placeholder: str = DEFAULT_PLACEHOLD
     """The statements frame with `text` and the four span columns of the subject-masked statements
     (same rows, order, other columns and dtypes)."""
     check_placeholder(placeholder)
-    missing = [c for c in ["text", *SPAN_COLUMNS] if c not in statements.columns]
-    if missing:
-        raise ValueError(f"statements frame lacks column(s) {missing}; has {statements.columns}")
-    rows = []
-    for i, (text, *spans) in enumerate(statements.select("text", *SPAN_COLUMNS).iter_rows()):
-        try:
-            rows.append(mask_subject(text, (spans[0], spans[1]), (spans[2], spans[3]), placeholder))
-        except ValueError as exc:
-            where = (
-                f"statement_id {statements['statement_id'][i]!r}"
-                if "statement_id" in statements.columns
-                else f"row {i}"
-            )
-            raise ValueError(f"{where}: {exc}") from None
+    rows = _per_row(statements, lambda text, s, o: mask_subject(text, s, o, placeholder))
     columns = {
         "text": [r[0] for r in rows],
         "subject_start": [r[1][0] for r in rows],
@@ -111,6 +120,25 @@ def mask_subjects(statements: pl.DataFrame, placeholder: str = DEFAULT_PLACEHOLD
     )
 
 
+def _per_row(statements: pl.DataFrame, fn: Callable[[str, Span, Span], Any]) -> list[Any]:
+    """fn(text, subject_span, object_span) for every row; an error names the statement."""
+    missing = [c for c in ["text", *SPAN_COLUMNS] if c not in statements.columns]
+    if missing:
+        raise ValueError(f"statements frame lacks column(s) {missing}; has {statements.columns}")
+    rows = []
+    for i, (text, *spans) in enumerate(statements.select("text", *SPAN_COLUMNS).iter_rows()):
+        try:
+            rows.append(fn(text, (spans[0], spans[1]), (spans[2], spans[3])))
+        except ValueError as exc:
+            where = (
+                f"statement_id {statements['statement_id'][i]!r}"
+                if "statement_id" in statements.columns
+                else f"row {i}"
+            )
+            raise ValueError(f"{where}: {exc}") from None
+    return rows
+
+
 def subject_masked_scores(
     loaded: LoadedModel,
     statements: pl.DataFrame,
@@ -119,17 +147,54 @@ def subject_masked_scores(
     batch_size: int | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> pl.DataFrame:
-    """Scores of the subject-masked statements, one row per statement in input order: columns
-    `ll_sum_masked` and `ll_answer_sum_masked` (Float64), ready to append to statement_scores."""
-    if scorer is None:  # imported here so the span helpers above need no torch
-        from kcal_pipeline.scoring.clm import score_clm as scorer
-    masked = mask_subjects(statements, placeholder)
-    scores = scorer(
-        loaded,
-        masked["text"].to_list(),
-        list(zip(masked["subject_start"], masked["subject_end"], strict=True)),
-        list(zip(masked["object_start"], masked["object_end"], strict=True)),
-        batch_size=batch_size,
-        progress=progress,
-    )
-    return scores.select([pl.col(c).cast(pl.Float64).alias(out) for c, out in MASKED_COLUMNS.items()])
+    """Scores of the subject-masked statements, one row per statement in input order, ready to
+    append to statement_scores: `ll_sum_masked`, `ll_answer_sum_masked` (Float64) and the record
+    `subject_mask_method`, `subject_mask_text` (see the module docstring).
+
+    `scorer` is the model's scorer (engine.scorer_for); a masked LM's must take mask_subject=True
+    (mlm.score_mlm does). `placeholder` applies to causal LMs only.
+    """
+    # imported here so the span helpers above need no torch
+    from kcal_pipeline.scoring.mlm import score_mlm, subject_token_counts
+
+    masked_lm = getattr(loaded, "kind", "clm") == "mlm"
+    if scorer is None:
+        from kcal_pipeline.core.options import ScoringOptions
+        from kcal_pipeline.scoring.clm import score_clm
+
+        variant = ScoringOptions.model_fields["mlm_variant"].default
+        scorer = (lambda *a, **k: score_mlm(*a, variant=variant, **k)) if masked_lm else score_clm
+    if masked_lm:
+        spans = _per_row(statements, check_maskable)
+        subjects, objects = [s for s, _ in spans], [o for _, o in spans]
+        texts = statements["text"].to_list()
+        scores = scorer(
+            loaded, texts, subjects, objects, mask_subject=True, batch_size=batch_size, progress=progress
+        )
+        mask = loaded.tokenizer.mask_token
+        record = {
+            "subject_mask_method": [METHOD_MASK_TOKENS] * len(texts),
+            "subject_mask_text": [
+                " ".join([mask] * n) for n in subject_token_counts(loaded.tokenizer, texts, subjects, objects)
+            ],
+        }
+    else:
+        masked = mask_subjects(statements, placeholder)
+        scores = scorer(
+            loaded,
+            masked["text"].to_list(),
+            list(zip(masked["subject_start"], masked["subject_end"], strict=True)),
+            list(zip(masked["object_start"], masked["object_end"], strict=True)),
+            batch_size=batch_size,
+            progress=progress,
+        )
+        record = {
+            "subject_mask_method": [METHOD_PLACEHOLDER] * masked.height,
+            "subject_mask_text": [
+                text[start:end]
+                for text, start, end in masked.select("text", "subject_start", "subject_end").iter_rows()
+            ],
+        }
+    return scores.select(
+        [pl.col(c).cast(pl.Float64).alias(out) for c, out in MASKED_COLUMNS.items()]
+    ).with_columns(pl.Series(name, values, dtype=SCHEMA[name]) for name, values in record.items())

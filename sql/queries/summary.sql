@@ -1,11 +1,29 @@
--- Per model, relation, estimator and reduction on the headline template: instances, accuracy,
--- and Brier (probability-valued estimators only; NULL for score-valued ones).
--- Equal to the `metrics` table (scope = 'relation'); the integration test checks that.
-SELECT model_id, relation_id, estimator, reduction,
-       count(*)                                        AS instances,
-       avg(CAST(correct AS DOUBLE))                    AS accuracy,
-       avg(power(confidence - CAST(correct AS DOUBLE), 2))
-           FILTER (WHERE output_kind = 'probability')  AS brier
-FROM headline_estimates
-GROUP BY ALL
-ORDER BY model_id, relation_id, estimator, reduction;
+-- The headline numbers per model, relation, estimator and reduction: test split, full answer
+-- spaces. instances, accuracy and Brier (probability-valued estimators only; NULL for score-valued
+-- ones) on the headline template, and acc_mean_t, the accuracy averaged over the relation's
+-- curated templates (BEAR's way; NULL for instance-grain estimators).
+-- Equal to the `metrics` table (split 'test', answer_space_k 0, scopes 'relation' and
+-- 'relation_template_mean'); the integration test checks that.
+WITH per_template AS (
+    SELECT e.model_id, e.relation_id, e.estimator, e.reduction, e.template_id,
+           avg(CAST(e.correct AS DOUBLE)) AS accuracy
+    FROM estimates AS e
+    JOIN templates AS t USING (relation_id, template_id)
+    WHERE t.kind = 'curated' AND e.split = 'test' AND e.answer_space_k = 0
+    GROUP BY ALL
+),
+template_mean AS (
+    SELECT model_id, relation_id, estimator, reduction, avg(accuracy) AS acc_mean_t
+    FROM per_template
+    GROUP BY ALL
+)
+SELECT h.model_id, h.relation_id, h.split, h.estimator, h.reduction,
+       count(*)                                          AS instances,
+       avg(CAST(h.correct AS DOUBLE))                    AS accuracy,
+       any_value(m.acc_mean_t)                           AS acc_mean_t,
+       avg(power(h.confidence - CAST(h.correct AS DOUBLE), 2))
+           FILTER (WHERE h.output_kind = 'probability')  AS brier
+FROM headline_estimates AS h
+LEFT JOIN template_mean AS m USING (model_id, relation_id, estimator, reduction)
+GROUP BY h.model_id, h.relation_id, h.split, h.estimator, h.reduction
+ORDER BY h.model_id, h.relation_id, h.estimator, h.reduction;

@@ -1,13 +1,16 @@
--- Estimates with one answer per instance and estimator (METHODS §2): per-template estimators on
+-- The estimates the headline numbers are computed on (METHODS §2-3): the test split (dev only
+-- tunes thresholds and recalibration) on each instance's full answer space (answer_space_k = 0;
+-- the `#k` subsample copies are read beside it, never pooled with it); per-template estimators on
 -- each relation's headline template (the curated one of rank 0; variants share their parent's
 -- rank, so the kind matters), plus every instance-grain estimator (template_id null).
+-- The same selection as kcal_pipeline.estimation.registry.headline_estimates.
 -- Needs the estimates and templates views.
 CREATE OR REPLACE VIEW headline_estimates AS
 SELECT e.*
 FROM estimates AS e
 JOIN templates AS t USING (relation_id, template_id)
-WHERE t.rank = 0 AND t.kind = 'curated'
+WHERE t.rank = 0 AND t.kind = 'curated' AND e.split = 'test' AND e.answer_space_k = 0
 UNION ALL BY NAME
 SELECT e.*
 FROM estimates AS e
-WHERE e.grain = 'instance';
+WHERE e.grain = 'instance' AND e.split = 'test' AND e.answer_space_k = 0;

@@ -68,9 +68,16 @@ def test_row_counts_are_consistent(run):
     assert sc.height == st.height and sc["statement_id"].to_list() == st["statement_id"].to_list()
     assert sc["ll_sum"].is_finite().all() and (sc["ll_sum"] < 0).all()
     assert est.height == 16 * 3 * 2  # instances × templates × {base, margin}
+    assert set(est["split"]) == {"dev", "test"} and est["answer_space_k"].unique().to_list() == [0]
     m = pl.read_parquet(partition_path(home, "metrics", {"model": KEY}))
     acc = m.filter((pl.col("scope") == "relation") & (pl.col("metric") == "accuracy"))
-    assert set(acc["scope_value"]) == {"P36"} and acc["n"].to_list() == [16, 16]
+    # one row per estimator and split, never pooled: the test row counts the test instances
+    n_test = int((inst["split"] == "test").sum())
+    assert 0 < n_test < 16 and set(acc["scope_value"]) == {"P36"}
+    assert sorted(acc.select("estimator", "split", "n").rows()) == [
+        ("base", "dev", 16 - n_test), ("base", "test", n_test),
+        ("margin", "dev", 16 - n_test), ("margin", "test", n_test),
+    ]  # fmt: skip
     assert (home / "reports" / f"model={KEY}" / "report.html").read_text().count("<svg") >= 2
 
 
@@ -82,7 +89,8 @@ def test_estimates_equal_the_per_row_reference_on_the_real_scores(run):
     mr = {"model": KEY, "relation": "P36"}
     scores = pl.read_parquet(partition_path(home, "statement_scores", mr))
     stored = pl.read_parquet(partition_path(home, "estimates", mr))
-    expected = reference_estimates(scores)
+    instances = pl.read_parquet(partition_path(home, "probe_instances", {"relation": "P36"}))
+    expected = reference_estimates(scores, instances=instances)
     assert stored.columns == expected.columns and stored.height == expected.height == 16 * 3 * 2
     exact = [c for c in stored.columns if c != "confidence"]
     assert stored.select(exact).equals(expected.select(exact))
@@ -95,15 +103,40 @@ def test_duckdb_views_equal_parquet(run):
         n_parquet = sum(pl.read_parquet(p).height for p in (home / table).rglob("*.parquet"))
         _, rows = query(home, f"select count(*) from {table}")
         assert rows[0][0] == n_parquet, table
+    # The summary query (headline_estimates view: test split, full answer spaces) equals the metrics
+    # table's headline rows, and its acc_mean_t the mean over the curated templates.
     cols, rows = query(home, named_query("summary"))
-    by_sql = {(r[cols.index("estimator")], "accuracy"): r[cols.index("accuracy")] for r in rows}
-    by_sql |= {(r[cols.index("estimator")], "brier"): r[cols.index("brier")] for r in rows}
+    assert {r[cols.index("split")] for r in rows} == {"test"}
+    by_sql = {}
+    for row in rows:
+        named = dict(zip(cols, row, strict=True))
+        for column, scope, metric in (
+            ("accuracy", "relation", "accuracy"),
+            ("brier", "relation", "brier"),
+            ("acc_mean_t", "relation_template_mean", "accuracy"),
+            ("instances", "relation", "n"),
+        ):
+            by_sql[(named["estimator"], scope, metric)] = named[column]
     m = pl.read_parquet(partition_path(home, "metrics", {"model": KEY})).filter(
-        (pl.col("scope") == "relation") & pl.col("metric").is_in(["accuracy", "brier"])
+        (pl.col("split") == "test")
+        & (pl.col("answer_space_k") == 0)
+        & pl.col("scope").is_in(["relation", "relation_template_mean"])
+        & pl.col("metric").is_in(["accuracy", "brier"])
     )
-    assert len(m) == 4
-    for est, metric, value in m.select("estimator", "metric", "value").iter_rows():
-        assert by_sql[(est, metric)] == pytest.approx(value, abs=1e-12)
+    assert len(m) == 2 * 2 * 2  # {base, margin} × {headline, template mean} × {accuracy, brier}
+    for est, scope, metric, value, n in m.select("estimator", "scope", "metric", "value", "n").iter_rows():
+        if (est, scope, metric) in by_sql:
+            assert by_sql[(est, scope, metric)] == pytest.approx(value, abs=1e-12)
+        if scope == "relation":
+            assert by_sql[(est, scope, "n")] == n
+    # the view holds what kcal_pipeline's headline_estimates selects, row for row
+    from kcal_pipeline.estimation.registry import headline_estimates
+
+    estimates = pl.read_parquet(partition_path(home, "estimates", {"model": KEY, "relation": "P36"}))
+    templates = pl.read_parquet(partition_path(home, "templates")).filter(pl.col("relation_id") == "P36")
+    expected = headline_estimates(estimates, templates)
+    cols, rows = query(home, "select instance_id, estimator from headline_estimates order by 1, 2")
+    assert rows == sorted(expected.select("instance_id", "estimator").rows())
 
 
 def test_second_run_recomputes_nothing_and_refresh_changes_no_file(run):

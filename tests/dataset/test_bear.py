@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import json
 import tomllib
+from pathlib import Path
 
 import polars as pl
 import pytest
 
 from kcal_pipeline.core.keys import InvalidIdError
+from kcal_pipeline.core.options import ProbeOptions
 from kcal_pipeline.dataset.instances.answer_spaces import instances_from_fixed_space
 from kcal_pipeline.dataset.instances.probe import (
     INSTANCE_COLUMNS,
     EmptyRelationError,
     build_statements,
+    instance_row,
+    instances_frame,
     templates_frame,
 )
 from kcal_pipeline.dataset.instances.quality import quality_report
@@ -26,9 +30,11 @@ from kcal_pipeline.dataset.sources.bear import (
     facts_frame,
     import_bear,
     read_bear,
+    split_stored,
     toml_string,
     write_catalog_toml,
 )
+from kcal_pipeline.dataset.sources.facts import relation_facts
 from kcal_pipeline.dataset.templates import TemplateError
 
 METADATA = {
@@ -156,8 +162,9 @@ def test_import_round_trip(bear_dir, tmp_path, fresh_catalog):
     assert spec.answer_space_labels == ("São Paulo", "Zürich", "Paris")
     assert spec.object_type == "P19" and spec.data == str(facts_paths["P19"])
     assert "P30" in catalog  # the packaged relations are still there
-    facts = pl.read_parquet(facts_paths["P19"])
-    assert facts.equals(facts_frame(read_bear(bear_dir)).filter(pl.col("relation_id") == "P19"))
+    kept, dropped = split_stored(pl.read_parquet(facts_paths["P19"]))
+    assert kept.equals(facts_frame(read_bear(bear_dir)).filter(pl.col("relation_id") == "P19"))
+    assert dropped["drop_reason"].to_list() == ["duplicate", "label_is_id", "missing_label"]
 
 
 def test_default_prefix_keeps_imported_ids_apart_from_packaged_ones(bear_dir, fresh_catalog, tmp_path):
@@ -373,3 +380,162 @@ def test_quality_report_sees_the_imported_drops(bear_dir, tmp_path):
     assert [got[("P19", f"dropped:{r}")] for r in ("duplicate", "label_is_id", "missing_label")] == [1, 1, 1]
     assert (got[("P19", "options_min")], got[("P36", "options_max")]) == (3, 2)
     assert got[("P19", "duplicate_option_labels")] == 0
+
+
+# --- issue 12: BEAR as it really is ---------------------------------------------------------------
+
+REAL_BEAR = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "bear"
+needs_real_bear = pytest.mark.skipif(
+    not (REAL_BEAR / "metadata_relations.json").is_file(),
+    reason=f"BEAR's own files are not at {REAL_BEAR} (../shared/data/bear beside the repository)",
+)
+
+
+@needs_real_bear
+def test_the_real_bear_reads_whole_every_line_and_label_as_written():
+    ds = read_bear(REAL_BEAR)
+    assert len(ds.relations) == 60
+    assert sum(len(rel.facts) for rel in ds.relations.values()) == 7731  # every line of the 60 files
+    assert [rid for rid, rel in ds.relations.items() if rel.dropped] == []  # "pig" (P105) stays
+    assert ds.warnings() == [
+        "warning: metadata_relations.json [P103]: template 'The native language of [X] is [Y].' "
+        "is given more than once; kept the first"
+    ]
+    assert len(ds.relations["P103"].templates) == 2
+    assert "J.\xa0R.\xa0R. Tolkien" in ds.relations["P50"].answer_space_labels
+    assert "Vijayanagara Gadariya  Empire" in ds.relations["P466"].answer_space_labels
+    subjects = {f["subject_label"] for rel in ds.relations.values() for f in rel.facts}
+    assert {"pig", "T.\xa0S. Eliot", "SS Parthia ", " Crazy"} <= subjects
+
+
+def test_a_repeated_template_is_dropped_with_one_warning(tmp_path, fresh_catalog):
+    first, other = "The capital of [X] is [Y].", "[Y] is the capital of [X]."
+    meta = {"P36": {**METADATA["P36"], "templates": [first, other, first, first]}}
+    root = write_bear(tmp_path / "b", metadata=meta, facts={"P36": FACTS["P36"]})
+    notes = []
+    catalog_path, _ = import_bear(root, tmp_path / "home", prefix="", log=notes.append)
+    assert fresh_catalog(path=str(catalog_path))["P36"].templates == (first, other)
+    assert [n for n in notes if "template" in n] == [
+        f"warning: metadata_relations.json [P36]: template {first!r} is given more than once; kept the first"
+    ]
+
+
+def test_short_lower_case_names_are_kept_and_only_ids_dropped(tmp_path):
+    meta = {
+        "P105": {
+            "templates": ["[X] is classified at the [Y] level."],
+            "answer_space_ids": ["Q7432", "Q34740"],
+            "answer_space_labels": ["species", "genus"],
+        }
+    }
+    facts = {
+        "P105": [
+            line("Q787", "pig", "Q7432", 0),  # dropped as a "language code" before
+            line("Q1", "oud", "Q7432", 0),
+            line("Q2", "zh", "Q34740", 1),
+            line("Q3", "Q3", "Q34740", 1),  # what an endpoint shows for a missing label: dropped
+            line("Q4", "http://www.wikidata.org/entity/Q4", "Q34740", 1),
+        ]
+    }
+    p105 = read_bear(write_bear(tmp_path / "b", metadata=meta, facts=facts)).relations["P105"]
+    assert [f["subject_label"] for f in p105.facts] == ["pig", "oud", "zh"]
+    assert [(d["subject_id"], d["drop_reason"]) for d in p105.dropped] == [
+        ("Q3", "label_is_id"),
+        ("Q4", "label_is_id"),
+    ]
+
+
+def test_the_imports_drops_reach_dropped_facts_and_the_quality_table(bear_dir, tmp_path, fresh_catalog):
+    catalog_path, _ = import_bear(bear_dir, tmp_path / "home", prefix="", log=lambda _: None)
+    spec = fresh_catalog(path=str(catalog_path))["P19"]
+    result = relation_facts(spec, None)  # what the wikidata_facts / dropped_facts asset returns
+    assert result.facts["subject_id"].to_list() == ["Q1", "Q2", "Q3"]
+    assert result.drop_counts == {"duplicate": 1, "label_is_id": 1, "missing_label": 1}
+    assert sorted(zip(result.dropped["subject_id"], result.dropped["drop_reason"], strict=True)) == [
+        ("Q3", "duplicate"),
+        ("Q4", "label_is_id"),
+        ("Q5", "missing_label"),
+    ]
+    instances = instances_from_fixed_space(result.facts, spec, 13, 0.2)
+    report = quality_report(pl.concat([result.facts, result.dropped], how="diagonal"), instances)
+    got = {c: v for r, c, v in report.iter_rows() if r == "P19"}
+    assert (got["facts"], got["dropped:duplicate"], got["dropped:label_is_id"]) == (3, 1, 1)
+    assert got["dropped:missing_label"] == 1
+
+
+def test_labels_are_kept_exactly_as_written(tmp_path, fresh_catalog):
+    tolkien, empire = "J.\xa0R.\xa0R. Tolkien", "Vijayanagara Gadariya  Empire"  # BEAR P50, P466
+    meta = {
+        "P50": {
+            "templates": ["[X] was written by [Y]."],
+            "answer_space_ids": ["Q892", "Q1"],
+            "answer_space_labels": [tolkien, empire],
+        }
+    }
+    facts = {"P50": [line("Q15228", "The\xa0Hobbit", "Q892", 0), line("Q2", "SS Parthia ", "Q1", 1)]}
+    root = write_bear(tmp_path / "b", metadata=meta, facts=facts)
+    catalog_path, paths = import_bear(root, tmp_path / "home", prefix="", log=lambda _: None)
+    spec = fresh_catalog(path=str(catalog_path))["P50"]
+    assert spec.answer_space_labels == (tolkien, empire)
+    kept, _ = split_stored(pl.read_parquet(paths["P50"]))
+    assert sorted(kept["subject_label"]) == ["SS Parthia ", "The\xa0Hobbit"]
+    assert sorted(kept["object_label"]) == [tolkien, empire]
+    inst = instances_from_fixed_space(kept, spec, 13, 0.0)
+    texts = build_statements(inst, templates_frame({"P50": spec}))["text"].to_list()
+    assert f"The\xa0Hobbit was written by {tolkien}." in texts
+    assert f"SS Parthia  was written by {empire}." in texts
+
+
+def _one_instance(subject: str, options: list[str]) -> pl.DataFrame:
+    labels = {f"Q{i}": lab for i, lab in enumerate(options)}
+    row = instance_row("P105", "Q787", subject, ["Q0"], list(labels), labels, split_seed=1, dev_fraction=0)
+    return instances_frame([row])
+
+
+def _templates(*texts: str) -> pl.DataFrame:
+    return pl.DataFrame(
+        {
+            "relation_id": ["P105"] * len(texts),
+            "template_id": [f"P105:c{i}" for i in range(len(texts))],
+            "text": list(texts),
+            "rank": list(range(len(texts))),
+        }
+    )
+
+
+SPAN_COLUMNS = ["text", "capitalized", "subject_start", "subject_end", "object_start", "object_end"]
+
+
+def test_statements_are_capitalized_like_lm_pub_quiz_only_when_asked():
+    inst = _one_instance("pig", ["species", "Genus"])
+    templates = _templates("[X] is classified at the [Y] level.", "[Y] is the rank of [X].")
+    assert build_statements(inst, templates).select(SPAN_COLUMNS).rows() == [
+        ("pig is classified at the species level.", False, 0, 3, 25, 32),
+        ("pig is classified at the Genus level.", False, 0, 3, 25, 30),
+        ("species is the rank of pig.", False, 23, 26, 0, 7),
+        ("Genus is the rank of pig.", False, 21, 24, 0, 5),
+    ]
+    # lm-pub-quiz 0.3.3, Templater.capitalize: text[0].upper() + text[1:], on by default.
+    assert build_statements(inst, templates, capitalize=True).select(SPAN_COLUMNS).rows() == [
+        ("Pig is classified at the species level.", True, 0, 3, 25, 32),
+        ("Pig is classified at the Genus level.", True, 0, 3, 25, 30),
+        ("Species is the rank of pig.", True, 23, 26, 0, 7),
+        ("Genus is the rank of pig.", False, 21, 24, 0, 5),  # already upper case: unchanged
+    ]
+
+
+def test_capitalizing_keeps_spans_on_their_words_where_the_length_changes():
+    templates = _templates("[X] is classified at the [Y] level.")
+    rows = build_statements(_one_instance("ßeta", ["species"]), templates, capitalize=True)
+    assert rows.select(SPAN_COLUMNS).rows() == [
+        ("SSeta is classified at the species level.", True, 0, 5, 27, 34)
+    ]
+    rows = build_statements(_one_instance(" Crazy", ["species"]), templates, capitalize=True)  # BEAR P175
+    assert rows.select(SPAN_COLUMNS).rows() == [
+        (" Crazy is classified at the species level.", False, 0, 6, 28, 35)
+    ]
+
+
+def test_statements_are_capitalized_by_default_as_in_lm_pub_quiz():
+    assert ProbeOptions().capitalize_statements is True
+    assert ProbeOptions(capitalize_statements=False).capitalize_statements is False

@@ -8,6 +8,7 @@ import re
 import pytest
 
 from kcal_pipeline.dataset.relations import load_catalog
+from kcal_pipeline.dataset.sources.snapshot import ids
 from kcal_pipeline.dataset.sources.snapshot.build import build_ntriples, ensure_store
 from kcal_pipeline.dataset.sources.snapshot.curated import CuratedDataError, add_rows, read_rows
 from kcal_pipeline.dataset.sources.snapshot.graph import Graph
@@ -15,8 +16,9 @@ from kcal_pipeline.dataset.sources.sparql import LocalEndpoint, SparqlClient
 from kcal_pipeline.dataset.sources.wikidata import parse_facts, relation_query
 
 MIN_FACTS = 30
-# QIDs the snapshot may use: each is certain (country, human, city; river from mace_data.py).
-CERTAIN_QIDS = {"Q5", "Q515", "Q4022", "Q6256"}
+# Classes the contributors type with (country, human, city; river from mace_data.py); every other
+# QID comes from the id table (ids.py), which names its source.
+CLASS_QIDS = {"Q5", "Q515", "Q4022", "Q6256"}
 
 CLOSED_SET = [spec for spec in load_catalog().values() if spec.domain == "closed_set"]
 
@@ -60,17 +62,18 @@ def test_objects_link_across_sources(facts):
     def pairs(rid):
         return set(facts[rid].frame.select("subject_label", "object_id").iter_rows())
 
-    assert ("Albert Einstein", "kcal:city-DE-ulm") in pairs("P19")
-    assert ("Marie Curie", "kcal:country-PL") in pairs("P27")
+    assert ("Albert Einstein", "kcal:city-DE-ulm") in pairs("P19")  # no source carries Ulm's id
+    assert ("Marie Curie", "Q36") in pairs("P27")  # Poland
     assert ("Apple Inc.", "kcal:city-US-cupertino") in pairs("P159")
-    assert ("Munich", "kcal:country-DE") in pairs("P17")
-    assert ("Paris", "kcal:country-FR") in pairs("P1376")
-    assert ("Germany", "kcal:lang-de") in pairs("P37")
+    assert ("Munich", "Q183") in pairs("P17")  # Germany
+    assert ("Paris", "Q142") in pairs("P1376")  # France
+    assert ("Germany", "Q188") in pairs("P37")  # German
 
 
-def test_snapshot_uses_only_certain_qids():
+def test_snapshot_qids_are_classes_or_sourced():
+    """Every QID is a class the contributors type with or a row of the cited id table."""
     used = set(re.findall(r"<http://www\.wikidata\.org/entity/(Q\d+)>", build_ntriples()))
-    assert used <= CERTAIN_QIDS
+    assert used - {row.qid for row in ids.table().values()} <= CLASS_QIDS
 
 
 def _rows(text: str):

@@ -4,7 +4,7 @@ import polars as pl
 import pytest
 
 from kcal_pipeline.core.options import ProbeOptions
-from kcal_pipeline.dataset.instances.probe import object_pools, templates_frame
+from kcal_pipeline.dataset.instances.probe import object_pools, relations_frame, templates_frame
 from kcal_pipeline.dataset.instances.relation_probe import (
     curated_and_variants,
     relation_instances,
@@ -84,8 +84,10 @@ def test_mace_instances_have_exact_gold_counts():
 
 
 def test_one_to_one_relations_share_one_bear_style_answer_space():
+    """P1376 (one_to_one) gets one relation-level space from its facts, capped at 60 (BEAR's 1:1
+    size): every probed city chooses among all four countries, also the unprobed one's."""
     spec = get_relation("P1376")
-    assert spec.answer_space == "fixed"
+    assert spec.kind == "one_to_one" and not spec.answer_space_ids
     facts = pl.DataFrame(
         {
             "relation_id": ["P1376"] * 4,
@@ -97,9 +99,12 @@ def test_one_to_one_relations_share_one_bear_style_answer_space():
     )
     inst = relation_instances(spec, facts, pl.DataFrame(), ProbeOptions(max_instances=3))
     assert inst.height == 3
-    space = inst["option_ids"][0].to_list()
-    assert all(o.to_list() == space for o in inst["option_ids"]) and len(space) == 3
-    assert sorted(g[0] for g in inst["gold_ids"].to_list()) == sorted(space)  # the probed subjects' golds
+    assert all(sorted(o) == ["k1", "k2", "k3", "k4"] for o in inst["option_ids"].to_list())
+    assert set(inst["answer_space"]) == {"relation"} and set(inst["answer_space_size"]) == {4}
+    capped = relation_instances(
+        spec, facts, pl.DataFrame(), ProbeOptions(max_instances=0, answer_space_size_one_to_one=2)
+    )
+    assert set(capped["n_options"]) == {2}  # the one_to_one cap, not answer_space_size (25)
 
 
 def test_generated_templates_join_the_run_with_their_variants():
@@ -110,3 +115,27 @@ def test_generated_templates_join_the_run_with_their_variants():
     assert set(chosen.filter(pl.col("kind") != "marker_verbal")["template_id"]) == {"P36:c0", "P36:g0"}
     assert set(chosen.filter(pl.col("kind") == "marker_verbal")["parent_id"]) == {"P36:c0", "P36:g0"}
     assert chosen.filter(pl.col("template_id") == "P36:g0")["generator"].to_list() == ["m@r"]
+
+
+def test_a_default_run_scores_five_curated_templates_per_relation():
+    """The seed's five paraphrases per relation (P30 has six in the catalog: the first five)."""
+    demo = {rid: CATALOG[rid] for rid in ("P36", "P30", "P37")}
+    options = ProbeOptions()
+    chosen = run_templates(
+        curated_and_variants(templates_frame(demo), seed=13),
+        None,
+        options.template_kinds,
+        options.template_limit,
+        options.seed,
+    )
+    counts = dict(chosen.group_by("relation_id").len().iter_rows())
+    assert counts == {"P36": 5, "P30": 5, "P37": 5}
+
+
+def test_the_relations_table_names_each_relations_domain():
+    """MACE domains were written as closed_set: the table must say what the catalog says."""
+    frame = relations_frame(load_catalog())
+    domains = dict(frame.select("relation_id", "domain").iter_rows())
+    assert domains["P36"] == "closed_set"
+    assert domains["mace-award"] == "mace"
+    assert {d for r, d in domains.items() if r.startswith("mace-")} == {"mace"}

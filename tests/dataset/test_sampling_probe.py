@@ -159,7 +159,9 @@ def test_adding_subjects_leaves_earlier_instances_untouched_unless_a_new_object_
     for trial in range(30):
         rng = random.Random(100 + trial)
         rows = random_facts(rng, rng.randint(3, 10), rng.randint(3, 12))
-        options = ProbeOptions(n_negatives=rng.randint(1, 5), max_instances=0, seed=trial)
+        options = ProbeOptions(
+            answer_space="sampled", n_negatives=rng.randint(1, 5), max_instances=0, seed=trial
+        )
         before = by_subject(build_instances(facts_frame(rows), "P36", options))
         labels = {r[3]: r[4] for r in rows}
 
@@ -217,28 +219,38 @@ FACTS = pl.DataFrame(
 )
 
 
+SAMPLED = {
+    "answer_space": "sampled"
+}  # Tinner's per-subject distractors (the relation space: test_answer_spaces)
+
+
 def test_instances_options_and_gold_sets():
-    inst = build_instances(FACTS, "P36", ProbeOptions(n_negatives=3, max_instances=0))
+    inst = build_instances(FACTS, "P36", ProbeOptions(n_negatives=3, max_instances=0, **SAMPLED))
     assert inst.height == 5
     bol = inst.filter(pl.col("subject_id") == "s5").row(0, named=True)
     assert sorted(bol["gold_ids"]) == ["o5", "o6"] and bol["n_gold"] == 2 and bol["n_options"] == 5
     for row in inst.iter_rows(named=True):
         assert set(row["gold_ids"]) <= set(row["option_ids"])
         assert len(set(row["option_ids"])) == row["n_options"]
-    again = build_instances(FACTS, "P36", ProbeOptions(n_negatives=3, max_instances=0))
+    assert set(inst["answer_space"]) == {"sampled"} and inst["answer_space_size"].null_count() == 5
+    again = build_instances(FACTS, "P36", ProbeOptions(n_negatives=3, max_instances=0, **SAMPLED))
     assert again.equals(inst)
 
 
-def test_max_instances_picks_a_stable_subset():
-    small = build_instances(FACTS, "P36", ProbeOptions(n_negatives=2, max_instances=2))
+@pytest.mark.parametrize("mode", ["relation", "sampled"])
+def test_max_instances_picks_a_stable_subset(mode):
+    def probe(n):
+        return build_instances(FACTS, "P36", ProbeOptions(n_negatives=2, max_instances=n, answer_space=mode))
+
+    small = probe(2)
     assert small.height == 2
-    assert small.equals(build_instances(FACTS, "P36", ProbeOptions(n_negatives=2, max_instances=2)))
+    assert small.equals(probe(2))
     # the smaller subset lies inside the larger one, instance for instance
     for larger in (3, 0):
-        large = build_instances(FACTS, "P36", ProbeOptions(n_negatives=2, max_instances=larger))
+        large = probe(larger)
         assert large.height == (larger or 5)
-        assert small.join(large, on=small.columns, how="anti").height == 0
-    middle = build_instances(FACTS, "P36", ProbeOptions(n_negatives=2, max_instances=3))
+        assert small.join(large, on=small.columns, how="anti", nulls_equal=True).height == 0
+    middle = probe(3)
     assert set(small["subject_id"]) < set(middle["subject_id"])
 
 
@@ -302,10 +314,10 @@ def test_catalog_errors_name_field():
         )
 
 
-def test_packaged_catalog_has_three_templates_per_relation():
+def test_packaged_catalog_has_five_templates_per_relation():
     cat = load_catalog()
     assert {"P36", "P30", "P37"} <= set(cat)
-    assert all(len(s.templates) >= 3 for s in cat.values())
+    assert all(len(s.templates) >= 5 for s in cat.values())
 
 
 def test_short_pool_is_topped_up_from_same_type_and_stays_stable():
@@ -332,7 +344,9 @@ def test_short_pool_is_topped_up_from_same_type_and_stays_stable():
     pools = object_pools(facts, catalog)
     topup = topup_pool_for(pools, "P30", "thing")
     assert topup == {"x3": "X3", "x4": "X4"}  # only other relations' objects
-    inst = build_instances(facts, "P30", ProbeOptions(n_negatives=3, max_instances=0), topup_pool=topup)
+    inst = build_instances(
+        facts, "P30", ProbeOptions(n_negatives=3, max_instances=0, **SAMPLED), topup_pool=topup
+    )
     a = inst.filter(pl.col("subject_id") == "a").row(0, named=True)
     assert a["n_options"] == 4 and set(a["option_ids"]) == {"x1", "x2", "x3", "x4"}
     assert a["option_labels"] == [

@@ -222,7 +222,7 @@ def test_find_oxigraph_prefers_the_interpreters_directory():
 def test_local_endpoint_answers_queries(endpoint):
     assert re.fullmatch(r"http://127\.0\.0\.1:\d+/query", endpoint.url)
     result = SparqlClient(endpoint.url).select(
-        "SELECT ?label WHERE { <https://kcal.invalid/entity/country-FR> "
+        "SELECT ?label WHERE { <http://www.wikidata.org/entity/Q142> "
         "<http://www.w3.org/2000/01/rdf-schema#label> ?label }"
     )
     assert [b["label"]["value"] for b in result["results"]["bindings"]] == ["France"]

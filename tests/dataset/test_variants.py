@@ -5,18 +5,21 @@ import pytest
 
 from kcal_pipeline.dataset.instances.probe import templates_frame
 from kcal_pipeline.dataset.instances.variants import (
+    BASE_KINDS,
     DEMO_SLOT,
     NUMERIC_LEVELS,
     VARIANT_COLUMNS,
     VERBAL_MARKERS,
     demonstration_for,
     expand_demo,
+    marker_position,
     marker_variants,
     perturbation_variants,
     subsample_answer_space,
+    verbal_marker,
 )
-from kcal_pipeline.dataset.relations import load_catalog
-from kcal_pipeline.dataset.templates import check_template, fill
+from kcal_pipeline.dataset.relations import load_catalog, parse_catalog
+from kcal_pipeline.dataset.templates import MARKER_SLOT, TemplateError, check_template, fill
 
 EXTRA = [  # edge shapes: object first, slots at both ends, adjacent slots, no long word, unicode
     "[Y] is where [X] keeps its government.",
@@ -44,11 +47,13 @@ def _templates() -> pl.DataFrame:
         },
         schema_overrides={"rank": pl.Int32},
     )
-    return pl.concat([curated, extra])
+    return pl.concat([curated, extra], how="diagonal")  # the extra ones have no marked form
 
 
 TEMPLATES = _templates()
 PARENTS = dict(TEMPLATES.select("template_id", "text").iter_rows())
+MARKED = dict(TEMPLATES.select("template_id", "marked_text").iter_rows())
+N_BASE = TEMPLATES.filter(pl.col("kind").is_in(BASE_KINDS)).height
 
 
 def _all_variants(seed: int = 3) -> pl.DataFrame:
@@ -69,8 +74,12 @@ def test_variant_table_shape_and_ids():
     for row in variants.iter_rows(named=True):
         check_template(row["text"], row["template_id"])
         assert row["template_id"] == f"{row['parent_id']}:{row['variant']}"
-    n_markers = len(VERBAL_MARKERS) + len(NUMERIC_LEVELS)
-    assert marker_variants(TEMPLATES).height == TEMPLATES.height * n_markers
+    # Every base template gets the numeric markers; the verbal ones go to every curated catalog
+    # template (all have a marked form) and to 2 of the 7 extra ones, whose only place for a
+    # marker is after "is" (PX:c0, PX:c6); the other 5 have no copula, modal or verb after a slot.
+    verbal_parents = N_BASE - len(EXTRA) + 2
+    expected = N_BASE * len(NUMERIC_LEVELS) + verbal_parents * len(VERBAL_MARKERS)
+    assert marker_variants(TEMPLATES).height == expected
 
 
 def test_variants_never_touch_subject_or_object():
@@ -115,21 +124,106 @@ def test_non_slot_text_changes_only_as_the_variant_says():
             assert child.startswith(f"I'm {pct}% confident that ")
             rest = child.removeprefix(f"I'm {pct}% confident that ")
             assert rest == parent or rest == parent[0].lower() + parent[1:]
-        elif child.startswith(f"{variant.capitalize()}, "):
-            rest = child.removeprefix(f"{variant.capitalize()}, ")
-            assert rest == parent or rest == parent[0].lower() + parent[1:]
-        else:  # after the first copula
-            assert re.search(rf" (is|are|was|were) {variant} ", child)
-            assert child.replace(f" {variant} ", " ", 1) == parent
+        else:  # a verbal marker: inserted once, inside the clause, nothing else changed
+            assert variant in VERBAL_MARKERS and f" {variant} " in child
+            assert child.replace(f"{variant} ", "", 1) == parent
+            marked = MARKED[row["parent_id"]]
+            if marked is not None:  # the curated place
+                assert row["text"] == marked.replace(MARKER_SLOT, variant)
 
 
 def test_markers_read_fluently():
     rows = dict(marker_variants(TEMPLATES).select("template_id", "text").iter_rows())
     assert rows["P36:c0:certainly"] == "The capital of [X] is certainly [Y]."
-    assert rows["P36:c4:possibly"] == "Possibly, [X] has its capital in [Y]."
+    assert rows["P36:c4:possibly"] == "[X] possibly has its capital in [Y]."
+    assert rows["P20:c0:certainly"] == "[X] certainly died in [Y]."  # the seed's example
+    assert rows["P20:c4:possibly"] == "In [Y], [X] possibly died."
+    assert rows["P30:c4:certainly"] == "[X] can certainly be found in [Y]."
+    assert rows["P37:c4:possibly"] == "People in [X] possibly officially speak [Y]."
+    assert rows["PX:c0:certainly"] == "[Y] is certainly where [X] keeps its government."
+    assert "PX:c1:certainly" not in rows and "PX:c2:possibly" not in rows  # no place: no variant
     assert rows["P36:c0:numeric-75"] == "I'm 75% confident that the capital of [X] is [Y]."
     assert rows["P36:c1:numeric-0"] == "I'm 0% confident that [Y] is the capital of [X]."
     assert rows["PX:c6:numeric-50"] == "I'm 50% confident that THE capital of [X] is [Y]."
+
+
+def test_no_verbal_marker_opens_a_sentence():
+    verbal = marker_variants(TEMPLATES).filter(pl.col("kind") == "marker_verbal")
+    assert verbal.height > 0
+    for text in verbal["text"]:
+        first = text.split()[0].strip(",").lower()
+        assert first not in VERBAL_MARKERS, text
+
+
+def test_every_catalog_template_has_a_hand_marked_form_inside_the_clause():
+    catalog = load_catalog()
+    for rid, spec in catalog.items():
+        assert len(spec.marked_templates) == len(spec.templates), rid
+        for template, marked in zip(spec.templates, spec.marked_templates, strict=True):
+            check_template(marked, rid)  # [X] and [Y] exactly once
+            assert marked.count(MARKER_SLOT) == 1 and not marked.startswith(MARKER_SLOT), marked
+            assert marked.replace(f"{MARKER_SLOT} ", "", 1) == template
+            for marker in VERBAL_MARKERS:
+                check_template(verbal_marker(template, marker, marked), rid)
+
+
+ENTRY = {"label": "c", "kind": "n_to_1", "property": "P20", "object_type": "city"}
+
+
+@pytest.mark.parametrize(
+    ("marked", "message"),
+    [
+        (["[X] [M] died in [Y].", "[X] [M] passed away in [Y]."], r"has 2 entries but templates has 1"),
+        (["[X] died in [Y]."], r"marked_templates\[0\].*must contain \[M\] exactly once \(found 0\)"),
+        (["[X] [M] [M] died in [Y]."], r"marked_templates\[0\].*\[M\] exactly once \(found 2\)"),
+        (["[M] [X] died in [Y]."], r"marked_templates\[0\].*puts \[M\] first"),
+        (["[X] [M] died in [Y] and [X]."], r"marked_templates\[0\].*\[X\] exactly once \(found 2\)"),
+        (["[X] [M] perished in [Y]."], r"marked_templates\[0\].*with '\[M\] ' inserted once"),
+        ("[X] [M] died in [Y].", r"marked_templates must be a list of strings"),
+    ],
+)
+def test_bad_marked_templates_are_refused_naming_relation_and_index(marked, message):
+    entry = {**ENTRY, "templates": ["[X] died in [Y]."], "marked_templates": marked}
+    with pytest.raises((ValueError, TemplateError), match=rf"\[P20\].*{message}"):
+        parse_catalog({"P20": entry}, origin="test.toml")
+
+
+def test_marked_templates_are_optional_for_other_catalogs():
+    spec = parse_catalog({"P20": {**ENTRY, "templates": ["[X] died in [Y]."]}})["P20"]
+    assert spec.marked_templates == ()
+
+
+def test_rule_places_a_marker_after_a_copula_or_before_a_verb_after_a_slot_or_nowhere():
+    # generated (or imported) templates have no hand-marked form
+    assert verbal_marker("[Y] serves as the capital of [X].", "certainly") == (
+        "[Y] certainly serves as the capital of [X]."
+    )
+    assert verbal_marker("[X] can be found in [Y].", "possibly") == "[X] can possibly be found in [Y]."
+    assert verbal_marker("The seat of [X] was [Y].", "possibly") == "The seat of [X] was possibly [Y]."
+    assert verbal_marker("In [Y], [X] died.", "certainly") == "In [Y], [X] certainly died."
+    assert verbal_marker("[X] won [Y].", "certainly") == "[X] certainly won [Y]."
+    for nowhere in ("In [X] one says [Y]!", "[X]: [Y]", "[X] and its [Y].", "Capital: [X], [Y]."):
+        assert marker_position(nowhere) is None and verbal_marker(nowhere, "certainly") is None
+    generated = pl.DataFrame(
+        {
+            "relation_id": "PX",
+            "template_id": ["PX:g0", "PX:g1"],
+            "text": ["[X] [Y].", "[X] is near [Y]."],
+            "kind": "generated",
+            "source": "test",
+            "rank": [0, 1],
+        },
+        schema_overrides={"rank": pl.Int32},
+    )
+    notes = []
+    rows = marker_variants(generated, log=notes.append)
+    verbal = rows.filter(pl.col("kind") == "marker_verbal")
+    assert verbal["text"].to_list() == ["[X] is certainly near [Y].", "[X] is possibly near [Y]."]
+    assert rows.filter(pl.col("kind") == "marker_numeric").height == 2 * len(NUMERIC_LEVELS)
+    assert notes == [
+        "1 template(s) without a marked form got no verbal marker variant (no copula, modal or "
+        "verb after a slot to place it by): PX:g0"
+    ]
 
 
 def test_perturbations_are_deterministic_and_seeded():

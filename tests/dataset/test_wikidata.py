@@ -164,10 +164,19 @@ def test_parse_facts_validates_the_relation_id():
         parse_facts({"results": {"bindings": []}}, "../P36")
 
 
-def test_looks_like_id():
-    assert looks_like_id("Q42") and looks_like_id("P36") and looks_like_id("zh_Hant")
-    assert looks_like_id("http://www.wikidata.org/entity/Q42")
-    assert not looks_like_id("Paris") and not looks_like_id("Queensland")
+@pytest.mark.parametrize(
+    "label",
+    ["Q42", "P36", " Q42 ", "L7-S1", "L7-F2", "http://www.wikidata.org/entity/Q42", "kcal:country-FR"],
+)
+def test_ids_and_iris_look_like_ids(label):
+    assert looks_like_id(label)
+
+
+# Names the old language-code pattern took for ids: BEAR's subject "pig" (P105) was dropped and its
+# option "oud" (P1303) counted as id-like. Short lower-case words and numbers are names.
+@pytest.mark.parametrize("label", ["Paris", "Queensland", "pig", "oud", "iOS", "zh", "1984", "21", "Q-Tip"])
+def test_names_do_not_look_like_ids(label):
+    assert not looks_like_id(label)
 
 
 # --- the same queries on the real local endpoint -----------------------------------------------
@@ -216,13 +225,15 @@ def test_snapshot_facts_match_hand_picked_values(facts):
     assert objects("P30", "Japan") == ["Asia"]
     assert objects("P37", "Switzerland") == ["French", "German", "Italian"]
     assert objects("P37", "Serbia") == ["Serbian"]  # sr and sr_Latn are one language
-    fr = facts["P36"].frame.filter(pl.col("subject_id") == "kcal:country-FR")
-    assert fr["object_id"].to_list() == ["kcal:city-FR-paris"]
+    assert objects("P37", "Montenegro") == ["Montenegrin"]  # not CLDR's Serbian
+    fr = facts["P36"].frame.filter(pl.col("subject_id") == "Q142")  # France, keyed by its Wikidata id
+    assert fr["object_id"].to_list() == ["Q90"]  # Paris
 
 
 def test_limit_runs_on_the_endpoint(client):
     frame = parse_facts(client.select(relation_query(load_catalog()["P30"], limit=3)), "P30").frame
-    assert frame["subject_id"].to_list() == ["kcal:country-AD", "kcal:country-AE", "kcal:country-AF"]
+    # Ordered by IRI: the countries' Wikidata ids in string order (Gabon, the Gambia, Guinea).
+    assert frame["subject_id"].to_list() == ["Q1000", "Q1005", "Q1006"]
 
 
 # --- dropped rows stay visible -----------------------------------------------------------------
@@ -433,7 +444,7 @@ def test_rematerializing_never_asks_again(snapshot, tmp_path):
 def test_values_batches_on_the_endpoint(snapshot, tmp_path):
     url, endpoint_id = snapshot
     cache = CachedSparql(SparqlClient(url, retries=1, backoff=0.01), tmp_path, endpoint_id)
-    wanted = ["kcal:country-FR", "kcal:country-CH", "kcal:country-JP"]
+    wanted = ["Q142", "Q39", "Q17"]  # France, Switzerland, Japan
     result = fetch_facts(cache, load_catalog()["P37"], subject_ids=wanted, batch_size=2)
     assert sorted(set(result.frame["subject_id"])) == sorted(wanted)
     assert result.frame["query_hash"].n_unique() == 2

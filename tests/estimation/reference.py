@@ -28,6 +28,8 @@ COLUMNS = {
     "model_id": pl.String,
     "relation_id": pl.String,
     "instance_id": pl.String,
+    "split": pl.String,
+    "answer_space_k": pl.Int32,
     "template_id": pl.String,
     "estimator": pl.String,
     "reduction": pl.String,
@@ -66,9 +68,16 @@ def margin(ll: np.ndarray) -> tuple[int, float]:
 REFERENCE_ESTIMATORS = {"base": base, "margin": margin}
 
 
-def reference_estimates(scores: pl.DataFrame, reduction_column: str = "ll_sum") -> pl.DataFrame:
+def reference_estimates(
+    scores: pl.DataFrame, reduction_column: str = "ll_sum", instances: pl.DataFrame | None = None
+) -> pl.DataFrame:
     """Base and Margin rows for every (instance, template) of `scores`, as `compute_estimates` gives
-    them for those two estimators under the reduction that reads `reduction_column`."""
+    them for those two estimators under the reduction that reads `reduction_column`. Split and
+    answer_space_k come from `instances` (probe_instances: split, subsample_k null or absent → 0);
+    without it the split is null and the answer space full (0)."""
+    per_instance: dict[str, tuple[str | None, int]] = {}
+    for row in instances.iter_rows(named=True) if instances is not None else ():
+        per_instance[str(row["instance_id"])] = (row["split"], row.get("subsample_k") or 0)
     groups: dict[tuple[str, ...], list[tuple[int, str, bool, float]]] = {}
     for row in scores.iter_rows(named=True):
         key = tuple(str(row[k]) for k in GROUP_KEYS)
@@ -81,9 +90,16 @@ def reference_estimates(scores: pl.DataFrame, reduction_column: str = "ll_sum") 
         for name, fn in REFERENCE_ESTIMATORS.items():
             position, confidence = fn(ll)
             option_index, object_id, is_gold, _ = statements[position]
+            model_id, relation_id, instance_id, template_id = key
+            split, answer_space_k = per_instance.get(instance_id, (None, 0))
             rows.append(
                 (
-                    *key,
+                    model_id,
+                    relation_id,
+                    instance_id,
+                    split,
+                    answer_space_k,
+                    template_id,
                     name,
                     REDUCTION_OF_COLUMN[reduction_column],
                     "template",

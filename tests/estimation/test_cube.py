@@ -119,6 +119,29 @@ def test_counts_and_splits_from_probe_instances():
     assert build_cube(scores(), instances=more).n_options.tolist() == [5, 4]
 
 
+def test_answer_space_k_from_probe_instances():
+    # probe_instances from `kcal demo --answer-space-k 2`: full instances have subsample_k null, their
+    # `#k2` copies 2. The cube says 0 for a full answer space (also when the column is absent:
+    # nothing was subsampled, and without probe_instances) and k for a copy, so metrics keep them apart.
+    copies = pl.concat(
+        [
+            probe_instances().with_columns(subsample_k=pl.lit(None, pl.Int32)),
+            probe_instances().with_columns(
+                instance_id=pl.col("instance_id") + "#k2",
+                n_options=pl.lit(2, pl.Int64),
+                subsample_k=pl.lit(2, pl.Int32),
+            ),
+        ]
+    )
+    frame = pl.concat([scores(), scores().with_columns(instance_id=pl.col("instance_id") + "#k2")])
+    cube = build_cube(frame, instances=copies)
+    assert cube.instance_ids.tolist() == ["i1", "i1#k2", "i2", "i2#k2"]
+    assert cube.answer_space_k.tolist() == [0, 2, 0, 2]
+    assert cube.split.tolist() == ["test", "test", "dev", "dev"]  # a copy keeps its parent's split
+    assert build_cube(scores(), instances=probe_instances()).answer_space_k.tolist() == [0, 0]
+    assert build_cube(scores()).answer_space_k.tolist() == [0, 0]
+
+
 def test_template_kinds_and_ranks():
     # without a templates table: kinds None, ranks −1
     cube = build_cube(scores())

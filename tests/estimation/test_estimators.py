@@ -17,7 +17,9 @@ from kcal_pipeline.estimation.registry import (
     NO_ANSWER,
     Estimate,
     compute_estimates,
+    curated_template_estimates,
     headline_estimates,
+    headline_template_estimates,
     register,
 )
 from tests.estimation.reference import reference_estimates
@@ -26,6 +28,8 @@ COLUMNS = [
     "model_id",
     "relation_id",
     "instance_id",
+    "split",
+    "answer_space_k",
     "template_id",
     "estimator",
     "reduction",
@@ -546,7 +550,7 @@ def test_headline_keeps_rank_zero_only():
         {"relation_id": ["P36", "P36", "P30"], "template_id": ["P36:c0", "P36:c1", "P30:c0"], "x": [1, 2, 3]}
     )
     tmpl = templates_frame(load_catalog(), 2)
-    assert headline_estimates(est, tmpl)["x"].to_list() == [1, 3]
+    assert headline_template_estimates(est, tmpl)["x"].to_list() == [1, 3]
 
 
 def test_headline_keeps_curated_rank_zero_and_instance_rows():
@@ -575,7 +579,7 @@ def test_headline_keeps_curated_rank_zero_and_instance_rows():
         }
     )
     # kept: 1 and 4 (P36:c0), 5 (P30:c0), then the instance rows 6 and 7
-    assert headline_estimates(est, tmpl)["x"].to_list() == [1, 4, 5, 6, 7]
+    assert headline_template_estimates(est, tmpl)["x"].to_list() == [1, 4, 5, 6, 7]
 
 
 def test_headline_of_computed_estimates(temp_estimators):
@@ -589,7 +593,7 @@ def test_headline_of_computed_estimates(temp_estimators):
     )
     out = compute_estimates(build_cube(frame), ["base", "unanimous"])
     assert out.height == 6
-    head = headline_estimates(out, templates_frame(load_catalog(), 2))
+    head = headline_template_estimates(out, templates_frame(load_catalog(), 2))
     # kept: base on P36:c0 for i1 and i2, then unanimous for i1 and i2 (both templates agree per
     # instance: i1 → option 0, i2 → option 1, as in scores_frame)
     assert head.select("instance_id", "template_id", "estimator", "predicted_index").rows() == [
@@ -598,3 +602,77 @@ def test_headline_of_computed_estimates(temp_estimators):
         ("i1", None, "unanimous", 0),
         ("i2", None, "unanimous", 1),
     ]
+
+
+def test_estimates_carry_split_and_answer_space_k_from_probe_instances():
+    # scores_frame's i1 and i2, and i1's `#k2` copy scored on its two kept options (0 gold, 2):
+    # each row says its instance's split and answer space (0 full, 2 the copy).
+    frame = pl.concat(
+        [
+            scores_frame(),
+            scores_frame()
+            .filter((pl.col("instance_id") == "i1") & pl.col("option_index").is_in([0, 2]))
+            .with_columns(instance_id=pl.lit("i1#k2")),
+        ]
+    )
+    instances = pl.DataFrame(
+        {
+            "instance_id": ["i1", "i2", "i1#k2"],
+            "n_options": [3, 2, 2],
+            "split": ["dev", "test", "dev"],
+            "subsample_k": [None, None, 2],
+        },
+        schema_overrides={"subsample_k": pl.Int32},
+    )
+    out = compute_estimates(build_cube(frame, instances=instances), ["base"])
+    assert out["answer_space_k"].dtype == pl.Int32
+    assert out.select("instance_id", "split", "answer_space_k").rows() == [
+        ("i1", "dev", 0),
+        ("i1#k2", "dev", 2),
+        ("i2", "test", 0),
+    ]
+
+
+def test_headline_estimates_are_the_test_split_on_full_answer_spaces():
+    # The headline numbers read the test split on full answer spaces only: dev rows and `#k` copies
+    # on the headline template are dropped, as are other templates. Kept: 1 (test, k 0) and 5
+    # (instance grain, test, k 0).
+    tmpl = templates_frame(load_catalog(), 2)
+    est = pl.DataFrame(
+        {
+            "relation_id": ["P36"] * 5,
+            "template_id": ["P36:c0", "P36:c0", "P36:c0", "P36:c1", None],
+            "grain": ["template"] * 4 + ["instance"],
+            "split": ["test", "dev", "test", "test", "test"],
+            "answer_space_k": [0, 0, 3, 0, 0],
+            "x": [1, 2, 3, 4, 5],
+        }
+    )
+    assert headline_estimates(est, tmpl)["x"].to_list() == [1, 5]
+    assert headline_template_estimates(est, tmpl)["x"].to_list() == [1, 2, 3, 5]
+
+
+def test_curated_template_estimates_keep_every_curated_template_only():
+    # P36:c0 and P36:c1 are curated; a marker variant and instance-grain rows are not read.
+    tmpl = pl.concat(
+        [
+            templates_frame(load_catalog(), 2).select("relation_id", "template_id", "kind", "rank"),
+            pl.DataFrame(
+                {
+                    "relation_id": ["P36"],
+                    "template_id": ["P36:c0:certainly"],
+                    "kind": ["marker_verbal"],
+                    "rank": [0],
+                },
+                schema_overrides={"rank": pl.Int32},
+            ),
+        ]
+    )
+    est = pl.DataFrame(
+        {
+            "relation_id": ["P36", "P36", "P36", "P36"],
+            "template_id": ["P36:c0", "P36:c1", "P36:c0:certainly", None],
+            "x": [1, 2, 3, 4],
+        }
+    )
+    assert curated_template_estimates(est, tmpl)["x"].to_list() == [1, 2]

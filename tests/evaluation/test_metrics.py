@@ -5,11 +5,18 @@ import itertools
 import numpy as np
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kcal_pipeline.evaluation import METRICS, compute_curves, compute_metrics
 from kcal_pipeline.evaluation.accuracy import accuracy
 from kcal_pipeline.evaluation.calibration import ace, brier, calibration_curve, ece
-from kcal_pipeline.evaluation.registry import register, summary_metrics
+from kcal_pipeline.evaluation.registry import (
+    OUTPUT_SCHEMA,
+    compute_template_metrics,
+    register,
+    summary_metrics,
+)
 from kcal_pipeline.evaluation.selective import aurc, auroc
 
 # Three points, fewer than the 20 bins.
@@ -33,7 +40,7 @@ def test_ace_with_fewer_points_than_bins():
 
 
 def forty_points():
-    """c_i = (i + 0.5)/40, i = 0..39; bin b holds i = 2b, 2b+1 (one right, one wrong).
+    """c_i = (i + 0.5)/40, i = 0..39; quantile bin b holds i = 2b, 2b+1 (one right, one wrong).
 
     conf_b = (2b + 1)/40, acc_b = 0.5 → |acc_b − conf_b| = |19 − 2b| / 40.
     Σ_b |19 − 2b| = 2·(1 + 3 + … + 19) = 200 → ACE = 200 / (40·20) = 0.25.
@@ -44,6 +51,7 @@ def forty_points():
 
 
 def test_ace_with_exact_bins_of_two():
+    # edges at positions 1.95·b of the sorted points: bin b = (1.95b, 1.95b + 1.95] holds 2b, 2b+1
     c, y = forty_points()
     assert ace(c, y) == pytest.approx(0.25)
     perm = np.random.default_rng(1).permutation(40)  # no ties, so input order must not matter
@@ -53,30 +61,102 @@ def test_ace_with_exact_bins_of_two():
     assert curve["conf"].to_list() == pytest.approx([(2 * b + 1) / 40 for b in range(20)])
 
 
-def test_quantile_bins_are_near_equal_count():
-    # 41 points → numpy.array_split: the first 41 mod 20 = 1 bin gets 3, the rest 2
+def test_quantile_edges_and_the_lower_bin_rule():
+    # 41 points k/40: the edges are the points 0, 2, 4, … (np.percentile at b/20 of 40 steps), and a
+    # point equal to an inner edge goes to the LOWER bin (np.searchsorted, side "left", as sklearn):
+    # bin 0 = [e0, e1] holds points 0, 1, 2; bin b = (e_b, e_b+1] holds 2b+1, 2b+2.
     c = np.linspace(0, 1, 41)
     assert calibration_curve(c, c > 0.5)["n"].to_list() == [3] + [2] * 19
+    # Two bins over 0.3, 0.3, 0.3, 0.5: the median edge is 0.3, so all three 0.3s go to bin 0
+    # (the old equal-count split gave 2 + 2; a "right" side would give one bin of 4).
+    curve = calibration_curve([0.3, 0.3, 0.3, 0.5], [True, False, False, True], bins=2)
+    assert curve["bin"].to_list() == [0, 1]
+    assert curve["n"].to_list() == [3, 1]
+    assert curve["acc"].to_list() == pytest.approx([1 / 3, 1.0])
 
 
-def test_ace_ties_keep_input_order():
-    # 40 identical confidences 0.5: the stable sort keeps input order, so bins are input pairs.
+def test_tied_confidences_share_one_bin():
+    # 40 identical confidences 0.5: every edge is 0.5, so all 40 fall in bin 0 whatever their order:
+    # one bin, acc 20/40 = 0.5 = conf → ACE 0. (The old equal-count split cut the run of ties into
+    # input-order pairs: 0.5 for the blocks, 0 for the alternating order.)
     c = np.full(40, 0.5)
-    blocks = np.array([True] * 20 + [False] * 20)  # pairs (1,1)…(0,0): every |acc − 0.5| = 0.5
-    alternating = np.arange(40) % 2 == 0  # pairs (1,0): every |acc − 0.5| = 0
-    assert ace(c, blocks) == pytest.approx(0.5)
-    assert ace(c, alternating) == pytest.approx(0.0)
+    blocks = np.array([True] * 20 + [False] * 20)
+    alternating = np.arange(40) % 2 == 0
+    assert ace(c, blocks) == 0.0
+    assert ace(c, alternating) == 0.0
+    curve = calibration_curve(c, blocks)
+    assert curve["bin"].to_list() == [0] and curve["n"].to_list() == [40]
 
 
-def test_ace_ties_mixed_with_distinct_values_keep_input_order():
-    # 19 distinct wrong points d_k = 0.02·(k+1), k = 0..18, and 21 ties at 0.5 whose correctness,
-    # in input order, is T, then pairs TT FF TT FF … (5 of each). Sorted: d_0..d_18, then the ties.
-    # 40 points → 20 bins of 2:
+def tie_heavy():
+    """20 confidences in three runs of ties: 0.2 ×6 (1 right), 0.5 ×8 (4 right), 0.9 ×6 (all right).
+
+    Edges sit at positions 0.95·b of the sorted values: e_0..e_5 = 0.2, e_6 = 0.2 + 0.7·0.3 = 0.41,
+    e_7..e_13 = 0.5, e_14 = 0.5 + 0.3·0.4 = 0.62, e_15..e_20 = 0.9. With side "left" the first inner
+    edge ≥ 0.2 is e_1 → bin 0, ≥ 0.5 is e_7 → bin 6, ≥ 0.9 is e_15 → bin 14: three non-empty bins.
+    """
+    c = np.array([0.2] * 6 + [0.5] * 8 + [0.9] * 6)
+    y = np.array([True] + [False] * 5 + [True, False] * 4 + [True] * 6)
+    return c, y
+
+
+def test_ace_on_a_tie_heavy_example_by_hand_and_as_sklearn_bins_it():
+    from sklearn.calibration import calibration_curve as sklearn_curve
+
+    c, y = tie_heavy()
+    curve = calibration_curve(c, y)
+    assert curve["bin"].to_list() == [0, 6, 14]
+    assert curve["n"].to_list() == [6, 8, 6]
+    # ACE = (|1/6 − 0.2| + |4/8 − 0.5| + |6/6 − 0.9|) / 3 = (1/30 + 0 + 0.1) / 3 = 2/45 ≈ 0.0444.
+    # (The old equal-count split put each point in its own bin: mean |y − c| = (0.8 + 5·0.2 + 8·0.5
+    # + 6·0.1) / 20 = 6.4 / 20 = 0.32.)
+    assert ace(c, y) == pytest.approx(2 / 45)
+    prob_true, prob_pred = sklearn_curve(y, c, n_bins=20, strategy="quantile")
+    np.testing.assert_array_equal(curve["acc"].to_numpy(), prob_true)
+    np.testing.assert_array_equal(curve["conf"].to_numpy(), prob_pred)
+
+
+TIE_PRONE = st.lists(
+    st.tuples(st.sampled_from([0.0, 0.1, 0.25, 1 / 3, 0.5, 0.5, 0.75, 0.9, 1.0]), st.booleans()),
+    min_size=1,
+    max_size=80,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(TIE_PRONE, st.integers(1, 25))
+def test_bins_equal_sklearn_calibration_curve(points, bins):
+    from sklearn.calibration import calibration_curve as sklearn_curve
+
+    c = np.array([p for p, _ in points])
+    y = np.array([r for _, r in points])
+    curve = calibration_curve(c, y, bins=bins)
+    prob_true, prob_pred = sklearn_curve(y.astype(int), c, n_bins=bins, strategy="quantile", pos_label=1)
+    np.testing.assert_array_equal(curve["acc"].to_numpy(), prob_true)
+    np.testing.assert_array_equal(curve["conf"].to_numpy(), prob_pred)
+
+
+@settings(max_examples=150, deadline=None)
+@given(TIE_PRONE, st.randoms(use_true_random=False))
+def test_ace_does_not_depend_on_input_order(points, rnd):
+    # Quantile edges depend on the values only, so any order gives the same bins (the old
+    # equal-count split let a run of ties straddle a boundary in input order).
+    shuffled = list(points)
+    rnd.shuffle(shuffled)
+    a = ace(np.array([p for p, _ in points]), np.array([r for _, r in points]))
+    b = ace(np.array([p for p, _ in shuffled]), np.array([r for _, r in shuffled]))
+    assert a == pytest.approx(b, abs=1e-12)
+
+
+def test_ace_ties_mixed_with_distinct_values_by_hand():
+    # 19 distinct wrong points d_k = 0.02·(k+1), k = 0..18, and 21 ties at 0.5 (11 right, 10 wrong),
+    # interleaved. Sorted: d_0..d_18 at positions 0..18, the ties at 19..39. Edge e_b at position
+    # 1.95·b: e_b = 0.02·(1 + 1.95 b) for b ≤ 9 (e_9 = 0.371), e_10..e_20 = 0.5.
     #   bins 0..8: (d_2b, d_2b+1), acc 0, conf 0.04b + 0.03 → Σ_b (0.04b + 0.03) = 1.44 + 0.27 = 1.71
-    #   bin 9: (d_18 = 0.38 ✗, first tie 0.5 ✓): conf 0.44, acc 0.5 → 0.06
-    #   bins 10..19: the tie pairs TT or FF: |1 − 0.5| = |0 − 0.5| = 0.5 each → 5.0
-    # ACE = (1.71 + 0.06 + 5.0) / 20 = 0.3385. An unstable sort that moves another tie into bin 9 or
-    # splits a TT/FF pair gives less (a TF pair has gap 0).
+    #   bin 9 = (0.371, 0.5]: d_18 = 0.38 ✗ and all 21 ties: conf (0.38 + 10.5)/22, acc 11/22
+    #         → gap (11 − 10.88)/22 = 0.12/22
+    #   bins 10..19: empty (their edges all equal 0.5), dropped
+    # ACE = (1.71 + 0.12/22) / 10 = 0.1715454… (the old split: 0.3385, ties cut into input-order pairs)
     ties_y = [True] + [True, True, False, False] * 5
     distinct = [0.02 * (k + 1) for k in range(19)]
     c, y = [], []
@@ -87,10 +167,11 @@ def test_ace_ties_mixed_with_distinct_values_keep_input_order():
             c.append(distinct[18 - i])
             y.append(False)
     c, y = np.array(c), np.array(y)
-    assert ace(c, y) == pytest.approx(0.3385)
+    assert ace(c, y) == pytest.approx((1.71 + 0.12 / 22) / 10)
     curve = calibration_curve(c, y)
-    assert curve["conf"][9] == pytest.approx(0.44) and curve["acc"][9] == 0.5
-    assert curve["acc"][10:].to_list() == [1.0, 0.0] * 5
+    assert curve["bin"].to_list() == list(range(10))
+    assert curve["n"].to_list() == [2] * 9 + [22]
+    assert curve["conf"][9] == pytest.approx(10.88 / 22) and curve["acc"][9] == 0.5
 
 
 def test_ece_edges_and_closed_last_bin():
@@ -230,8 +311,8 @@ def test_compute_metrics_matches_the_metric_functions():
     est = estimates_frame()
     out = compute_metrics(est)
     assert out.columns == [
-        "model_id", "estimator", "reduction", "scope", "scope_value", "metric", "value", "n",
-        "higher_is_better",
+        "model_id", "estimator", "reduction", "split", "answer_space_k", "scope", "scope_value", "metric",
+        "value", "n", "higher_is_better",
     ]  # fmt: skip
     # 2 estimators × (all + 2 relations) × 6 metrics
     assert out.height == 2 * 3 * 6
@@ -273,7 +354,8 @@ def test_compute_curves_reuse_the_ace_bins():
     est = estimates_frame()
     curves = compute_curves(est)
     assert curves.columns == [
-        "model_id", "estimator", "reduction", "scope", "scope_value", "curve", "x", "y", "n", "bin"
+        "model_id", "estimator", "reduction", "split", "answer_space_k", "scope", "scope_value", "curve",
+        "x", "y", "n", "bin",
     ]  # fmt: skip
     assert curves["curve"].unique().to_list() == ["calibration"]
     g = est.filter(estimator="margin").sort("relation_id", "instance_id")
@@ -287,11 +369,13 @@ def test_compute_curves_reuse_the_ace_bins():
 
 
 def test_curve_and_ace_on_unequal_bins_by_hand():
-    # 22 points → numpy.array_split into 20 bins: bins 0 and 1 get 2 points, bins 2..19 get 1.
+    # 22 points, sorted 0.1, 0.2, 0.3, 0.4, then 18 × 0.9. Edge e_b at position 1.05·b:
+    #   e_0 = 0.1, e_1 = 0.2 + 0.05·0.1 = 0.205, e_2 = 0.3 + 0.1·0.1 = 0.31, e_3 = 0.4 + 0.15·0.5 = 0.475,
+    #   e_4..e_20 = 0.9 → bins 0 = [0.1, 0.205], 1 = (0.205, 0.31], 2 = (0.31, 0.475], 3 = (0.475, 0.9].
     #   bin 0: 0.1 ✓, 0.2 ✗ → conf 0.15, acc 0.5 → gap 0.35
-    #   bin 1: 0.3 ✗, 0.4 ✗ → conf 0.35, acc 0   → gap 0.35
-    #   bins 2..19: 0.9 each, 9 right (gap 0.1) and 9 wrong (gap 0.9) → Σ 9·0.1 + 9·0.9 = 9.0
-    # ACE = (0.35 + 0.35 + 9.0) / 20 = 0.485
+    #   bin 1: 0.3 ✗ → gap 0.3;  bin 2: 0.4 ✗ → gap 0.4
+    #   bin 3: the 18 ties at 0.9, 9 right → acc 0.5 → gap 0.4
+    # ACE = (0.35 + 0.3 + 0.4 + 0.4) / 4 = 0.3625 (the old equal-count split: 0.485)
     c = [0.1, 0.2, 0.3, 0.4] + [0.9] * 18
     y = [True, False, False, False] + [True, False] * 9
     est = pl.DataFrame(
@@ -306,12 +390,123 @@ def test_curve_and_ace_on_unequal_bins_by_hand():
         }
     )
     curve = compute_curves(est).filter(scope="all")
-    assert curve["bin"].to_list() == list(range(20))
-    assert curve["n"].to_list() == [2, 2] + [1] * 18
-    assert curve["x"].to_list() == pytest.approx([0.15, 0.35] + [0.9] * 18)
-    assert curve["y"].to_list() == [0.5, 0.0] + [1.0, 0.0] * 9
+    assert curve["bin"].to_list() == [0, 1, 2, 3]
+    assert curve["n"].to_list() == [2, 1, 1, 18]
+    assert curve["x"].to_list() == pytest.approx([0.15, 0.3, 0.4, 0.9])
+    assert curve["y"].to_list() == [0.5, 0.0, 0.0, 0.5]
     reported = compute_metrics(est, ["ace"]).filter(scope="all")["value"].item()
-    assert reported == pytest.approx(0.485)
+    assert reported == pytest.approx(0.3625)
+
+
+def split_frame():
+    """P36 on the headline template: i0 test ✓ 0.9, i1 test ✗ 0.4, i2 dev ✓ 0.8, i3 dev ✓ 0.7, and
+    i0's answer space cut to 2 options (i0#k2: test, answer_space_k 2) ✗ 0.6."""
+    return pl.DataFrame(
+        {
+            "model_id": "m",
+            "relation_id": "P36",
+            "instance_id": ["i0", "i1", "i2", "i3", "i0#k2"],
+            "split": ["test", "test", "dev", "dev", "test"],
+            "answer_space_k": pl.Series([0, 0, 0, 0, 2], dtype=pl.Int32),
+            "template_id": "t0",
+            "estimator": "base",
+            "confidence": [0.9, 0.4, 0.8, 0.7, 0.6],
+            "correct": [True, False, True, True, False],
+        }
+    )
+
+
+def test_metrics_are_per_split_and_answer_space_never_pooled():
+    # test, k 0: accuracy 1/2; Brier (0.1² + 0.4²)/2 = 0.085      (n 2)
+    # dev,  k 0: accuracy 1;   Brier (0.2² + 0.3²)/2 = 0.065      (n 2)
+    # test, k 2: accuracy 0;   Brier 0.6² = 0.36                  (n 1)
+    # Pooled, as before, accuracy would be 3/5 over n = 5.
+    out = compute_metrics(split_frame(), ["accuracy", "brier"]).filter(scope="all")
+    got = {
+        (r["split"], r["answer_space_k"], r["metric"]): (r["value"], r["n"])
+        for r in out.iter_rows(named=True)
+    }
+    assert got == {
+        ("dev", 0, "accuracy"): (1.0, 2),
+        ("dev", 0, "brier"): (pytest.approx(0.065), 2),
+        ("test", 0, "accuracy"): (0.5, 2),
+        ("test", 0, "brier"): (pytest.approx(0.085), 2),
+        ("test", 2, "accuracy"): (0.0, 1),
+        ("test", 2, "brier"): (pytest.approx(0.36), 1),
+    }
+    curves = compute_curves(split_frame()).filter(scope="all")
+    assert curves.group_by("split", "answer_space_k").agg(pl.col("n").sum()).sort(
+        "split", "answer_space_k"
+    ).rows() == [
+        ("dev", 0, 2),
+        ("test", 0, 2),
+        ("test", 2, 1),
+    ]
+
+
+def template_frame():
+    """Curated templates, test split: P36 has c0 and c1 over i0, i1; P17 has c0 only over j0..j2;
+    a dev instance of P36 (wrong on both) and an instance-grain row (no template) come along."""
+    rows = [
+        ("P36", "i0", "test", "P36:c0", 0.9, True),
+        ("P36", "i1", "test", "P36:c0", 0.6, False),
+        ("P36", "i0", "test", "P36:c1", 0.8, True),
+        ("P36", "i1", "test", "P36:c1", 0.7, True),
+        ("P17", "j0", "test", "P17:c0", 0.5, True),
+        ("P17", "j1", "test", "P17:c0", 0.4, False),
+        ("P17", "j2", "test", "P17:c0", 0.2, False),
+        ("P36", "i9", "dev", "P36:c0", 0.3, False),
+        ("P36", "i9", "dev", "P36:c1", 0.3, False),
+        ("P36", "i0", "test", None, 0.5, True),
+    ]
+    frame = pl.DataFrame(
+        rows,
+        orient="row",
+        schema=["relation_id", "instance_id", "split", "template_id", "confidence", "correct"],
+    )
+    return frame.with_columns(model_id=pl.lit("m"), estimator=pl.lit("base"))
+
+
+def test_template_metrics_and_their_mean_over_templates_by_hand():
+    # accuracy per template (test): P36:c0 1/2, P36:c1 2/2, P17:c0 1/3
+    #   P36 mean over its templates (1/2 + 1)/2 = 0.75 (n 2); P17 1/3 (n 3)
+    #   all: weighted by instances (2·0.75 + 3·1/3)/5 = 0.5 (n 5)
+    # Brier per template: P36:c0 (0.01 + 0.36)/2 = 0.185, P36:c1 (0.04 + 0.09)/2 = 0.065 → mean 0.125;
+    #   P17:c0 (0.25 + 0.16 + 0.04)/3 = 0.15; all (2·0.125 + 3·0.15)/5 = 0.14
+    # dev is its own group: P36 mean accuracy 0. The instance-grain row is not a template: ignored.
+    out = compute_template_metrics(template_frame(), ["accuracy", "brier"])
+    assert out.columns == list(OUTPUT_SCHEMA)
+    got = {
+        (r["split"], r["scope"], r["scope_value"], r["metric"]): (r["value"], r["n"])
+        for r in out.iter_rows(named=True)
+    }
+    approx = pytest.approx
+    assert got == {
+        ("test", "template", "P17:c0", "accuracy"): (approx(1 / 3), 3),
+        ("test", "template", "P17:c0", "brier"): (approx(0.15), 3),
+        ("test", "template", "P36:c0", "accuracy"): (0.5, 2),
+        ("test", "template", "P36:c0", "brier"): (approx(0.185), 2),
+        ("test", "template", "P36:c1", "accuracy"): (1.0, 2),
+        ("test", "template", "P36:c1", "brier"): (approx(0.065), 2),
+        ("test", "relation_template_mean", "P17", "accuracy"): (approx(1 / 3), 3),
+        ("test", "relation_template_mean", "P17", "brier"): (approx(0.15), 3),
+        ("test", "relation_template_mean", "P36", "accuracy"): (0.75, 2),
+        ("test", "relation_template_mean", "P36", "brier"): (approx(0.125), 2),
+        ("test", "all_template_mean", "all", "accuracy"): (approx(0.5), 5),
+        ("test", "all_template_mean", "all", "brier"): (approx(0.14), 5),
+        ("dev", "template", "P36:c0", "accuracy"): (0.0, 1),
+        ("dev", "template", "P36:c0", "brier"): (approx(0.09), 1),
+        ("dev", "template", "P36:c1", "accuracy"): (0.0, 1),
+        ("dev", "template", "P36:c1", "brier"): (approx(0.09), 1),
+        ("dev", "relation_template_mean", "P36", "accuracy"): (0.0, 1),
+        ("dev", "relation_template_mean", "P36", "brier"): (approx(0.09), 1),
+        ("dev", "all_template_mean", "all", "accuracy"): (0.0, 1),
+        ("dev", "all_template_mean", "all", "brier"): (approx(0.09), 1),
+    }
+    assert out["answer_space_k"].unique().to_list() == [0]
+    with pytest.raises(ValueError, match=r"several rows for instance 'i0'.*one per template"):
+        compute_template_metrics(pl.concat([template_frame(), template_frame().head(1)]))
+    assert compute_template_metrics(template_frame().filter(pl.col("template_id").is_null())).is_empty()
 
 
 # The metric contract: what each metric needs, and which direction is better.

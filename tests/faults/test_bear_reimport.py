@@ -110,3 +110,29 @@ def test_an_unreadable_earlier_catalog_is_named_and_nothing_is_written(tmp_path,
     assert {p: p.read_bytes() for p in catalog.parent.rglob("*.parquet")} == facts_before
     kcal("dataset", "import-bear", str(tmp_path / "second"), "--replace")
     assert list(imported(home)[0]) == ["bear-P36", "bear-P37"]
+
+
+def test_a_reimport_that_changes_only_facts_makes_them_stale(tmp_path, kcal):
+    """The catalog entry can stay the same while the facts change (here a subject's label; the
+    import now keeps labels as written, so re-importing BEAR changes some): the facts file's
+    version is part of what the relation's facts are computed from, so they are recomputed rather
+    than called up to date."""
+    from assets.runner import expected_version
+    from resources import ProbeSettings, ScoringSettings
+
+    home = tmp_path / "home"
+    settings = {"probe_settings": ProbeSettings(home=str(home)), "scoring_settings": ScoringSettings()}
+    partition = {"relation": "bear-P36"}
+    kcal("dataset", "import-bear", str(write_bear(tmp_path / "a" / "BEAR")))
+    load_catalog.cache_clear()
+    before, entries = expected_version(home, "wikidata_facts", partition, settings), imported(home)[0]
+    kcal("dataset", "import-bear", str(write_bear(tmp_path / "b" / "BEAR")))  # the same content again
+    load_catalog.cache_clear()
+    assert expected_version(home, "wikidata_facts", partition, settings) == before
+    relabelled = {**FACTS, "P36": [line("Q142", "French Republic", "Q90", 0), *FACTS["P36"][1:]]}
+    kcal("dataset", "import-bear", str(write_bear(tmp_path / "c" / "BEAR", facts=relabelled)))
+    load_catalog.cache_clear()
+    catalog, facts = imported(home)
+    assert catalog == entries  # nothing in the catalog tells the new facts from the old
+    assert "French Republic" in facts["bear-P36"]["subject_label"].to_list()
+    assert expected_version(home, "wikidata_facts", partition, settings) != before

@@ -13,7 +13,7 @@ from kcal_pipeline.core.options import OptionsError
 from kcal_pipeline.core.storage import partition_path, write_parquet_atomic
 from kcal_pipeline.dataset.templates import fill
 from kcal_pipeline.scoring import partition as partition_mod
-from kcal_pipeline.scoring.clm import SCHEMA, score_clm
+from kcal_pipeline.scoring.clm import ROLE_SUBJECT, SCHEMA, score_clm
 from kcal_pipeline.scoring.engine import (
     OPTIONAL_SCHEMA,
     ScoringOptions,
@@ -103,7 +103,7 @@ def test_answer_scores_are_conditional_on_the_prefix(loaded):
 
 
 def test_dropout_passes_and_subject_masked_columns(loaded):
-    opts = ScoringOptions(dropout_passes=2, dropout_rate=0.1, dropout_seed=5, subject_mask=True)
+    opts = ScoringOptions(dropout=True, dropout_passes=2, dropout_rate=0.1, dropout_seed=5, subject_mask=True)
     first = score_statements(loaded, STATEMENTS, opts)
     again = score_statements(loaded, STATEMENTS, opts)
     assert first.equals(again)  # seeded: the same numbers every time
@@ -111,6 +111,10 @@ def test_dropout_passes_and_subject_masked_columns(loaded):
     assert not any(m.training for m in loaded.model.modules())  # dropout switched off again
     masked = mask_subjects(STATEMENTS)
     assert masked["text"][0] == "The capital of something is Paris."
+    # How each row was made: SmolLM2 has no dropout (the user's rate); a causal LM gets the placeholder.
+    assert set(first["dropout_rate"]) == {0.1} and set(first["dropout_source"]) == {"user"}
+    assert set(first["subject_mask_method"]) == {"placeholder"}
+    assert first["subject_mask_text"].to_list() == ["something"] * 15  # no subject starts a sentence
     np.testing.assert_allclose(
         first["ll_sum_masked"].to_numpy(),
         plain_scores(loaded, masked)["ll_sum"].to_numpy(),
@@ -124,7 +128,7 @@ def test_progress_counts_every_pass(loaded):
     score_statements(
         loaded,
         STATEMENTS.head(3),
-        ScoringOptions(dropout_passes=2, subject_mask=True),
+        ScoringOptions(dropout=True, dropout_passes=2, dropout_rate=0.1, subject_mask=True),
         progress=lambda d, t: calls.append((d, t)),
     )
     assert calls[-1] == (12, 12) and all(t == 12 for _, t in calls)  # 3 statements × (1 + 2 + 1)
@@ -138,6 +142,15 @@ def test_fingerprint_follows_statements_options_and_weights(loaded):
         loaded, STATEMENTS.with_columns(pl.col("text").str.replace("France", "Spain")), ScoringOptions()
     )
     assert base != fingerprint(loaded, STATEMENTS, ScoringOptions(subject_mask=True))
+    # Every dropout setting a score depends on rescores when it changes.
+    dropout = fingerprint(loaded, STATEMENTS, ScoringOptions(dropout=True, dropout_rate=0.1))
+    assert len({base, dropout}) == 2
+    for changed in ({"dropout_rate": 0.2}, {"dropout_passes": 10}, {"dropout_seed": 1}):
+        options = ScoringOptions(dropout=True, **{"dropout_rate": 0.1, **changed})
+        assert fingerprint(loaded, STATEMENTS, options) != dropout, changed
+    assert ScoringOptions().fingerprint_values().keys() >= {
+        "dropout", "dropout_passes", "dropout_rate", "dropout_seed", "subject_mask", "placeholder"
+    }  # fmt: skip
     other = dataclasses.replace(loaded, revision=loaded.revision + "-other")
     assert base != fingerprint(other, STATEMENTS, ScoringOptions())
 
@@ -150,12 +163,23 @@ def test_fingerprint_follows_statements_options_and_weights(loaded):
             "scoring setting mlm_variant='l2r': Input should be 'original' or 'within_word_l2r'",
         ),
         (
-            {"dropout_passes": -1},
-            "scoring setting dropout_passes=-1: Input should be greater than or equal to 0",
+            {"dropout": True, "dropout_passes": 0},
+            "scoring setting dropout_passes=0: Input should be greater than or equal to 1",
         ),
         (
-            {"dropout_passes": 2, "dropout_rate": 1.5},
+            {"dropout": True, "dropout_rate": 1.5},
             "scoring setting dropout_rate=1.5: Input should be less than 1",
+        ),
+        (
+            {"dropout_passes": 10},
+            "dropout_passes=10 has no effect while dropout is off; switch it on (dropout=True, --dropout)",
+        ),
+        ({"dropout_rate": 0.1}, "dropout_rate=0.1 has no effect while dropout is off"),
+        ({"dropout_seed": 3}, "dropout_seed=3 has no effect while dropout is off"),
+        (
+            {"placeholder": "it"},
+            "placeholder='it' has no effect while subject_mask is off; switch it on "
+            "(subject_mask=True, --subject-mask)",
         ),
         (
             {"subject_mask": True, "placeholder": ""},
@@ -194,6 +218,22 @@ def test_masked_lms_take_the_pseudo_log_likelihood(tmp_path):
                 variant=variant,
             )
             assert got.select(list(SCHEMA)).equals(want)
+        # TemplateDiff on a masked LM: the subject becomes mask tokens, whatever the placeholder.
+        masked = score_statements(mlm, STATEMENTS, ScoringOptions(subject_mask=True, placeholder="it"))
+        assert set(masked["subject_mask_method"]) == {"mask_tokens"}
+        plain_roles = score_statements(mlm, STATEMENTS, ScoringOptions())["token_roles"]
+        assert [t.split() for t in masked["subject_mask_text"]] == [
+            ["[MASK]"] * roles.count(ROLE_SUBJECT) for roles in plain_roles.to_list()
+        ]  # one mask per subject token
+        want = score_mlm(
+            mlm,
+            STATEMENTS["text"].to_list(),
+            spans(STATEMENTS, "subject_start", "subject_end"),
+            spans(STATEMENTS, "object_start", "object_end"),
+            variant="within_word_l2r",
+            mask_subject=True,
+        )
+        assert masked["ll_sum_masked"].to_list() == want["ll_sum"].to_list()
     finally:
         torch.set_num_threads(torch_threads)
 
@@ -283,3 +323,18 @@ def test_changed_statements_are_rescored(loaded, tmp_path):
     )
     assert second.metadata["rescored"] is True
     assert second.frame[FINGERPRINT_COLUMN][0] != first.frame[FINGERPRINT_COLUMN][0]
+
+
+def test_partition_metadata_says_which_dropout_and_subject_mask_were_used(loaded, tmp_path):
+    def score(options):
+        return score_partition(
+            loaded, DEFAULT_MODEL.id, STATEMENTS.head(3), options, tmp_path, "P36", chunk_size=4
+        )
+
+    with pytest.raises(ValueError, match="no dropout of its own"):
+        score(ScoringOptions(dropout=True))  # SmolLM2 needs a rate: refused before any chunk
+    assert not partition_mod.checkpoint_dir(tmp_path, loaded.key, "P36").exists()
+    meta = score(ScoringOptions(dropout=True, dropout_passes=2, dropout_rate=0.1, subject_mask=True)).metadata
+    assert meta["dropout"] == "2 passes, user rate 0.1 at all 30 sites (the model has no dropout)"
+    assert meta["subject_mask"] == "placeholder 'something'"
+    assert "dropout" not in score(ScoringOptions()).metadata

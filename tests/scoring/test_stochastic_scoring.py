@@ -1,5 +1,7 @@
-"""Monte-Carlo dropout scoring on the real embedded model (SmolLM2, no dropout of its own)."""
+"""Monte-Carlo dropout scoring: the real embedded model (SmolLM2, no dropout of its own, so a user
+rate) and a tiny real BERT (dropout 0.1 of its own, which is always what it runs with)."""
 
+import json
 import os
 from pathlib import Path
 
@@ -8,10 +10,14 @@ import pytest
 import torch
 from torch import nn
 
+from kcal_pipeline.core.options import ScoringOptions
 from kcal_pipeline.dataset.templates import fill
 from kcal_pipeline.scoring.clm import score_clm
-from kcal_pipeline.scoring.models import DEFAULT_MODEL, load_model
-from kcal_pipeline.scoring.stochastic import dropout_enabled, dropout_scores, dropout_sites
+from kcal_pipeline.scoring.engine import score_statements
+from kcal_pipeline.scoring.mlm import score_mlm
+from kcal_pipeline.scoring.models import DEFAULT_MODEL, ModelEntry, load_model
+from kcal_pipeline.scoring.stochastic import dropout_enabled, dropout_plan, dropout_scores, dropout_sites
+from tests.scoring.tiny_mlm import build_tiny_mlm
 
 FILLED = [
     fill("The capital of [X] is [Y].", "France", "Paris"),
@@ -56,9 +62,13 @@ def test_shape_and_columns(first):
     assert first.schema == {
         "ll_sum_dropout": pl.List(pl.Float64),
         "ll_answer_sum_dropout": pl.List(pl.Float64),
+        "dropout_rate": pl.Float64,
+        "dropout_source": pl.String,
     }
     assert first.height == len(FILLED)
     assert first["ll_sum_dropout"].list.len().to_list() == [M] * len(FILLED)
+    # SmolLM2 has no dropout of its own: the passes ran at the user's rate, and the rows say so.
+    assert first["dropout_rate"].to_list() == [0.1] * 3 and first["dropout_source"].to_list() == ["user"] * 3
 
 
 def test_same_seed_same_values_other_seed_other_values_and_rng_untouched(loaded, first):
@@ -124,18 +134,32 @@ def test_dropout_applies_under_inference_mode():
         assert (layer(torch.ones(1000)) == 1).all()
 
 
-def test_own_dropout_is_used_and_overridden_then_restored():
+def test_own_dropout_is_used_whatever_the_rate_a_rate_only_without_dropout_then_restored():
     net = nn.Sequential(nn.Linear(2, 2), nn.Dropout(0.3)).eval()
     with dropout_enabled(net) as sites:
         assert [(s.name, s.attribute) for s in sites] == [("1", "p")] and net[1].p == 0.3 and net[1].training
         assert not net[0].training
     with dropout_enabled(net, rate=0.6):
-        assert net[1].p == 0.6
+        assert net[1].p == 0.3  # the model's own dropout; a rate is for models without any
+    plan = dropout_plan(net, rate=0.6)
+    assert (plan.source, plan.rate, plan.probabilities) == ("model", 0.3, (0.3,))
     assert net[1].p == 0.3 and not net.training and not net[1].training
+    off = nn.Sequential(nn.Linear(2, 2), nn.Dropout(0.0), nn.Dropout(0.0)).eval()
+    with dropout_enabled(off, rate=0.6):
+        assert off[1].p == off[2].p == 0.6 and off[1].training and off[2].training
+    assert (dropout_plan(off, rate=0.6).source, dropout_plan(off, rate=0.6).rate) == ("user", 0.6)
+    assert off[1].p == off[2].p == 0.0 and not any(m.training for m in off.modules())
+    # Sites that differ: each keeps its own probability (0 stays 0); the largest is the recorded rate.
+    mixed = nn.Sequential(nn.Dropout(0.1), nn.Dropout(0.0), nn.Dropout(0.25)).eval()
+    with dropout_enabled(mixed, rate=0.6):
+        assert [m.p for m in mixed] == [0.1, 0.0, 0.25]
+    plan = dropout_plan(mixed, rate=0.6)
+    assert (plan.source, plan.rate, plan.probabilities) == ("model", 0.25, (0.1, 0.25))
+    assert plan.describe() == "model's own: 0.1, 0.25 at 2 of 3 sites"
 
 
 def test_no_dropout_without_a_rate_is_a_clear_error(loaded):
-    with pytest.raises(ValueError, match=r"no active dropout.*set a dropout rate"):
+    with pytest.raises(ValueError, match=r"LlamaForCausalLM has no dropout of its own.*--dropout-rate 0.1"):
         run(loaded, rate=None)
     with pytest.raises(ValueError, match="no dropout modules"), dropout_enabled(nn.Linear(2, 2), rate=0.1):
         pass
@@ -181,3 +205,87 @@ def test_progress_counts_statements_over_all_passes_and_the_scorer_is_pluggable(
     assert seen == [(2, 6), (3, 6), (5, 6), (6, 6)] and seeds == [40, 41]
     assert out["ll_sum_dropout"].to_list() == [[-1.0, -2.0]] * 3
     assert out["ll_answer_sum_dropout"].to_list() == [[-0.5, -0.5]] * 3
+
+
+# --- the scoring engine: M = 30 by default, the rate used and its source on every row ------------
+
+STATEMENTS = pl.DataFrame(
+    {
+        "statement_id": ["a", "b"],
+        "text": [f.text for f in FILLED[:2]],
+        "subject_start": [f.subject_span[0] for f in FILLED[:2]],
+        "subject_end": [f.subject_span[1] for f in FILLED[:2]],
+        "object_start": [f.object_span[0] for f in FILLED[:2]],
+        "object_end": [f.object_span[1] for f in FILLED[:2]],
+    }
+)
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a 30k-parameter model gains nothing from threads on a busy machine
+    yield
+    torch.set_num_threads(threads)
+
+
+def tiny_bert(folder: Path, cache: Path, **config):
+    """The tiny BERT of tests/scoring/tiny_mlm.py (dropout 0.1 in its config, as BERT's), with
+    `config` changed in its config.json."""
+    build_tiny_mlm(folder)
+    path = folder / "config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), **config}))
+    return load_model(ModelEntry(id=f"kcal-test/{folder.name}", source="local", path=str(folder)), cache)
+
+
+@pytest.fixture(scope="module")
+def bert(tmp_path_factory, one_thread):
+    return tiny_bert(tmp_path_factory.mktemp("bert") / "tiny-bert", tmp_path_factory.mktemp("cache"))
+
+
+def test_a_model_with_dropout_runs_its_own_30_passes_by_default_and_ignores_a_rate(bert):
+    assert bert.model.config.hidden_dropout_prob == bert.model.config.attention_probs_dropout_prob == 0.1
+    options = ScoringOptions(dropout=True)
+    assert options.dropout_passes == 30 and options.dropout_rate is None
+    own = score_statements(bert, STATEMENTS, options)
+    assert own["ll_sum_dropout"].list.len().to_list() == [30, 30]
+    assert own["dropout_rate"].to_list() == [0.1, 0.1] and own["dropout_source"].to_list() == ["model"] * 2
+    # A user rate is for models without dropout: BERT keeps its 0.1, so the passes are the same.
+    rated = score_statements(bert, STATEMENTS, ScoringOptions(dropout=True, dropout_rate=0.5))
+    assert rated.equals(own)
+    assert [len(set(v)) for v in own["ll_sum_dropout"].to_list()] == [30, 30]
+
+
+def test_bert_attention_dropout_is_on_in_the_passes(tmp_path, one_thread):
+    """BERT's self-attention applies its attention-probability dropout only while the attention
+    module itself is training (`dropout=0.0 if not self.training else self.dropout.p`); with every
+    other dropout at 0 the passes must still differ from the eval-mode score."""
+    loaded = tiny_bert(tmp_path / "attention-only", tmp_path / "cache", hidden_dropout_prob=0.0)
+    active = [s.name for s in dropout_sites(loaded.model) if getattr(s.module, s.attribute) > 0]
+    assert active and all(name.endswith("attention.self.dropout") for name in active)
+    texts, subjects, objects = (
+        [f.text for f in FILLED],
+        [f.subject_span for f in FILLED],
+        [f.object_span for f in FILLED],
+    )
+    plain = score_mlm(loaded, texts, subjects, objects)["ll_sum"].to_list()
+    passes = dropout_scores(loaded, texts, subjects, objects, passes=2, seed=0, scorer=score_mlm)
+    for values, eval_score in zip(passes["ll_sum_dropout"].to_list(), plain, strict=True):
+        assert all(abs(v - eval_score) > 1e-6 for v in values) and values[0] != values[1]
+    assert passes["dropout_rate"].to_list() == [0.1] * 3 and set(passes["dropout_source"]) == {"model"}
+    assert not any(m.training for m in loaded.model.modules())
+
+
+def test_a_model_without_dropout_needs_a_rate_before_any_scoring(loaded):
+    calls = []
+    with pytest.raises(ValueError, match=r"no dropout of its own.*dropout_rate=0.1"):
+        score_statements(
+            loaded, STATEMENTS, ScoringOptions(dropout=True), progress=lambda *a: calls.append(a)
+        )
+    assert calls == []  # refused before the first (eval-mode) pass
+    out = score_statements(
+        loaded, STATEMENTS, ScoringOptions(dropout=True, dropout_passes=2, dropout_rate=0.2)
+    )
+    assert out["dropout_rate"].to_list() == [0.2, 0.2] and out["dropout_source"].to_list() == ["user"] * 2
+    off = score_statements(loaded, STATEMENTS, ScoringOptions())
+    assert off.select("ll_sum_dropout", "dropout_rate", "dropout_source").null_count().row(0) == (2, 2, 2)

@@ -114,7 +114,12 @@ def test_masked_scores_are_the_scores_of_the_masked_statements():
     loaded = load_model(DEFAULT_MODEL, Path(cache))
     frame = statements_frame(TWO)
     out = subject_masked_scores(loaded, frame)
-    assert out.schema == {"ll_sum_masked": pl.Float64, "ll_answer_sum_masked": pl.Float64}
+    assert out.schema == {
+        "ll_sum_masked": pl.Float64,
+        "ll_answer_sum_masked": pl.Float64,
+        "subject_mask_method": pl.String,
+        "subject_mask_text": pl.String,
+    }
     expected = score_clm(
         loaded,
         ["The capital of something is Paris.", "Lima is in something."],
@@ -131,3 +136,149 @@ def test_masked_scores_are_the_scores_of_the_masked_statements():
     )
     # Knowing the subject is France makes "Paris" likelier than knowing nothing about it.
     assert plain["ll_answer_sum"][0] > out["ll_answer_sum_masked"][0]
+    # The record: causal LMs keep the placeholder, as written in each statement.
+    assert out["subject_mask_method"].to_list() == ["placeholder", "placeholder"]
+    assert out["subject_mask_text"].to_list() == ["something", "something"]
+
+
+def test_causal_lm_records_the_placeholder_as_it_stands_in_the_statement():
+    cache = os.environ.get("KCAL_MODEL_CACHE") or Path(__file__).parents[1] / ".kcal" / "models"
+    loaded = load_model(DEFAULT_MODEL, Path(cache))
+    frame = statements_frame([fill("[X] is in [Y].", "Peru", "South America")])
+    out = subject_masked_scores(loaded, frame, placeholder="it")
+    assert out.row(0, named=True)["subject_mask_text"] == "It"  # sentence start: capitalised
+    expected = score_clm(loaded, ["It is in South America."], [(0, 2)], [(9, 22)])
+    assert out["ll_sum_masked"].to_list() == expected["ll_sum"].to_list()
+
+
+# --- masked LMs: the subject becomes mask tokens (as Selective-LAMA does), never scored ----------
+
+MLM_VARIANTS = ("original", "within_word_l2r")
+
+
+@pytest.fixture(scope="module")
+def tiny_bert(tmp_path_factory):
+    import torch
+
+    from kcal_pipeline.scoring.models import ModelEntry
+    from tests.scoring.tiny_mlm import build_tiny_mlm
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a 30k-parameter model gains nothing from threads on a busy machine
+    folder = build_tiny_mlm(tmp_path_factory.mktemp("tiny-bert"))
+    yield load_model(
+        ModelEntry(id="kcal-test/tiny-bert", source="local", path=str(folder)),
+        tmp_path_factory.mktemp("cache"),
+    )
+    torch.set_num_threads(threads)
+
+
+def _overlaps(token, span) -> bool:
+    return token[0] < token[1] and span[0] < span[1] and token[0] < span[1] and span[0] < token[1]
+
+
+def reference_masked_pll(loaded, text, subject_span, object_span, variant):
+    """The definition, slowly: (sum, answer sum, subject tokens). The subject's tokens (overlapping
+    its span, not the object's) are [MASK] in every copy; every other non-special token gets its own
+    copy with itself (and, within_word_l2r, its word's later tokens) masked; batch of one."""
+    import torch
+
+    tok = loaded.tokenizer
+    enc = tok(text, return_special_tokens_mask=True, return_offsets_mapping=True)
+    ids, words, offsets, special = (
+        enc["input_ids"],
+        enc.word_ids(),
+        enc["offset_mapping"],
+        enc["special_tokens_mask"],
+    )
+    subject = {
+        p
+        for p in range(len(ids))
+        if not special[p] and _overlaps(offsets[p], subject_span) and not _overlaps(offsets[p], object_span)
+    }
+    base = [tok.mask_token_id if p in subject else t for p, t in enumerate(ids)]
+    scored = [p for p in range(len(ids)) if not special[p] and p not in subject]
+    total = answer = 0.0
+    for p in scored:
+        copy = list(base)
+        copy[p] = tok.mask_token_id
+        if variant == "within_word_l2r" and words[p] is not None:
+            for q in scored:
+                if q > p and words[q] == words[p]:
+                    copy[q] = tok.mask_token_id
+        with torch.inference_mode():
+            logits = loaded.model(torch.tensor([copy])).logits[0, p].double()
+        value = logits.log_softmax(-1)[ids[p]].item()
+        total += value
+        answer += value if _overlaps(offsets[p], object_span) else 0.0
+    return total, answer, len(subject)
+
+
+MLM_FILLED = [
+    fill("The capital of [X] is [Y].", "Zürich Bern", "Paris"),  # two whole-word tokens: 2 masks
+    fill("[Y] is the capital of [X].", "Québec", "Bern"),  # one token, at the end
+    fill("The capital of [X] is [Y].", "Côte d'Ivoire", "Yamoussoukro"),  # several word pieces
+    fill("People in [X] speak [Y], they say.", "São Tomé and Príncipe", "Portuguese"),
+    fill("[X][Y]", "Iceland", "Paris"),  # glued into one word: "Iceland" ##… (subject, then object)
+]
+
+
+@pytest.mark.parametrize("variant", MLM_VARIANTS)
+def test_masked_lm_masks_the_subject_token_by_token_and_scores_the_rest(tiny_bert, variant):
+    from kcal_pipeline.scoring.mlm import score_mlm
+
+    frame = statements_frame(MLM_FILLED)
+    out = subject_masked_scores(
+        tiny_bert,
+        frame,
+        scorer=lambda *a, **k: score_mlm(*a, variant=variant, **k),
+        placeholder="something",  # not used for a masked LM
+    )
+    assert out.schema == {
+        "ll_sum_masked": pl.Float64,
+        "ll_answer_sum_masked": pl.Float64,
+        "subject_mask_method": pl.String,
+        "subject_mask_text": pl.String,
+    }
+    assert out["subject_mask_method"].unique().to_list() == ["mask_tokens"]
+    texts = out["subject_mask_text"].to_list()
+    assert texts[:2] == ["[MASK] [MASK]", "[MASK]"]  # "Zürich Bern" is two tokens, "Québec" one
+    assert len(texts[2].split()) >= 4 and set(texts[2].split()) == {"[MASK]"}  # Côte / d / ' / Ivoire
+    assert texts[4] == "[MASK]"  # "Iceland" of "IcelandParis"
+    for f, row, text in zip(MLM_FILLED, out.iter_rows(named=True), texts, strict=True):
+        total, answer, n_subject = reference_masked_pll(
+            tiny_bert, f.text, f.subject_span, f.object_span, variant
+        )
+        assert len(text.split()) == n_subject
+        assert row["ll_sum_masked"] == pytest.approx(total, abs=1e-4), f.text
+        assert row["ll_answer_sum_masked"] == pytest.approx(answer, abs=1e-4), f.text
+
+
+def test_the_subject_masks_are_not_scored_and_the_other_tokens_are(tiny_bert):
+    from kcal_pipeline.scoring.clm import ROLE_SUBJECT
+    from kcal_pipeline.scoring.mlm import score_mlm
+
+    args = (
+        [f.text for f in MLM_FILLED],
+        [f.subject_span for f in MLM_FILLED],
+        [f.object_span for f in MLM_FILLED],
+    )
+    plain = score_mlm(tiny_bert, *args)
+    masked = score_mlm(tiny_bert, *args, mask_subject=True)
+    for p, m in zip(plain.iter_rows(named=True), masked.iter_rows(named=True), strict=True):
+        n_subject = p["token_roles"].count(ROLE_SUBJECT)
+        assert n_subject >= 1 and ROLE_SUBJECT not in m["token_roles"]
+        assert m["n_tokens"] == p["n_tokens"] - n_subject
+        assert m["token_roles"] == [r for r in p["token_roles"] if r != ROLE_SUBJECT]
+    # "The capital of [MASK] [MASK] is Paris.": The, capital, of, is, Paris, "." are scored, not the masks
+    assert masked["n_tokens"][0] == 6 and plain["n_tokens"][0] == 8
+
+
+def test_masked_lm_subject_masking_checks_its_spans(tiny_bert):
+    frame = statements_frame([fill("The capital of [X] is [Y].", "France", "Paris")])
+    empty = frame.with_columns(subject_end=pl.col("subject_start"))
+    with pytest.raises(ValueError, match=r"statement_id 'a'.*subject_span.*empty"):
+        subject_masked_scores(tiny_bert, empty)
+    glued = frame.with_columns(object_start=pl.col("subject_end") - 1)
+    with pytest.raises(ValueError, match=r"statement_id 'a'.*overlap"):
+        subject_masked_scores(tiny_bert, glued)

@@ -1,8 +1,9 @@
-"""Probe instances over a fixed answer space (BEAR-style): every subject gets the relation's whole
+"""Probe instances over a fixed answer space (BEAR's own): every subject gets the relation's whole
 answer space as its options.
 
 The space comes from the catalog entry (answer_space_ids / answer_space_labels), as written by the
-BEAR import (dataset/sources/bear.py) or chosen from the facts for a 1:1 relation.
+BEAR import (dataset/sources/bear.py). A space built from the facts instead is probe.py's
+"relation" mode.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import polars as pl
 
 from kcal_pipeline.dataset.instances.probe import EmptyRelationError, instance_row, instances_frame
 from kcal_pipeline.dataset.instances.quality import dedupe_answer_space
+from kcal_pipeline.dataset.instances.sampling import stable_rank
 from kcal_pipeline.dataset.relations import RelationSpec
 
 
@@ -28,12 +30,16 @@ def instances_from_fixed_space(
     seed: int,
     dev_fraction: float,
     log: Callable[[str], None] = print,
+    instance_limit: int | None = None,
 ) -> pl.DataFrame:
     """One instance per subject whose options are the relation's whole fixed answer space.
 
-    Gold = the subject's object(s). Options with a label that repeats another option's are removed
-    (dedupe_answer_space) and counted in the log; the split is a seeded hash of the subject, as in
-    probe.build_instances, so it does not move when other subjects come or go.
+    Gold = the subject's object(s). With `instance_limit`, only that many subjects: a stable seeded
+    subset, chosen exactly as probe.build_instances chooses it (so a smaller probe lies inside a
+    larger one), each still with the whole space. Options with a label that repeats another
+    option's are removed (dedupe_answer_space) and counted in the log; the split is a seeded hash
+    of the subject, as in probe.build_instances, so it does not move when other subjects come or go.
+    Recorded as answer_space "fixed", answer_space_size = the catalog space's size.
     """
     space = _fixed_space(spec)
     rid = spec.relation_id
@@ -52,6 +58,9 @@ def instances_from_fixed_space(
         .agg(pl.col("subject_label").first(), pl.col("object_id"))
         .sort("subject_id")
     )
+    if instance_limit is not None:
+        chosen = sorted(per_subject["subject_id"], key=lambda s: stable_rank(seed, rid, "subset", s))
+        per_subject = per_subject.filter(pl.col("subject_id").is_in(chosen[:instance_limit]))
     rows, removed = [], 0
     for subject_id, subject_label, objects in per_subject.iter_rows():
         gold = sorted(set(objects), key=order.__getitem__)
@@ -65,6 +74,8 @@ def instances_from_fixed_space(
                 space,
                 split_seed=seed,
                 dev_fraction=dev_fraction,
+                answer_space="fixed",
+                answer_space_size=len(space),
             )
         )
         rows.append(row)

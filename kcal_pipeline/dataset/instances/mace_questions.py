@@ -1,16 +1,17 @@
 """MACE-style questions (METHODS §5): multi-answer probe instances with 1, 2, 4 or 6 answers.
 
 Questions come from *constraint relaxation* over the facts of dataset/sources/mace.py: one year →
-a year range (Award, Office), an area range (Region), one river / language → several joined with
-"or" (River, Language), a number range (Math). Only questions whose gold set has exactly the wanted
-size are kept. A question's id hashes its constraint, so it is stable across runs; the seed changes
-only the distractors and their order.
+a year range (Award, Office), an area range (Region), one river / language → up to three joined
+with "or" (River, Language), a number range (Math). Only questions whose gold set has exactly the
+wanted size are kept. A question's id hashes its constraint, so it is stable across runs; the seed
+changes only the distractors and their order. The paper's filters that select subjects (offices,
+countries, rivers) run on the facts (sources/mace.py paper_filter); its "one laureate per year"
+selects questions and lives here (_year_windows), as does the 20 % dev split (dev_splits).
 """
 
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 import logging
 import math
@@ -18,6 +19,7 @@ import re
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 import polars as pl
 
@@ -30,7 +32,10 @@ from kcal_pipeline.dataset.sources.mace import label_problem
 log = logging.getLogger(__name__)
 
 GOLD_COUNTS = (1, 2, 4, 6)
-QUESTION_DROPS = ("duplicate_gold_label", "ambiguous_bound")
+# Candidate questions dropped: two golds with one label, an area or number range whose bound cannot
+# be placed safely, an award year range touching a year whose prize several laureates shared.
+QUESTION_DROPS = ("duplicate_gold_label", "ambiguous_bound", "shared_award_year")
+MAX_PARTS = 3  # "or"-joined rivers or languages per question, as in the paper
 # A region's area range must clear its nearest outside neighbours by this factor, so that an area
 # a few per cent off (sources differ) cannot move a division across a bound.
 AREA_GAP = 1.05
@@ -99,28 +104,45 @@ def _by_base(items: list[_Item]) -> dict[str, list[_Item]]:
     return groups
 
 
-def _year_windows(items: list[_Item], domain: str, counts: set[int]) -> Iterator[Question]:
+def _year_windows(items: list[_Item], domain: str, counts: set[int], drops: Counter) -> Iterator[Question]:
     """Year ranges over one award or position; each distinct gold set once, by its tightest range.
 
-    Awards: both ends are award years of the data. Offices: only years strictly inside the span
-    the data covers (first and last start year), because a predecessor or successor missing from
-    the data would otherwise make the gold set silently incomplete.
+    Awards: both ends are award years of the data, and (the paper's "one laureate per year") no
+    year in the range may have several laureates, so a range over n award years has n answers; a
+    question only such a range could ask is counted as dropped (shared_award_year). The shared
+    years' facts stay: their laureates remain near-miss distractors, and a range can never skip
+    a year silently. Offices: only years strictly inside the span the data covers (first and last
+    start year), because a predecessor or successor missing from the data would otherwise make
+    the gold set silently incomplete.
     """
     starts = [i.start for i in items]
     years = sorted(set(starts)) if domain == "award" else list(range(int(min(starts)) + 1, int(max(starts))))
     name = items[0].base_label
     phrase = f"the {name}" if domain == "award" else name
+    laureates: dict[float, set[str]] = {}
+    for i in items:
+        laureates.setdefault(i.start, set()).add(i.obj)
+    shared = {y for y, objs in laureates.items() if len(objs) > 1} if domain == "award" else set()
+    unfiltered: dict[frozenset[str], tuple[int, int]] = {}
     tightest: dict[frozenset[str], tuple[int, int]] = {}
     for a, y1 in enumerate(years):
         for y2 in years[a:]:
             gold = frozenset(i.obj for i in items if i.start <= y2 and i.end >= y1)
             if len(gold) > max(counts):
                 break
-            if len(gold) in counts and (y2 - y1, y1) < _span(tightest.get(gold)):
-                tightest[gold] = (y1, y2)
+            if len(gold) in counts:
+                _keep_tightest(unfiltered, gold, y1, y2)
+                if not any(y1 <= y <= y2 for y in shared):
+                    _keep_tightest(tightest, gold, y1, y2)
+    drops["shared_award_year"] += len(unfiltered.keys() - tightest.keys())
     for gold, (y1, y2) in sorted(tightest.items(), key=lambda kv: kv[1]):
         span = f"in {y1}" if y1 == y2 else f"between {y1} and {y2}"
         yield Question(f"{items[0].base}|{y1}|{y2}", f"{phrase} {span}", gold, items[0].base)
+
+
+def _keep_tightest(tightest: dict, gold: frozenset[str], y1: int, y2: int) -> None:
+    if (y2 - y1, y1) < _span(tightest.get(gold)):
+        tightest[gold] = (y1, y2)
 
 
 def _span(window: tuple[int, int] | None) -> tuple[float, float]:
@@ -213,16 +235,36 @@ def _number_windows(items: list[_Item], counts: set[int], drops: Counter) -> Ite
 
 
 def _or_questions(facts: pl.DataFrame, domain: str, counts: set[int], max_parts: int) -> Iterator[Question]:
-    """One subject (river, language) or several joined with 'or': the gold set is the union."""
+    """One subject (river, language) or up to max_parts joined with 'or' ("A, B or C"): the gold
+    set is the union. Every subject must add an answer of its own, so each 'or' really relaxes the
+    question ("the Loire or the Seine" would ask "the Loire" again); a combination that breaks
+    this, or whose union already exceeds the largest count, is not extended. Gold sets are bit
+    masks while combining: three parts make tens of thousands of combinations."""
     golds = {s: frozenset(objs) for s, objs in facts.group_by("subject_id").agg("object_id").iter_rows()}
     labels = dict(facts.select("subject_id", "subject_label").unique("subject_id").iter_rows())
-    subjects = sorted(golds, key=lambda s: (labels[s], s))
+    most = max(counts)
+    subjects = [s for s in sorted(golds, key=lambda s: (labels[s], s)) if len(golds[s]) <= most]
+    bit = {o: 1 << n for n, o in enumerate(sorted(frozenset().union(*golds.values())))}
+    masks = [sum(bit[o] for o in golds[s]) for s in subjects]
+    # (subject indices, union of their masks, each part's answers that no other part has)
+    combos: list[tuple[tuple[int, ...], int, tuple[int, ...]]] = [((), 0, ())]
     for n in range(1, max_parts + 1):
-        for combo in itertools.combinations(subjects, n):
-            gold = frozenset().union(*(golds[s] for s in combo))
-            if len(gold) in counts:
-                names = [f"the {labels[s]}" if domain == "river" else labels[s] for s in combo]
-                yield Question("|".join(combo), " or ".join(names), gold, parts=n)
+        grown = []
+        for combo, union, own in combos:
+            for k in range(combo[-1] + 1 if combo else 0, len(subjects)):
+                mask = masks[k]
+                kept = tuple(o & ~mask for o in own)
+                if (union | mask).bit_count() <= most and mask & ~union and all(kept):
+                    grown.append(((*combo, k), union | mask, (*kept, mask & ~union)))
+        combos = grown
+        for combo, union, _ in combos:
+            if union.bit_count() in counts:
+                names = [
+                    f"the {labels[subjects[k]]}" if domain == "river" else labels[subjects[k]] for k in combo
+                ]
+                phrase = names[0] if n == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+                gold = frozenset().union(*(golds[subjects[k]] for k in combo))
+                yield Question("|".join(subjects[k] for k in combo), phrase, gold, parts=n)
 
 
 def candidate_questions(
@@ -230,7 +272,7 @@ def candidate_questions(
     domain: str,
     counts: Sequence[int] = GOLD_COUNTS,
     drops: Counter | None = None,
-    max_parts: int = 2,
+    max_parts: int = MAX_PARTS,
 ) -> list[Question]:
     """Every question of the domain whose gold set size is one of `counts`."""
     counts, drops = set(counts), drops if drops is not None else Counter()
@@ -239,7 +281,7 @@ def candidate_questions(
     out: list[Question] = []
     for items in _by_base(_items(facts, domain)).values():
         if domain in ("award", "office"):
-            out += _year_windows(items, domain, counts)
+            out += _year_windows(items, domain, counts, drops)
         elif domain == "region":
             out += _area_windows(items, counts, drops)
         elif domain == "math":
@@ -292,31 +334,64 @@ def build_question_set(
     domain: str | None = None,
     dev_fraction: float = 0.2,
 ) -> QuestionSet:
-    """Probe instances (probe.INSTANCE_COLUMNS) for one MACE relation, with drops and shortfalls."""
+    """Probe instances (probe.INSTANCE_COLUMNS) for one MACE relation, with drops and shortfalls.
+
+    Per gold count, exactly ⌊per_count · dev_fraction⌋ questions are dev (dev_splits), so the dev
+    split that tunes thresholds mixes cardinalities as the test split does."""
     domain = domain or get_relation(relation_id).query
     drops = Counter(dict.fromkeys(("missing_label", "label_is_id", "missing_qualifier", *QUESTION_DROPS), 0))
-    facts = clean_facts(facts, relation_id, domain, drops)
-    labels = dict(facts.select("object_id", "object_label").unique("object_id", keep="first").iter_rows())
+    facts, labels, cands = _candidates(facts, relation_id, domain, gold_counts, drops)
     pools: dict[str, dict[str, str]] = {}
     for base, obj in facts.select("subject_id", "object_id").iter_rows():
         pools.setdefault(base, {})[obj] = labels[obj]
+    rows, shortfall = [], {}
+    for count in gold_counts:
+        chosen = _pick(cands, relation_id, count, per_count)
+        if len(chosen) < per_count:
+            shortfall[count] = per_count - len(chosen)
+        rows += [
+            {**_instance(q, relation_id, labels, pools, seed, n_negatives), "split": split}
+            for q, split in zip(chosen, dev_splits(len(chosen), dev_fraction), strict=True)
+        ]
+    if shortfall:
+        log.warning("%s: fewer questions than asked per gold count (missing): %s", relation_id, shortfall)
+    log.info("%s: %d questions; dropped %s", relation_id, len(rows), dict(drops))
+    frame = instances_frame(rows)
+    return QuestionSet(frame=frame, dropped=dict(drops), shortfall=shortfall)
+
+
+def _candidates(
+    facts: pl.DataFrame, relation_id: str, domain: str, gold_counts: Sequence[int], drops: Counter
+) -> tuple[pl.DataFrame, dict[str, str], list[Question]]:
+    """(valid facts, object labels, candidate questions): every question of a wanted gold count
+    whose golds have distinct labels; what was dropped is counted in `drops`."""
+    facts = clean_facts(facts, relation_id, domain, drops)
+    labels = dict(facts.select("object_id", "object_label").unique("object_id", keep="first").iter_rows())
     cands = []
     for q in candidate_questions(facts, domain, gold_counts, drops):
         if len({labels[g].casefold() for g in q.gold}) < len(q.gold):
             drops["duplicate_gold_label"] += 1
         else:
             cands.append(q)
-    rows, shortfall = [], {}
-    for count in gold_counts:
-        chosen = _pick(cands, relation_id, count, per_count)
-        if len(chosen) < per_count:
-            shortfall[count] = per_count - len(chosen)
-        rows += [_instance(q, relation_id, labels, pools, seed, n_negatives, dev_fraction) for q in chosen]
-    if shortfall:
-        log.warning("%s: fewer questions than asked per gold count (missing): %s", relation_id, shortfall)
-    log.info("%s: %d questions; dropped %s", relation_id, len(rows), dict(drops))
-    frame = instances_frame(rows)
-    return QuestionSet(frame=frame, dropped=dict(drops), shortfall=shortfall)
+    return facts, labels, cands
+
+
+def question_drops(
+    facts: pl.DataFrame, relation_id: str, domain: str, gold_counts: Sequence[int] = GOLD_COUNTS
+) -> dict[str, int]:
+    """Candidate questions dropped per reason (QUESTION_DROPS), for the data-quality table: they
+    depend on the facts alone (not on the seed or the number of questions asked for)."""
+    drops = Counter(dict.fromkeys(QUESTION_DROPS, 0))
+    _candidates(facts, relation_id, domain, gold_counts, drops)
+    return {reason: drops[reason] for reason in QUESTION_DROPS}
+
+
+def dev_splits(n: int, dev_fraction: float) -> list[str]:
+    """Splits of n questions in pick order: the i-th is dev when ⌊(i+1)·f⌋ > ⌊i·f⌋, i.e. every
+    fifth for f = 0.2. Exactly ⌊n·f⌋ are dev, and picking more questions (a longer prefix of the
+    same order) never moves one that was already picked."""
+    f = Fraction(dev_fraction).limit_denominator(10_000)
+    return ["dev" if math.floor((i + 1) * f) > math.floor(i * f) else "test" for i in range(n)]
 
 
 def _instance(
@@ -326,7 +401,6 @@ def _instance(
     pools: dict[str, dict[str, str]],
     seed: int,
     n_negatives: int,
-    dev_fraction: float,
 ) -> dict:
     """Distractors: answers of the same award/position/country/class first (near misses), then
     of the whole domain; never a gold, never a repeated label; seeded per question."""
@@ -344,9 +418,9 @@ def _instance(
     )
     options = gold + negatives
     derived_rng(seed, relation_id, subject_id, "order").shuffle(options)
-    # Split seed 0: a question's split does not depend on the distractor seed.
+    # The split is set by the caller (dev_splits): it does not depend on the distractor seed.
     return instance_row(
-        relation_id, subject_id, q.label, gold, options, labels, split_seed=0, dev_fraction=dev_fraction
+        relation_id, subject_id, q.label, gold, options, labels, split_seed=0, dev_fraction=0.0
     )
 
 

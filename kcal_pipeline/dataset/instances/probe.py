@@ -3,6 +3,14 @@
 An instance is (relation, subject, gold objects, options); a statement is one template filled with
 the subject and one option. Statements carry the character spans of subject and object so that
 the scorer can tell which tokens belong to the answer.
+
+Every instance records how its options were formed, in `answer_space` (with `answer_space_size`):
+- "relation": one answer space per relation, built from its facts (relation_answer_space; BEAR's
+  setting, the default); size = that space's size (at most the configured cap).
+- "sampled": the gold(s) plus up to n_negatives distractors drawn per subject (sampling.py;
+  Tinner's setting, and every MACE question); size = null (n_options says what each instance got).
+- "fixed": the answer space written into the catalog entry, e.g. by the BEAR import
+  (answer_spaces.py); size = that space's size.
 """
 
 from __future__ import annotations
@@ -10,8 +18,9 @@ from __future__ import annotations
 import polars as pl
 
 from kcal_pipeline.core.options import ProbeOptions
+from kcal_pipeline.dataset.instances.quality import label_key
 from kcal_pipeline.dataset.instances.sampling import derived_rng, sample_negatives, stable_rank
-from kcal_pipeline.dataset.templates import fill
+from kcal_pipeline.dataset.templates import Filled, fill
 
 INSTANCE_COLUMNS = [
     "instance_id",
@@ -25,6 +34,8 @@ INSTANCE_COLUMNS = [
     "option_labels",
     "n_options",
     "split",
+    "answer_space",
+    "answer_space_size",
 ]
 INSTANCE_SCHEMA = {
     "instance_id": pl.Utf8,
@@ -38,6 +49,8 @@ INSTANCE_SCHEMA = {
     "option_labels": pl.List(pl.Utf8),
     "n_options": pl.Int32,
     "split": pl.Utf8,
+    "answer_space": pl.Utf8,
+    "answer_space_size": pl.Int32,
 }
 
 
@@ -46,13 +59,28 @@ class EmptyRelationError(ValueError):
 
 
 def build_instances(
-    facts: pl.DataFrame, relation_id: str, config: ProbeOptions, *, topup_pool: dict[str, str] | None = None
+    facts: pl.DataFrame,
+    relation_id: str,
+    config: ProbeOptions,
+    *,
+    topup_pool: dict[str, str] | None = None,
+    kind: str = "n_to_1",
+    answer_space: str | None = None,
 ) -> pl.DataFrame:
-    """One instance per subject (fixed BEAR-style answer spaces: answer_spaces.instances_from_fixed_space).
+    """One instance per subject (of a stable seeded subset of config.max_instances), options by
+    `answer_space` (default config.answer_space; catalog-given spaces:
+    answer_spaces.instances_from_fixed_space). `kind` is the catalog kind (one_to_one: 60).
 
-    Options are the subject's gold objects plus distractors from the other subjects' objects,
-    topped up from `topup_pool` (objects of the same type in other relations) only when the
-    relation's own pool runs short.
+    - "relation": the gold(s) plus the best-ranked other members of the relation's answer space
+      (relation_answer_space, capped at config.relation_space_size(kind): 25, or 60 for a
+      one_to_one relation), so that every instance has the same number of options where the
+      space allows. `topup_pool` is not used: the space is the relation's own objects.
+    - "sampled": the gold(s) plus config.n_negatives distractors from the other subjects' objects,
+      topped up from `topup_pool` (objects of the same type in other relations) only when the
+      relation's own pool runs short (sampling.sample_negatives).
+
+    Either way the option order is a seeded shuffle of the golds and the sorted distractor ids, so
+    it depends on the subject and its option set alone.
     """
     facts = facts.filter(pl.col("relation_id") == relation_id)
     if facts.height == 0:
@@ -76,18 +104,29 @@ def build_instances(
     )
     if config.instance_limit is not None:
         per_subject = per_subject.head(config.instance_limit)
+    mode = answer_space or config.answer_space
+    if mode not in ("relation", "sampled"):
+        raise ValueError(f"answer_space {mode!r} is not one of 'relation', 'sampled'")
+    space = (
+        relation_answer_space(facts, relation_id, config.relation_space_size(kind), config.seed)
+        if mode == "relation"
+        else None
+    )
     rows = []
     for subject_id, subject_label, gold_ids, _ in per_subject.iter_rows():
-        negatives = sample_negatives(
-            gold_ids=gold_ids,
-            pool=object_labels,
-            k=config.n_negatives,
-            seed=config.seed,
-            relation_id=relation_id,
-            subject_id=subject_id,
-            topup_pool=topup_pool,
-            labels=labels,
-        )
+        if space is not None:
+            negatives = space_distractors(gold_ids, space, labels, len(space))
+        else:
+            negatives = sample_negatives(
+                gold_ids=gold_ids,
+                pool=object_labels,
+                k=config.n_negatives,
+                seed=config.seed,
+                relation_id=relation_id,
+                subject_id=subject_id,
+                topup_pool=topup_pool,
+                labels=labels,
+            )
         # Shuffle a canonical list, so that the order depends on the option set alone (not on
         # the order in which the distractors were picked).
         options = list(gold_ids) + sorted(negatives)
@@ -102,9 +141,58 @@ def build_instances(
                 labels,
                 split_seed=config.seed,
                 dev_fraction=config.dev_fraction,
+                answer_space=mode,
+                answer_space_size=None if space is None else len(space),
             )
         )
     return instances_frame(rows)
+
+
+def relation_answer_space(facts: pl.DataFrame, relation_id: str, size: int, seed: int) -> dict[str, str]:
+    """The relation's answer space (BEAR): its distinct objects, best-ranked first, at most `size`.
+
+    Rank: more subjects having the object first (so the space covers as many golds as it can),
+    ties broken by a seeded hash of the object id (stable_rank), then the id. An object whose label
+    a better-ranked member already has (label_key) is skipped: two options a model cannot tell
+    apart are no choice. Built from all the relation's facts, not just the probed subjects, so a
+    probe of 20 subjects uses the same space as one of 100; the row order of the facts does not
+    matter, and adding facts moves the space only through the subject counts of their objects.
+    """
+    facts = facts.filter(pl.col("relation_id") == relation_id)
+    counts = facts.group_by("object_id").agg(
+        pl.col("object_label").first(), pl.col("subject_id").n_unique().alias("n_subjects")
+    )
+    ranked = sorted(
+        counts.iter_rows(),
+        key=lambda r: (-r[2], stable_rank(seed, relation_id, "answer-space", r[0]), r[0]),
+    )
+    space: dict[str, str] = {}
+    taken: set[str] = set()
+    for object_id, label, _ in ranked:
+        if len(space) == size:
+            break
+        if label_key(label) not in taken:
+            space[object_id] = label
+            taken.add(label_key(label))
+    return space
+
+
+def space_distractors(
+    gold_ids: list[str], space: dict[str, str], labels: dict[str, str], size: int
+) -> list[str]:
+    """An instance's distractors in relation mode: the best-ranked members of `space` (ordered as
+    relation_answer_space returns it) that are not a gold and share no gold's label, as many as
+    bring the options to `size`. So an instance whose gold lies in the space gets the whole space,
+    one whose gold does not gets the gold plus all but the lowest-ranked member(s); more golds than
+    `size` get no distractor. Fewer options only where a member shares a gold's label."""
+    taken = {label_key(labels[g]) for g in gold_ids}
+    picks: list[str] = []
+    for object_id, label in space.items():
+        if len(gold_ids) + len(picks) >= size:
+            break
+        if object_id not in gold_ids and label_key(label) not in taken:
+            picks.append(object_id)
+    return picks
 
 
 def instance_row(
@@ -117,9 +205,12 @@ def instance_row(
     *,
     split_seed: int,
     dev_fraction: float,
+    answer_space: str = "sampled",
+    answer_space_size: int | None = None,
 ) -> dict:
     """One probe instance; the dev/test split is a seeded hash of the subject, so it does not move
-    when other subjects come or go. Shared by sampled, fixed (BEAR) and MACE instances."""
+    when other subjects come or go. Shared by relation-space, sampled, fixed (BEAR) and MACE
+    instances; `answer_space`/`answer_space_size` record how the options were formed (module doc)."""
     dev = stable_rank(split_seed, relation_id, "split", subject_id) / 2**64 < dev_fraction
     return {
         "instance_id": f"{relation_id}:{subject_id}",
@@ -133,6 +224,8 @@ def instance_row(
         "option_labels": [labels[o] for o in options],
         "n_options": len(options),
         "split": "dev" if dev else "test",
+        "answer_space": answer_space,
+        "answer_space_size": answer_space_size,
     }
 
 
@@ -166,8 +259,26 @@ def topup_pool_for(pools: pl.DataFrame, relation_id: str, object_type: str) -> d
     )
 
 
-def build_statements(instances: pl.DataFrame, templates: pl.DataFrame) -> pl.DataFrame:
-    """Every instance × template of its relation × option, with subject/object character spans."""
+def capitalized(filled: Filled) -> Filled:
+    """lm-pub-quiz's capitalisation, `text[0].upper() + text[1:]`. The spans keep covering the same
+    words; they move only where upper-casing changes the length ('ß' -> 'SS'), which lm-pub-quiz
+    does not correct for."""
+    first = filled.text[:1].upper()
+    grow = max(len(first) - 1, 0)
+    (s0, s1), (o0, o1) = filled.subject_span, filled.object_span
+    moved = [i + grow if i else i for i in (s0, s1, o0, o1)]  # a span opening the text keeps its start
+    return Filled(first + filled.text[1:], (moved[0], moved[1]), (moved[2], moved[3]))
+
+
+def build_statements(
+    instances: pl.DataFrame, templates: pl.DataFrame, *, capitalize: bool = False
+) -> pl.DataFrame:
+    """Every instance × template of its relation × option, with subject/object character spans.
+
+    With `capitalize` the statement's first letter is upper-cased as lm-pub-quiz does (a subject
+    or object that opens the sentence changes with it; spans, and so token roles, still mark it);
+    `capitalized` says per statement whether that changed the text.
+    """
     rows = []
     by_relation = templates.sort("rank").partition_by("relation_id", as_dict=True)
     for inst in instances.iter_rows(named=True):
@@ -177,7 +288,8 @@ def build_statements(instances: pl.DataFrame, templates: pl.DataFrame) -> pl.Dat
         gold = set(inst["gold_ids"])
         for template_id, text in rel_templates.select("template_id", "text").iter_rows():
             for idx, (oid, olabel) in enumerate(zip(inst["option_ids"], inst["option_labels"], strict=True)):
-                filled = fill(text, inst["subject_label"], olabel)
+                as_templated = fill(text, inst["subject_label"], olabel)
+                filled = capitalized(as_templated) if capitalize else as_templated
                 rows.append(
                     {
                         "statement_id": f"{inst['instance_id']}|{template_id}|{idx}",
@@ -189,6 +301,7 @@ def build_statements(instances: pl.DataFrame, templates: pl.DataFrame) -> pl.Dat
                         "object_label": olabel,
                         "is_gold": oid in gold,
                         "text": filled.text,
+                        "capitalized": filled.text != as_templated.text,
                         "subject_start": filled.subject_span[0],
                         "subject_end": filled.subject_span[1],
                         "object_start": filled.object_span[0],
@@ -205,31 +318,46 @@ def build_statements(instances: pl.DataFrame, templates: pl.DataFrame) -> pl.Dat
     )
 
 
+# Template kinds of the catalog and their id letters: `<relation>:c0` is the headline template.
+CATALOG_TEMPLATE_KINDS = {"curated": ("templates", "c"), "question": ("questions", "q")}
+
+
 def templates_frame(catalog: dict, max_templates: int | None = None) -> pl.DataFrame:
-    """The curated templates of every relation; rank 0 is the headline template."""
+    """The catalog's templates of every relation: curated (rank 0 is the headline template) and
+    question-answer templates (MACE; `<relation>:q<rank>`, the answer last)."""
     rows = []
     for rid, spec in catalog.items():
-        for rank, text in enumerate(spec.templates[:max_templates]):
-            rows.append(
-                {
-                    "relation_id": rid,
-                    "template_id": f"{rid}:c{rank}",
-                    "text": text,
-                    "kind": "curated",
-                    "source": "relations.toml",
-                    "rank": rank,
-                }
-            )
-    return pl.DataFrame(rows, schema_overrides={"rank": pl.Int32})
+        for kind, (field, letter) in CATALOG_TEMPLATE_KINDS.items():
+            for rank, text in enumerate(getattr(spec, field)[:max_templates]):
+                rows.append(
+                    {
+                        "relation_id": rid,
+                        "template_id": f"{rid}:{letter}{rank}",
+                        "text": text,
+                        "kind": kind,
+                        "source": "relations.toml",
+                        "rank": rank,
+                        "marked_text": _marked_text(spec, kind, rank),
+                    }
+                )
+    return pl.DataFrame(rows, schema_overrides={"rank": pl.Int32, "marked_text": pl.Utf8})
+
+
+def _marked_text(spec, kind: str, rank: int) -> str | None:
+    """A curated template's hand-marked form ([M] where a verbal marker goes), if the catalog has one."""
+    if kind == "curated" and spec.marked_templates:
+        return spec.marked_templates[rank]
+    return None
 
 
 def relations_frame(catalog: dict) -> pl.DataFrame:
+    """The catalog as a table: one row per relation, its domain (closed_set or mace) as the catalog says."""
     return pl.DataFrame(
         [
             {
                 "relation_id": s.relation_id,
                 "label": s.label,
-                "domain": "closed_set",
+                "domain": s.domain,
                 "kind": s.kind,
                 "property": s.property,
                 "subject_type": s.subject_type,

@@ -1,14 +1,14 @@
 """From facts to what gets scored: instances per relation kind, the template set of a run, statements.
 
-One place decides, per catalog entry, how instances are formed (sampled distractors, a fixed
-BEAR-style answer space, or MACE questions with 1/2/4/6 answers) and which templates a run uses
+One place decides, per catalog entry, how instances are formed (one answer space per relation or
+sampled distractors, as the run's answer_space says; a catalog entry's own fixed space, as BEAR
+imports have; or MACE questions with 1/2/4/6 answers) and which templates a run uses
 (curated, generated, marker and perturbation variants), so the Dagster assets stay thin.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 
 import polars as pl
 
@@ -20,7 +20,6 @@ from kcal_pipeline.dataset.instances.probe import (
     build_statements,
     topup_pool_for,
 )
-from kcal_pipeline.dataset.instances.sampling import stable_rank
 from kcal_pipeline.dataset.instances.variants import (
     DEMO_SLOT,
     demonstration_for,
@@ -39,7 +38,16 @@ def relation_instances(
     config: ProbeOptions,
     log: Callable[[str], None] = print,
 ) -> pl.DataFrame:
-    """Probe instances of one relation; with config.answer_space_k > 0 also each instance cut to k options."""
+    """Probe instances of one relation; with config.answer_space_k > 0 also each instance cut to k options.
+
+    - MACE domains: question-specific sampled distractors (n_negatives; answer_space "sampled"):
+      a question's golds are not one relation's objects, so there is no relation-level space.
+    - A catalog entry with its own space (answer_space "fixed" with answer_space_ids, e.g. a BEAR
+      import): that space, for a stable seeded subset of max_instances subjects.
+    - A catalog entry marked "fixed" without ids: one relation-level space from its facts
+      (probe.build_instances in "relation" mode) whatever the run's answer_space.
+    - Every other relation: probe.build_instances in the run's answer_space mode.
+    """
     if spec.domain == "mace":
         per_count = max(1, (config.max_instances or 200) // len(mace_questions.GOLD_COUNTS))
         built = mace_questions.build_question_set(
@@ -55,36 +63,34 @@ def relation_instances(
             f"shortfall per gold count {built.shortfall or 'none'}"
         )
         instances = built.frame
-    elif spec.answer_space == "fixed":
-        if not spec.answer_space_ids:
-            facts, spec = _bear_style_space(facts, spec, config)
-        instances = instances_from_fixed_space(facts, spec, config.seed, config.dev_fraction, log=log)
+    elif spec.answer_space == "fixed" and spec.answer_space_ids:
+        instances = instances_from_fixed_space(
+            facts, spec, config.seed, config.dev_fraction, log=log, instance_limit=config.instance_limit
+        )
     else:
         topup = topup_pool_for(pools, spec.relation_id, spec.object_type) if pools.height else None
-        instances = build_instances(facts, spec.relation_id, config, topup_pool=topup)
+        instances = build_instances(
+            facts,
+            spec.relation_id,
+            config,
+            topup_pool=topup,
+            kind=spec.kind,
+            answer_space="relation" if spec.answer_space == "fixed" else None,
+        )
     if config.answer_space_k > 0:
         cut = subsample_answer_space(instances, config.answer_space_k, config.seed)
         instances = pl.concat([instances, cut], how="diagonal_relaxed")
     return instances
 
 
-def _bear_style_space(facts: pl.DataFrame, spec: RelationSpec, config: ProbeOptions):
-    """BEAR's 1:1 answer space: the gold objects of the probed subjects (a stable seeded subset
-    of max_instances), shared by all of them."""
-    subjects = sorted(
-        facts["subject_id"].unique(), key=lambda s: stable_rank(config.seed, spec.relation_id, "subset", s)
-    )
-    chosen = facts.filter(pl.col("subject_id").is_in(subjects[: config.instance_limit]))
-    space = chosen.select("object_id", "object_label").unique("object_id").sort("object_id")
-    return chosen, replace(
-        spec, answer_space_ids=tuple(space["object_id"]), answer_space_labels=tuple(space["object_label"])
-    )
-
-
-def curated_and_variants(curated: pl.DataFrame, seed: int) -> pl.DataFrame:
-    """The templates table: curated templates plus their marker and perturbation variants."""
+def curated_and_variants(
+    curated: pl.DataFrame, seed: int, log: Callable[[str], None] | None = None
+) -> pl.DataFrame:
+    """The templates table: curated templates (with their marked forms, `marked_text`) plus their
+    marker and perturbation variants."""
     return pl.concat(
-        [curated, marker_variants(curated), perturbation_variants(curated, seed)], how="diagonal_relaxed"
+        [curated, marker_variants(curated, log=log), perturbation_variants(curated, seed)],
+        how="diagonal_relaxed",
     )
 
 
@@ -94,11 +100,13 @@ def run_templates(
     kinds: list[str],
     max_templates: int | None,
     seed: int,
+    log: Callable[[str], None] | None = None,
 ) -> pl.DataFrame:
     """The templates a run scores: of the first max_templates curated (and, if chosen, generated)
     templates per relation, those whose kind is chosen, plus the chosen variant kinds of them.
-    Variants alone (e.g. only "perturbation") still derive from those same parents."""
-    parents = templates.filter(pl.col("kind") == "curated")
+    Variants alone (e.g. only "perturbation") still derive from those same parents. Question
+    templates (MACE) are limited like curated ones and have no variants (variants.BASE_KINDS)."""
+    parents = templates.filter(pl.col("kind").is_in(["curated", "question"]))
     if "generated" in kinds:
         if generated is None or generated.is_empty():
             raise ValueError(
@@ -109,18 +117,21 @@ def run_templates(
     if max_templates:
         parents = parents.filter(pl.col("rank") < max_templates)
     variants = pl.concat(
-        [marker_variants(parents), perturbation_variants(parents, seed)], how="diagonal_relaxed"
+        [marker_variants(parents, log=log), perturbation_variants(parents, seed)], how="diagonal_relaxed"
     )
     chosen = pl.concat([parents, variants], how="diagonal_relaxed").filter(pl.col("kind").is_in(kinds))
     return chosen.sort("relation_id", "template_id")
 
 
-def relation_statements(instances: pl.DataFrame, templates: pl.DataFrame, seed: int) -> pl.DataFrame:
+def relation_statements(
+    instances: pl.DataFrame, templates: pl.DataFrame, seed: int, *, capitalize: bool = False
+) -> pl.DataFrame:
     """Statements of one relation; a one-shot template gets its demonstration per instance
-    (another subject of the same relation) before filling, so spans stay exact."""
+    (another subject of the same relation) before filling, so spans stay exact. `capitalize`:
+    build_statements (the whole text's first letter, demonstration included)."""
     plain = templates.filter(~pl.col("text").str.contains(DEMO_SLOT, literal=True))
     demo = templates.filter(pl.col("text").str.contains(DEMO_SLOT, literal=True))
-    parts = [build_statements(instances, plain)] if plain.height else []
+    parts = [build_statements(instances, plain, capitalize=capitalize)] if plain.height else []
     base_instances = instances.filter(~pl.col("instance_id").str.contains("#", literal=True))
     for row in demo.iter_rows(named=True):
         for inst in instances.iter_rows(named=True):
@@ -128,7 +139,7 @@ def relation_statements(instances: pl.DataFrame, templates: pl.DataFrame, seed: 
                 row["text"], demonstration_for(inst["subject_id"], base_instances, row["text"], seed)
             )
             one = pl.DataFrame([inst], schema=instances.schema)
-            parts.append(build_statements(one, pl.DataFrame([{**row, "text": text}])))
+            parts.append(build_statements(one, pl.DataFrame([{**row, "text": text}]), capitalize=capitalize))
     if not parts:
         raise ValueError("no statements: no templates selected")
     return pl.concat(parts, how="diagonal_relaxed").sort("statement_id")

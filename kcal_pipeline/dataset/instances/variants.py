@@ -1,6 +1,10 @@
 """Template variants (epistemic markers, perturbations) and answer-space subsampling.
 
-Markers (METHODS §2) test whether a model's likelihood responds to stated confidence; perturbations
+Markers (METHODS §2) test whether a model's likelihood responds to stated confidence: a verbal
+marker goes inside the clause, where the catalog's marked form puts its [M] slot (curated
+templates) or where marker_position finds a place (other templates; none found = no verbal
+variant, never a sentence-initial one); a numeric marker is the prefix "I'm x% confident that".
+Perturbations
 (METHODS §4) test whether knowledge-gap decisions survive changes that leave the fact unchanged.
 Both must leave subject and object alone, so every edit works on the template text *outside*
 the `[X]`/`[Y]` slots, before filling: fill() then reports correct spans for the variant too.
@@ -11,11 +15,12 @@ other templates are in the table.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import polars as pl
 
 from kcal_pipeline.dataset.instances.sampling import derived_rng
-from kcal_pipeline.dataset.templates import OBJECT_SLOT, SUBJECT_SLOT, check_template, fill
+from kcal_pipeline.dataset.templates import MARKER_SLOT, OBJECT_SLOT, SUBJECT_SLOT, check_template, fill
 
 TEMPLATE_COLUMNS = ["relation_id", "template_id", "text", "kind", "source", "rank"]
 VARIANT_COLUMNS = [*TEMPLATE_COLUMNS, "parent_id", "variant"]
@@ -26,7 +31,21 @@ DEMO_SLOT = "[D]"
 BASE_KINDS = ("curated", "generated")
 
 _SLOTS = (SUBJECT_SLOT, OBJECT_SLOT)
-_COPULA = re.compile(r"(?<= )(is|are|was|were)(?= )")
+# A form of "be" or a modal after a space: the marker follows it ("is certainly located", "can
+# certainly be found"), the mid position English gives such adverbs.
+_AFTER = re.compile(r"(?<= )(is|are|was|were|can|could|will|would|may|might|must|should)(?= )")
+# A lower-case word right after a slot: the marker goes between them if the word looks like a
+# verb ("[X] certainly died in [Y]").
+_SLOT_THEN_WORD = re.compile(r"\[[XY]\] ([a-z]+)\b")
+_IRREGULAR_VERBS = frozenset((
+    "has", "have", "had", "does", "did", "do", "made", "won", "grew", "held", "came", "went", "got",
+    "gave", "took", "left", "ran", "wrote", "sang", "led", "built", "bought", "found", "knew", "met",
+    "paid", "said", "saw", "sold", "sent", "spoke", "stood", "taught", "told", "thought", "became",
+    "began", "brought", "fought", "flew", "lost", "put", "set",
+))  # fmt: skip
+_NOT_VERBS = frozenset(
+    ("its", "his", "hers", "ours", "yours", "theirs", "this", "thus", "as", "us", "always", "perhaps", "news")
+)
 _WORD = re.compile(r"[^\W\d_]+")
 # Typos replace a letter by a neighbouring key, the commonest kind of real typing error.
 _QWERTY_ROWS = ("qwertyuiop", "asdfghjkl", "zxcvbnm")
@@ -43,12 +62,28 @@ def _lower_first(text: str) -> str:
     return text[0].lower() + text[1:]
 
 
-def verbal_marker(text: str, marker: str) -> str:
-    """'… is certainly [Y]' after the first copula (the claim itself); else a sentence prefix."""
-    match = _COPULA.search(text)
+def marker_position(text: str) -> int | None:
+    """Where a verbal marker goes in a template without a curated marked form, by rule: right after
+    the first "is/are/was/were" or modal that follows a space; else right before a verb-like word
+    (ending in -s or -ed, or a common irregular verb) that directly follows a slot. None when
+    neither exists: such a template gets no verbal marker rather than a sentence-initial one."""
+    match = _AFTER.search(text)
     if match:
-        return f"{text[: match.end()]} {marker}{text[match.end() :]}"
-    return f"{marker.capitalize()}, {_lower_first(text)}"
+        return match.end() + 1
+    for match in _SLOT_THEN_WORD.finditer(text):
+        word = match.group(1)
+        if word in _IRREGULAR_VERBS or (word not in _NOT_VERBS and word.endswith(("s", "ed"))):
+            return match.start(1)
+    return None
+
+
+def verbal_marker(text: str, marker: str, marked: str | None = None) -> str | None:
+    """The template with a verbal marker: in the curated marked form's [M] slot when there is one,
+    else at marker_position (None if the rule finds no place)."""
+    if marked:
+        return marked.replace(MARKER_SLOT, marker, 1)
+    at = marker_position(text)
+    return None if at is None else f"{text[:at]}{marker} {text[at:]}"
 
 
 def numeric_marker(text: str, percent: int) -> str:
@@ -102,12 +137,19 @@ def one_shot(text: str) -> str:
 
 
 def _base_rows(templates: pl.DataFrame) -> list[dict]:
-    return templates.filter(pl.col("kind").is_in(BASE_KINDS)).select(TEMPLATE_COLUMNS).to_dicts()
+    """Curated/generated templates, each with its marked form ("marked_text", None if it has none)."""
+    marked = pl.col("marked_text") if "marked_text" in templates.columns else pl.lit(None, pl.Utf8)
+    return (
+        templates.filter(pl.col("kind").is_in(BASE_KINDS))
+        .select(*TEMPLATE_COLUMNS, marked.alias("marked_text"))
+        .to_dicts()
+    )
 
 
 def _variant_row(parent: dict, variant: str, kind: str, text: str) -> dict:
     template_id = f"{parent['template_id']}:{variant}"
     check_template(text, f"variant {template_id}")
+    parent = {k: v for k, v in parent.items() if k != "marked_text"}
     return {
         **parent,
         "template_id": template_id,
@@ -124,20 +166,31 @@ def _frame(rows: list[dict]) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=schema)
 
 
-def marker_variants(templates: pl.DataFrame) -> pl.DataFrame:
+def marker_variants(templates: pl.DataFrame, log: Callable[[str], None] | None = None) -> pl.DataFrame:
     """Verbal and numeric marker variants of every curated/generated template.
 
+    Verbal: at the [M] slot of the template's curated marked form (`marked_text`), else where
+    marker_position puts it; a template where the rule finds no place gets no verbal variant, and
+    `log` is told how many (and which) did not. Numeric: the "I'm x% confident that" prefix.
     A variant keeps its parent's rank, so a marked table lines up with the unmarked one; callers
     that pick the headline template (rank 0) must filter by kind first.
     """
-    rows = []
+    rows, unplaced = [], []
     for parent in _base_rows(templates):
         text = parent["text"]
-        rows += [_variant_row(parent, m, "marker_verbal", verbal_marker(text, m)) for m in VERBAL_MARKERS]
+        verbal = {m: verbal_marker(text, m, parent["marked_text"]) for m in VERBAL_MARKERS}
+        if any(v is None for v in verbal.values()):
+            unplaced.append(parent["template_id"])
+        rows += [_variant_row(parent, m, "marker_verbal", v) for m, v in verbal.items() if v is not None]
         rows += [
             _variant_row(parent, f"numeric-{p}", "marker_numeric", numeric_marker(text, p))
             for p in NUMERIC_LEVELS
         ]
+    if unplaced and log is not None:
+        log(
+            f"{len(unplaced)} template(s) without a marked form got no verbal marker variant (no "
+            f"copula, modal or verb after a slot to place it by): {', '.join(unplaced[:10])}"
+        )
     return _frame(rows)
 
 

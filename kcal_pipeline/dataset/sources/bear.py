@@ -8,11 +8,17 @@ every error names the file, the line or relation, and the field.
 Decisions: an answer_idx that is out of range or does not point at obj_id is an error, not a
 drop — it means the dataset is inconsistent, and guessing which side is right would be silent
 data loss. A fact's object label is the answer space's label, so facts and options always agree.
-Rows that are merely unusable (empty or id-like subject label, a repeated fact) are counted drops.
+Rows that are merely unusable (empty or id-like subject label, a repeated fact) are counted drops;
+they are stored with the kept facts (drop_reason set), so `dropped_facts` and the quality table
+show them. A template given twice for one relation is the same probe twice: the first is kept and
+the repeat dropped with one warning (the real BEAR repeats one for P103); a repeated answer-space
+id stays an error, since it would make two options of one object. Labels are kept exactly as
+written — BEAR's own text, non-breaking and doubled spaces included, is what lm-pub-quiz scores.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import tomllib
@@ -25,6 +31,7 @@ import polars as pl
 
 from kcal_pipeline.core.keys import check_entity_id, check_relation_id
 from kcal_pipeline.core.storage import write_parquet_atomic, write_text_atomic
+from kcal_pipeline.core.versions import DATA_VERSION_KEY
 from kcal_pipeline.dataset.relations import parse_catalog
 from kcal_pipeline.dataset.sources.wikidata import looks_like_id
 from kcal_pipeline.dataset.templates import check_template
@@ -41,6 +48,7 @@ BEAR_FACT_SCHEMA = {
     "source": pl.Utf8,
     "retrieved_at": pl.Utf8,
 }
+STORED_SCHEMA = {**BEAR_FACT_SCHEMA, "drop_reason": pl.Utf8}  # a facts file: kept rows have no reason
 
 
 class BearFormatError(ValueError):
@@ -57,6 +65,7 @@ class BearRelation:
     answer_space_labels: tuple[str, ...]
     facts: tuple[dict, ...]  # kept rows: subject_id, subject_label, object_id, object_label, aliases
     dropped: tuple[dict, ...]  # the same keys plus line and drop_reason
+    repeated_templates: tuple[str, ...] = ()  # dropped repeats of a template (the first is kept)
 
     def dropped_counts(self) -> dict[str, int]:
         return dict(Counter(d["drop_reason"] for d in self.dropped))
@@ -67,6 +76,14 @@ class BearDataset:
     name: str
     root: Path
     relations: dict[str, BearRelation]
+
+    def warnings(self) -> list[str]:
+        """One line per repeated template that was dropped, naming the relation and the template."""
+        return [
+            f"warning: {METADATA} [{rid}]: template {text!r} is given more than once; kept the first"
+            for rid, rel in self.relations.items()
+            for text in rel.repeated_templates
+        ]
 
 
 # --- reading -----------------------------------------------------------------------------------
@@ -114,11 +131,11 @@ def _read_metadata(path: Path) -> dict:
     return data
 
 
-def _string_list(entry: dict, field: str, where: str) -> list[str]:
+def _string_list(entry: dict, field: str, where: str, *, unique: bool = True) -> list[str]:
     value = entry.get(field)
     if not isinstance(value, list) or not value or not all(isinstance(v, str) and v.strip() for v in value):
         raise BearFormatError(f"{where}: {field} must be a non-empty list of non-empty strings")
-    if len(set(value)) != len(value):
+    if unique and len(set(value)) != len(value):
         raise BearFormatError(f"{where}: {field} has duplicates")
     return value
 
@@ -128,9 +145,11 @@ def _relation_meta(rid: str, entry: object, meta_path: Path) -> dict:
     where = f"{meta_path} [{rid}]"
     if not isinstance(entry, dict):
         raise BearFormatError(f"{where}: expected an object with templates and the answer space")
-    templates = _string_list(entry, "templates", where)
-    for i, text in enumerate(templates):
+    given = _string_list(entry, "templates", where, unique=False)
+    for i, text in enumerate(given):
         check_template(text, f"{where} templates[{i}]")
+    templates = list(dict.fromkeys(given))  # exact repeats go, the first of each stays in place
+    repeated = tuple(text for text, n in Counter(given).items() if n > 1)
     ids = _string_list(entry, "answer_space_ids", where)
     labels = entry.get("answer_space_labels")
     if not isinstance(labels, list) or not all(isinstance(v, str) and v.strip() for v in labels):
@@ -145,8 +164,9 @@ def _relation_meta(rid: str, entry: object, meta_path: Path) -> dict:
     return {
         "label": label if isinstance(label, str) and label.strip() else rid,
         "templates": tuple(templates),
+        "repeated_templates": repeated,
         "answer_space_ids": tuple(ids),
-        "answer_space_labels": tuple(" ".join(lab.split()) for lab in labels),
+        "answer_space_labels": tuple(labels),  # as written: no whitespace folding
     }
 
 
@@ -182,7 +202,7 @@ def _parse_line(text: str, where: str, ids: tuple[str, ...]) -> dict:
 
 
 def _drop_reason(subject_label: str, seen: set, key: tuple) -> str | None:
-    if not subject_label:
+    if not subject_label.strip():
         return "missing_label"
     if looks_like_id(subject_label):
         return "label_is_id"
@@ -202,7 +222,7 @@ def _read_facts(path: Path, meta: dict) -> tuple[list[dict], list[dict]]:
             line = _parse_line(text, f"{path}:{lineno}", ids)
             row = {
                 "subject_id": line["sub_id"],
-                "subject_label": " ".join(line["sub_label"].split()),
+                "subject_label": line["sub_label"],  # as written (see the module docstring)
                 "object_id": line["obj_id"],
                 "object_label": labels[line["answer_idx"]],
                 "aliases": tuple(line["sub_aliases"]),
@@ -279,9 +299,32 @@ def facts_frame(ds: BearDataset) -> pl.DataFrame:
 
 def dropped_frame(ds: BearDataset) -> pl.DataFrame:
     """The dropped lines, same layout plus drop_reason, for the quality report."""
-    return pl.DataFrame(
-        _fact_rows(ds, lambda rel: rel.dropped), schema={**BEAR_FACT_SCHEMA, "drop_reason": pl.Utf8}
+    return pl.DataFrame(_fact_rows(ds, lambda rel: rel.dropped), schema=STORED_SCHEMA)
+
+
+def stored_frame(ds: BearDataset) -> pl.DataFrame:
+    """What an import stores per relation: the kept facts (drop_reason null), then the dropped
+    lines with their reason, so the facts and their drops are written together or not at all."""
+    kept = facts_frame(ds).with_columns(drop_reason=pl.lit(None, pl.Utf8))
+    return pl.concat([kept, dropped_frame(ds)]).sort(
+        ["relation_id", "drop_reason", "subject_id", "object_id"], nulls_last=False, maintain_order=True
     )
+
+
+def split_stored(frame: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(kept facts, dropped lines) of a stored facts file; a file imported before drops were stored
+    has no drop_reason column and no dropped lines."""
+    if "drop_reason" not in frame.columns:
+        return frame, pl.DataFrame(schema={**frame.schema, "drop_reason": pl.Utf8})
+    dropped = pl.col("drop_reason").is_not_null()
+    return frame.filter(~dropped).drop("drop_reason"), frame.filter(dropped)
+
+
+def content_version(frame: pl.DataFrame) -> str:
+    """A hash of a stored facts file's rows: its data version, so a re-import that changes facts
+    (and nothing in the catalog entry) still makes the relation's facts stale."""
+    rows = json.dumps([frame.columns, frame.rows()], ensure_ascii=False, default=str)
+    return hashlib.sha256(rows.encode()).hexdigest()[:20]
 
 
 def catalog_entries(ds: BearDataset, facts_dir: Path | str) -> dict[str, dict]:
@@ -389,6 +432,8 @@ def import_bear(
     loaded catalog never names a missing file. Returns the catalog and this import's facts files.
     """
     ds = read_bear(directory)
+    for warning in ds.warnings():
+        log(warning)
     base = Path(home) / "datasets" / "bear"
     catalog = base / "catalog.toml"
     new = {
@@ -403,12 +448,13 @@ def import_bear(
     # Earlier relations keep their place (a re-imported one gets its new entry there); new ones follow.
     entries = {rid: new.get(rid, entry) for rid, entry in earlier.items()} | new
     text = checked_catalog_toml(entries, catalog)
-    facts = facts_frame(ds).with_columns(relation_id=pl.lit(prefix) + pl.col("relation_id"))
+    facts = stored_frame(ds).with_columns(relation_id=pl.lit(prefix) + pl.col("relation_id"))
     paths = {}
     for rid, rel in ds.relations.items():
         new_id = prefix + rid
         paths[new_id] = base / "facts" / f"{new_id}.parquet"
-        write_parquet_atomic(facts.filter(pl.col("relation_id") == new_id), paths[new_id])
+        frame = facts.filter(pl.col("relation_id") == new_id)
+        write_parquet_atomic(frame, paths[new_id], metadata={DATA_VERSION_KEY: content_version(frame)})
         log(
             f"BEAR {rid} -> {new_id}: {len(rel.facts)} facts, {len(rel.answer_space_ids)} options, "
             f"dropped {rel.dropped_counts() or 'none'}"

@@ -8,6 +8,7 @@ in a second frame with their reason, so nothing is lost silently.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +17,7 @@ import polars as pl
 
 from kcal_pipeline.core.storage import read_parquet_named
 from kcal_pipeline.dataset.relations import RelationSpec
-from kcal_pipeline.dataset.sources import mace
+from kcal_pipeline.dataset.sources import bear, mace
 from kcal_pipeline.dataset.sources.sparql_cache import CachedSparql
 from kcal_pipeline.dataset.sources.wikidata import DROPPED_SCHEMA, fetch_facts
 
@@ -49,7 +50,7 @@ def _shape(frame: pl.DataFrame, columns: list[str]) -> pl.DataFrame:
 
 
 def _no_drops() -> pl.DataFrame:
-    """Sources that return no dropped rows (rules, imported files, MACE: counts only)."""
+    """Sources that return no dropped rows (rules)."""
     return _shape(pl.DataFrame(schema=DROPPED_SCHEMA), DROPPED_COLUMNS)
 
 
@@ -72,12 +73,14 @@ def relation_facts(
     log: Callable[[str], None] = print,
 ) -> RelationFacts:
     if spec.source == "bear":
-        facts = read_parquet_named(
+        stored = read_parquet_named(
             Path(spec.data),
             f"it holds the imported facts of {spec.relation_id}: re-run `kcal dataset import-bear` "
             "on the BEAR directory to rewrite it",
         )
-        return RelationFacts(_shape(facts, COLUMNS), _no_drops(), {})
+        facts, dropped = bear.split_stored(stored)  # the import's drops reach dropped_facts
+        counts = dict(Counter(dropped["drop_reason"].to_list()))
+        return RelationFacts(_shape(facts, COLUMNS), _shape(dropped, DROPPED_COLUMNS), counts)
     if spec.source == "rule":
         facts = _provenance(mace.math_facts(spec.relation_id), "rule:kcal", None, None)
         return RelationFacts(_shape(facts, COLUMNS), _no_drops(), {})
@@ -87,7 +90,8 @@ def relation_facts(
         page = cached.select(mace.domain_query(spec))
         parsed = mace.parse_mace_facts(page.result, spec.relation_id, spec.query)
         facts = _provenance(parsed.frame, page.endpoint, page.query_hash, page.retrieved_at)
-        return RelationFacts(_shape(facts, COLUMNS), _no_drops(), parsed.dropped)
+        dropped = _provenance(parsed.dropped_rows, page.endpoint, page.query_hash, page.retrieved_at)
+        return RelationFacts(_shape(facts, COLUMNS), _shape(dropped, DROPPED_COLUMNS), parsed.dropped)
     parsed = fetch_facts(cached, spec, page_size=page_size, min_sitelinks=min_sitelinks, log=log)
     return RelationFacts(
         _shape(parsed.frame, COLUMNS), _shape(parsed.dropped_rows, DROPPED_COLUMNS), parsed.dropped

@@ -25,7 +25,7 @@ from kcal_pipeline.core.keys import (
     entity_iri,
 )
 from kcal_pipeline.dataset.relations import RelationSpec
-from kcal_pipeline.dataset.sources.wikidata import FactsResult, entity_of, looks_like_id
+from kcal_pipeline.dataset.sources.wikidata import FactsResult, _raw_id, _raw_label, entity_of, looks_like_id
 
 PREFIXES = (
     "PREFIX wd: <http://www.wikidata.org/entity/>\n"
@@ -37,6 +37,18 @@ PREFIXES = (
 )
 FACT_COLUMNS = ("relation_id", "subject_id", "subject_label", "object_id", "object_label", "qualifiers")
 FACT_SCHEMA = dict.fromkeys(FACT_COLUMNS, pl.Utf8)
+DROPPED_FACT_SCHEMA = {**FACT_SCHEMA, "drop_reason": pl.Utf8}
+# Filters of the MACE paper (Wang et al.; METHODS §5) that select whole subjects: a subject that
+# fails one is dropped with all its facts, each row kept in dropped_facts with the reason. (Award's
+# "one laureate per year" selects questions, not facts: dataset/instances/mace_questions.py.)
+MIN_OFFICE_YEARS = 10  # a position whose holders cover fewer years gives too few year ranges
+MIN_DIVISIONS = 3  # a country with fewer first-level divisions gives too few area ranges
+MAX_RIVER_COUNTRIES = 6  # a river through more countries fits no question (at most 6 answers)
+PAPER_DROPS = {
+    "office": "office_under_10_years",
+    "region": "country_under_3_divisions",
+    "river": "river_over_6_countries",
+}
 FACT_DROPS = (
     "not_an_entity",
     "unknown_namespace",
@@ -44,6 +56,7 @@ FACT_DROPS = (
     "label_is_id",
     "missing_qualifier",
     "duplicate",
+    *PAPER_DROPS.values(),
 )
 
 
@@ -228,27 +241,82 @@ def _row(binding: dict, domain: str) -> tuple[tuple | None, str | None]:
     return (*out, json.dumps(quals, sort_keys=True)), None
 
 
+def _dropped_row(binding: dict, relation_id: str, why: str) -> tuple:
+    """What the endpoint sent for a row that fails validity (an id where the IRI parses)."""
+    return (
+        relation_id,
+        _raw_id(binding, "subject"),
+        _raw_label(binding, "subjectLabel"),
+        _raw_id(binding, "object"),
+        _raw_label(binding, "objectLabel"),
+        None,
+        why,
+    )
+
+
 def parse_mace_facts(result: dict, relation_id: str, domain: str) -> FactsResult:
-    """SPARQL JSON → facts frame (FACT_COLUMNS), with a count of dropped rows per reason."""
+    """SPARQL JSON → facts frame (FACT_COLUMNS) after the validity filters, duplicates and the
+    paper's filters (paper_filter); every dropped row is kept with its reason, and counted."""
     check_relation_id(relation_id)
     if domain not in QUALIFIERS:
         raise ValueError(f"unknown MACE domain {domain!r}; known: {', '.join(QUALIFIERS)}")
     bindings = (result.get("results") or {}).get("bindings") if isinstance(result, dict) else None
     if not isinstance(bindings, list):
         raise ValueError("SPARQL result has no 'results.bindings' list")
-    dropped = Counter(dict.fromkeys(FACT_DROPS, 0))
-    rows = []
+    rows, invalid = [], []
     for binding in bindings:
-        row, why = _row(binding if isinstance(binding, dict) else {}, domain)
+        binding = binding if isinstance(binding, dict) else {}
+        row, why = _row(binding, domain)
         if why:
-            dropped[why] += 1
+            invalid.append(_dropped_row(binding, relation_id, why))
         else:
             rows.append((relation_id, *row))
     frame = pl.DataFrame(rows, schema=FACT_SCHEMA, orient="row").sort(list(FACT_COLUMNS))
     key = ["subject_id", "object_id"] + (["qualifiers"] if domain in _PER_STATEMENT else [])
-    unique = frame.unique(subset=key, keep="first", maintain_order=True)
-    dropped["duplicate"] = frame.height - unique.height
-    return FactsResult(frame=unique, dropped=dict(dropped))
+    first = pl.struct(key).is_first_distinct()
+    kept, filtered = paper_filter(frame.filter(first), domain)
+    dropped_rows = pl.concat(
+        [
+            pl.DataFrame(invalid, schema=DROPPED_FACT_SCHEMA, orient="row"),
+            frame.filter(~first).with_columns(drop_reason=pl.lit("duplicate")),
+            filtered,
+        ]
+    )
+    counts = dict.fromkeys(FACT_DROPS, 0) | dict(Counter(dropped_rows["drop_reason"].to_list()))
+    return FactsResult(frame=kept, dropped=counts, dropped_rows=dropped_rows)
+
+
+def _subject_sizes(frame: pl.DataFrame, domain: str) -> dict[str, int]:
+    """Per subject, the size a paper filter bounds: divisions of a country, countries of a river,
+    distinct years a position's holders cover (an open term runs to the latest year in its data)."""
+    if domain in ("region", "river"):
+        return dict(frame.group_by("subject_id").agg(pl.col("object_id").n_unique()).iter_rows())
+    terms: dict[str, list[tuple[int, int | None]]] = {}
+    for subject, quals in frame.select("subject_id", "qualifiers").iter_rows():
+        q = json.loads(quals)
+        terms.setdefault(subject, []).append((q["start"], q.get("end")))
+    sizes = {}
+    for subject, spans in terms.items():
+        last = max(start if end is None else max(start, end) for start, end in spans)
+        years = {y for start, end in spans for y in range(start, (last if end is None else end) + 1)}
+        sizes[subject] = len(years)
+    return sizes
+
+
+def paper_filter(frame: pl.DataFrame, domain: str) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(kept facts, dropped rows with drop_reason): the subjects that fail the domain's filter of
+    the MACE paper (PAPER_DROPS) go with all their facts; other domains pass unchanged."""
+    if domain not in PAPER_DROPS:
+        return frame, frame.clear().with_columns(drop_reason=pl.lit(None, pl.Utf8))
+    sizes = _subject_sizes(frame, domain)
+    if domain == "river":
+        failing = {s for s, n in sizes.items() if n > MAX_RIVER_COUNTRIES}
+    else:
+        failing = {
+            s for s, n in sizes.items() if n < (MIN_OFFICE_YEARS if domain == "office" else MIN_DIVISIONS)
+        }
+    fails = pl.col("subject_id").is_in(sorted(failing))
+    return frame.filter(~fails), frame.filter(fails).with_columns(drop_reason=pl.lit(PAPER_DROPS[domain]))
 
 
 # ---------------------------------------------------------------- math (rule-based facts)

@@ -40,12 +40,14 @@ PROVENANCE_COLUMNS = ("endpoint", "query_hash", "retrieved_at")
 WIKIBASE_PREFIX = "PREFIX wikibase: <http://wikiba.se/ontology#>\n"
 SITELINKS_ASK = WIKIBASE_PREFIX + "ASK { ?s wikibase:sitelinks ?n }\n"
 
-# Wikidata ids (Q42, P36, L7-S1), language-code-like tokens ('fr', 'zh_Hant') and IRIs: what an
-# endpoint shows when an entity has no English label, never a name worth probing.
-_ID_LIKE = re.compile(r"[QPL][0-9]+(?:-[SF][0-9]+)?|[a-z]{2,3}(?:[_-][A-Za-z0-9]{2,8})*|https?://\S*")
+# What an endpoint shows in place of a name when an entity has no English label: a Wikidata id
+# (Q42, P36, a lexeme form or sense L7-F2 / L7-S1), an IRI, or a project id (kcal:country-FR).
+# Only these shapes: short lower-case words ('pig', 'oud') and numbers ('1984', '21') are names.
+_ID_LIKE = re.compile(r"[QPL][0-9]+(?:-[SF][0-9]+)?|https?://\S+|kcal:\S+")
 
 
 def looks_like_id(label: str) -> bool:
+    """Whether a label is an id or IRI rather than a name (surrounding spaces ignored)."""
     return bool(_ID_LIKE.fullmatch(label.strip()))
 
 

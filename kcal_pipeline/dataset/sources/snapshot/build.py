@@ -1,9 +1,10 @@
 """The embedded Wikidata-shaped snapshot: built from installed packages, loaded into oxigraph.
 
 The snapshot lets the pipeline run offline with the very SPARQL it sends to query.wikidata.org:
-properties are `wdt:P…`, labels are `rdfs:label`@en, and entities are `wd:Q…` only where the QID
-is certain (Q6256, country). Everything else lives under the reserved project namespace
-(keys.PROJECT_ENTITY_IRI), so no Q-number is ever invented. Sources and licences: SOURCES.md.
+properties are `wdt:P…`, labels are `rdfs:label`@en, and entities are `wd:Q…` wherever a cited
+source carries the entity's QID (the committed table of ids.py); the rest stay under the reserved
+project namespace (keys.PROJECT_ENTITY_IRI), so no Q-number is ever invented. Sources and
+licences: SOURCES.md.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kcal_pipeline.core.storage import write_text_atomic
-from kcal_pipeline.dataset.sources.snapshot import curated, geo, mace_data
+from kcal_pipeline.dataset.sources.snapshot import curated, geo, ids, mace_data
 from kcal_pipeline.dataset.sources.snapshot.graph import Graph
 from kcal_pipeline.dataset.sources.sparql import find_oxigraph
 
@@ -32,11 +33,17 @@ class StoreInfo:
     n_triples: int
 
 
-def build_graph() -> Graph:
+def build_keyed_graph() -> Graph:
+    """The graph under project keys only (`kcal:country-FR`): what make_ids.py matches to Wikidata."""
     graph = Graph()
     for contribute in CONTRIBUTORS:
         contribute(graph)
     return graph
+
+
+def build_graph() -> Graph:
+    """The snapshot graph: project keys with a sourced QID become that QID (ids.py)."""
+    return ids.rekey(build_keyed_graph(), ids.table())
 
 
 def build_ntriples() -> str:

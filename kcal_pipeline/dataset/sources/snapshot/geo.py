@@ -119,8 +119,18 @@ CITY_LABELS = {
 }
 # GeoNames records above the size threshold that are city districts, not cities.
 NOT_CITIES = frozenset({("HU", "Buda"), ("HU", "Pest"), ("RU", "Kalininskiy")})
-# CLDR names that collide with a country's name or differ from common English usage.
-LANGUAGE_LABELS = {"bn": "Bengali", "na": "Nauruan", "tkl": "Tokelauan", "tvl": "Tuvaluan"}
+# CLDR names that collide with a country's name or differ from common English usage; CLDR has no
+# English name for Montenegrin (cnr, ISO 639-2/3).
+LANGUAGE_LABELS = {
+    "bn": "Bengali",
+    "cnr": "Montenegrin",
+    "na": "Nauruan",
+    "tkl": "Tokelauan",
+    "tvl": "Tuvaluan",
+}
+# Official languages where CLDR is wrong: the Constitution of Montenegro (2007, art. 13) makes
+# Montenegrin the official language, where CLDR lists Serbian (Wikidata: Q236 P37 Montenegrin).
+OFFICIAL_LANGUAGES = {"ME": ("cnr",)}
 
 
 @lru_cache(maxsize=1)
@@ -185,9 +195,12 @@ def language_labels() -> dict[str, str]:
 
 
 def _official_languages(iso: str) -> list[str]:
-    """CLDR's de jure official languages as base codes: 'sr_Latn' and 'sr' are one language."""
+    """CLDR's de jure official languages as base codes ('sr_Latn' and 'sr' are one language),
+    unless OFFICIAL_LANGUAGES corrects them."""
     from babel.languages import get_official_languages
 
+    if iso in OFFICIAL_LANGUAGES:
+        return sorted(OFFICIAL_LANGUAGES[iso])
     return sorted({code.split("_")[0] for code in get_official_languages(iso)})
 
 
