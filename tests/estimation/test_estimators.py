@@ -553,23 +553,21 @@ def test_headline_keeps_rank_zero_only():
     assert headline_template_estimates(est, tmpl)["x"].to_list() == [1, 3]
 
 
+def _curated_with_a_marker_variant() -> pl.DataFrame:
+    """Two curated templates per relation plus P36:c0's verbal-marker variant, which shares its
+    parent's rank 0 but is not curated."""
+    marker = pl.DataFrame(
+        {"relation_id": ["P36"], "template_id": ["P36:c0:certainly"], "kind": ["marker_verbal"], "rank": [0]},
+        schema_overrides={"rank": pl.Int32},
+    )
+    curated = templates_frame(load_catalog(), 2).select("relation_id", "template_id", "kind", "rank")
+    return pl.concat([curated, marker])
+
+
 def test_headline_keeps_curated_rank_zero_and_instance_rows():
     # A marker variant of P36:c0 shares its parent's rank 0 but is not curated: dropped.
     # Instance-grain rows have no template and are all kept; template rows of P36:c1 are dropped.
-    tmpl = pl.concat(
-        [
-            templates_frame(load_catalog(), 2).select("relation_id", "template_id", "kind", "rank"),
-            pl.DataFrame(
-                {
-                    "relation_id": ["P36"],
-                    "template_id": ["P36:c0:certainly"],
-                    "kind": ["marker_verbal"],
-                    "rank": [0],
-                },
-                schema_overrides={"rank": pl.Int32},
-            ),
-        ]
-    )
+    tmpl = _curated_with_a_marker_variant()
     est = pl.DataFrame(
         {
             "relation_id": ["P36", "P36", "P36", "P36", "P30", "P36", "P30"],
@@ -654,20 +652,7 @@ def test_headline_estimates_are_the_test_split_on_full_answer_spaces():
 
 def test_curated_template_estimates_keep_every_curated_template_only():
     # P36:c0 and P36:c1 are curated; a marker variant and instance-grain rows are not read.
-    tmpl = pl.concat(
-        [
-            templates_frame(load_catalog(), 2).select("relation_id", "template_id", "kind", "rank"),
-            pl.DataFrame(
-                {
-                    "relation_id": ["P36"],
-                    "template_id": ["P36:c0:certainly"],
-                    "kind": ["marker_verbal"],
-                    "rank": [0],
-                },
-                schema_overrides={"rank": pl.Int32},
-            ),
-        ]
-    )
+    tmpl = _curated_with_a_marker_variant()
     est = pl.DataFrame(
         {
             "relation_id": ["P36", "P36", "P36", "P36"],
