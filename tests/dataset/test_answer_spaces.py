@@ -185,3 +185,30 @@ def test_max_instances_is_honoured_for_a_fixed_bear_space():
     # the same seeded subset of subjects as a relation built from facts
     built = build_instances(facts, "bear-P30", ProbeOptions(max_instances=3))
     assert set(built["subject_id"]) == set(small["subject_id"])
+
+
+def test_a_one_to_one_relation_probes_as_many_subjects_as_options_with_every_gold_in_the_space():
+    """BEAR's 1:1 construction: 5 countries with 5 distinct capitals and a cap of 3 give 3
+    instances whose golds are exactly the shared space, so no instance's answer is the odd one
+    out (built from all facts instead, 2 of 5 instances had their gold outside the space)."""
+    facts = pl.DataFrame(
+        {
+            "relation_id": "P36",
+            "subject_id": [f"s{i}" for i in range(5)],
+            "subject_label": [f"Country {i}" for i in range(5)],
+            "object_id": [f"c{i}" for i in range(5)],
+            "object_label": [f"City {i}" for i in range(5)],
+        }
+    )
+    options = ProbeOptions(max_instances=0, answer_space_size_one_to_one=3)
+    inst = build_instances(facts, "P36", options, kind="one_to_one")
+    golds = {g for gs in inst["gold_ids"].to_list() for g in gs}
+    assert inst.height == 3 and set(inst["n_options"]) == {3}
+    assert all(set(o) == golds for o in inst["option_ids"].to_list())
+    # Fewer probed subjects than the cap: their golds lead, the space is topped up to the cap.
+    small = build_instances(
+        facts, "P36", ProbeOptions(max_instances=2, answer_space_size_one_to_one=3), kind="one_to_one"
+    )
+    small_golds = {g for gs in small["gold_ids"].to_list() for g in gs}
+    assert small.height == 2 and set(small["n_options"]) == {3}
+    assert all(small_golds < set(o) for o in small["option_ids"].to_list())

@@ -74,7 +74,9 @@ def build_instances(
     - "relation": the gold(s) plus the best-ranked other members of the relation's answer space
       (relation_answer_space, capped at config.relation_space_size(kind): 25, or 60 for a
       one_to_one relation), so that every instance has the same number of options where the
-      space allows. `topup_pool` is not used: the space is the relation's own objects.
+      space allows. `topup_pool` is not used: the space is the relation's own objects. A
+      one_to_one relation probes at most as many subjects as its space has options, and their
+      golds lead the space (BEAR's 1:1 construction), so every probed gold is in it.
     - "sampled": the gold(s) plus config.n_negatives distractors from the other subjects' objects,
       topped up from `topup_pool` (objects of the same type in other relations) only when the
       relation's own pool runs short (sampling.sample_negatives).
@@ -107,11 +109,16 @@ def build_instances(
     mode = answer_space or config.answer_space
     if mode not in ("relation", "sampled"):
         raise ValueError(f"answer_space {mode!r} is not one of 'relation', 'sampled'")
-    space = (
-        relation_answer_space(facts, relation_id, config.relation_space_size(kind), config.seed)
-        if mode == "relation"
-        else None
-    )
+    space = None
+    if mode == "relation":
+        size = config.relation_space_size(kind)
+        probed = None
+        if kind == "one_to_one":
+            # BEAR's 1:1 construction: no more subjects than options, and their golds come first
+            # in the space, so every probed gold is an option of every instance.
+            per_subject = per_subject.head(size)
+            probed = set(per_subject["subject_id"].to_list())
+        space = relation_answer_space(facts, relation_id, size, config.seed, probed_subjects=probed)
     rows = []
     for subject_id, subject_label, gold_ids, _ in per_subject.iter_rows():
         if space is not None:
@@ -148,11 +155,20 @@ def build_instances(
     return instances_frame(rows)
 
 
-def relation_answer_space(facts: pl.DataFrame, relation_id: str, size: int, seed: int) -> dict[str, str]:
+def relation_answer_space(
+    facts: pl.DataFrame,
+    relation_id: str,
+    size: int,
+    seed: int,
+    *,
+    probed_subjects: set[str] | None = None,
+) -> dict[str, str]:
     """The relation's answer space (BEAR): its distinct objects, best-ranked first, at most `size`.
 
-    Rank: more subjects having the object first (so the space covers as many golds as it can),
-    ties broken by a seeded hash of the object id (stable_rank), then the id. An object whose label
+    Rank: objects of `probed_subjects` first when given (one-to-one relations: the probed golds,
+    as BEAR builds its 1:1 spaces; the rest tops the space up to `size`), then more subjects
+    having the object first (so the space covers as many golds as it can), ties broken by a
+    seeded hash of the object id (stable_rank), then the id. An object whose label
     a better-ranked member already has (label_key) is skipped: two options a model cannot tell
     apart are no choice. Built from all the relation's facts, not just the probed subjects, so a
     probe of 20 subjects uses the same space as one of 100; the row order of the facts does not
@@ -160,15 +176,17 @@ def relation_answer_space(facts: pl.DataFrame, relation_id: str, size: int, seed
     """
     facts = facts.filter(pl.col("relation_id") == relation_id)
     counts = facts.group_by("object_id").agg(
-        pl.col("object_label").first(), pl.col("subject_id").n_unique().alias("n_subjects")
+        pl.col("object_label").first(),
+        pl.col("subject_id").n_unique().alias("n_subjects"),
+        pl.col("subject_id").is_in(list(probed_subjects or ())).any().alias("probed"),
     )
     ranked = sorted(
         counts.iter_rows(),
-        key=lambda r: (-r[2], stable_rank(seed, relation_id, "answer-space", r[0]), r[0]),
+        key=lambda r: (not r[3], -r[2], stable_rank(seed, relation_id, "answer-space", r[0]), r[0]),
     )
     space: dict[str, str] = {}
     taken: set[str] = set()
-    for object_id, label, _ in ranked:
+    for object_id, label, _, _ in ranked:
         if len(space) == size:
             break
         if label_key(label) not in taken:
