@@ -212,3 +212,14 @@ def test_a_one_to_one_relation_probes_as_many_subjects_as_options_with_every_gol
     small_golds = {g for gs in small["gold_ids"].to_list() for g in gs}
     assert small.height == 2 and set(small["n_options"]) == {3}
     assert all(small_golds < set(o) for o in small["option_ids"].to_list())
+
+
+def test_a_relation_with_one_object_is_sampled_rather_than_given_one_option():
+    """Every subject on one continent: a one-member space would make each instance a one-option
+    question, always 'correct' with confidence 1. Such a relation falls back to sampled
+    distractors from the same-type pool, and its instances record that."""
+    facts = FACTS.filter(pl.col("object_id") == "A")
+    topup = {"X": "Continent X", "Y": "Continent Y"}
+    inst = build_instances(facts, "P30", ProbeOptions(max_instances=0), topup_pool=topup)
+    assert set(inst["answer_space"]) == {"sampled"}
+    assert set(inst["n_options"]) == {3} and all("A" in o for o in inst["option_ids"].to_list())

@@ -77,6 +77,7 @@ def build_instances(
       space allows. `topup_pool` is not used: the space is the relation's own objects. A
       one_to_one relation probes at most as many subjects as its space has options, and their
       golds lead the space (BEAR's 1:1 construction), so every probed gold is in it.
+      A relation whose space has fewer than two members is sampled instead (recorded as such).
     - "sampled": the gold(s) plus config.n_negatives distractors from the other subjects' objects,
       topped up from `topup_pool` (objects of the same type in other relations) only when the
       relation's own pool runs short (sampling.sample_negatives).
@@ -119,6 +120,10 @@ def build_instances(
             per_subject = per_subject.head(size)
             probed = set(per_subject["subject_id"].to_list())
         space = relation_answer_space(facts, relation_id, size, config.seed, probed_subjects=probed)
+        if len(space) < 2:
+            # One object (or one label) is no choice: every instance would be "correct" with
+            # confidence 1. Such a relation is sampled instead, and its instances say so.
+            space, mode = None, "sampled"
     rows = []
     for subject_id, subject_label, gold_ids, _ in per_subject.iter_rows():
         if space is not None:
