@@ -95,7 +95,10 @@ def missing_or_stale_across(partial_input: str) -> AutomationCondition:
 
 CONDITIONS: dict[str, AutomationCondition] = {
     "statement_scores": missing_or_stale(),
-    "estimates": missing_or_stale(),
+    # the four outputs of one multi-asset (assets/estimation.py) are materialized together
+    **dict.fromkeys(
+        ("estimates", "option_estimates", "estimator_fits", "estimator_status"), missing_or_stale()
+    ),
     "metrics": missing_or_stale_across("estimates"),
     "curves": missing_or_stale_across("estimates"),
     "report": missing_or_stale(),

@@ -82,7 +82,9 @@ def _print_table(cols: list[str], rows: list[tuple], out=sys.stdout) -> None:
 def cmd_demo(args) -> int:
     from assets.runner import run_missing  # Dagster layer, imported only when orchestrating
     from kcal_pipeline.core.progress import share_terminal
-    from kcal_pipeline.core.storage import read_partition
+    from kcal_pipeline.core.storage import partition_path, read_partition, read_partitions
+    from kcal_pipeline.dataset.relations import relation_ids
+    from kcal_pipeline.reporting.coverage import estimator_coverage
     from kcal_pipeline.reporting.html import format_summary, summary_table, summary_title
 
     home = kcal_home(args.home)
@@ -129,6 +131,13 @@ def cmd_demo(args) -> int:
             continue
         print(f"\n{summary_title(entry.id)}")
         print(format_summary(summary_table(metrics)))
+        status = [
+            {"model": entry.key, "relation": r}
+            for r in (relations or relation_ids())
+            if partition_path(home, "estimator_status", {"model": entry.key, "relation": r}).exists()
+        ]
+        if status:
+            print("\n".join(estimator_coverage(read_partitions(home, "estimator_status", status))))
         print(f"report: {report_path(home, entry.key)}")
     print(f'duckdb: {duckdb_path(home)}   e.g. kcal sql "select * from metrics limit 5"')
     for failure in summary.failed:
@@ -274,10 +283,21 @@ def cmd_models_remove(args) -> int:
 
 def cmd_sql(args) -> int:
     # Read-only door: one SELECT, files only inside KCAL_HOME, views recreated if the store moved.
-    from kcal_pipeline.core.warehouse import one_line, query
+    from kcal_pipeline.core.warehouse import named_queries, named_query, one_line, query
 
+    if (args.query is None) == (args.named is None):
+        known = ", ".join(named_queries())
+        print(f"kcal: error: give a SELECT or --named NAME (one of: {known}), not both", file=sys.stderr)
+        return 2
+    if args.named is not None and args.named not in named_queries():
+        print(
+            f"kcal: error: no query named {args.named!r}; known: {', '.join(named_queries())}",
+            file=sys.stderr,
+        )
+        return 2
+    sql = args.query if args.named is None else named_query(args.named)
     try:
-        cols, rows = query(kcal_home(args.home), args.query)
+        cols, rows = query(kcal_home(args.home), sql, trusted=args.named is not None)  # our own files
     except duckdb.Error as exc:
         print(f"kcal: error: {one_line(exc)}", file=sys.stderr)
         return 2
@@ -364,7 +384,8 @@ def build_parser() -> argparse.ArgumentParser:
     dsub.add_parser("quality", help="print the data-quality table").set_defaults(func=cmd_dataset_quality)
 
     q = sub.add_parser("sql", help="run a read-only SQL query over the DuckDB views")
-    q.add_argument("query")
+    q.add_argument("query", nargs="?", help="one SELECT over the views")
+    q.add_argument("--named", metavar="NAME", help="run the project's query sql/queries/NAME.sql instead")
     q.add_argument("--csv", action="store_true", help="CSV output")
     q.set_defaults(func=cmd_sql)
     return p

@@ -1,38 +1,81 @@
 """Confidence estimates per model × relation: every registered estimator over the option-score cube."""
 
 import polars as pl
-from dagster import AssetExecutionContext, MetadataValue, asset
+from dagster import AssetExecutionContext, AssetOut, MetadataValue, Output, multi_asset
 
 from assets.partitions import model_relation_partitions, one_dimension_of
-from kcal_pipeline.estimation import build_cube, compute_estimates
+from kcal_pipeline.estimation import build_cube
+from kcal_pipeline.estimation.marginal import option_estimates as option_estimates_of
+from kcal_pipeline.estimation.registry import compute_estimate_tables
+
+CODE_VERSION = "4"  # 4: every estimator family of issue 13; fits, status and per-option tables
 
 
-@asset(
+@multi_asset(
     group_name="estimation",
     partitions_def=model_relation_partitions,
-    code_version="3",
     ins=one_dimension_of("probe_instances", "relation"),
+    outs={
+        "estimates": AssetOut(
+            code_version=CODE_VERSION,
+            description="Prediction, confidence and correctness of every registered estimator (per "
+            "template or per instance, under each reduction it declares), with split and answer_space_k.",
+        ),
+        "option_estimates": AssetOut(
+            code_version=CODE_VERSION,
+            description="The template marginal P(o | r, s) of every option (instance × option): what "
+            "selective precision and recall at a threshold read.",
+        ),
+        "estimator_fits": AssetOut(
+            code_version=CODE_VERSION,
+            description="Parameters estimators fitted on the dev split (temperature, Platt slope and "
+            "intercept, isotonic steps, tuned τ), per template and answer space, with n_dev.",
+        ),
+        "estimator_status": AssetOut(
+            code_version=CODE_VERSION,
+            description="Each (estimator, reduction): ran (with its row count) or skipped, and why.",
+        ),
+    },
 )
 def estimates(
     context: AssetExecutionContext,
     statement_scores: pl.DataFrame,
     probe_instances: pl.DataFrame,
     templates: pl.DataFrame,
-) -> pl.DataFrame:
-    """Prediction, confidence and correctness of every registered estimator (per template or per
-    instance, under each reduction it declares), with each instance's split and answer_space_k;
-    estimators whose inputs this partition lacks are skipped with a logged reason."""
+):
+    """Every registered estimator over the partition's option-score cube; estimators whose inputs
+    this partition lacks are skipped with a logged reason (and a row in estimator_status)."""
     cube = build_cube(statement_scores, probe_instances, templates)
-    frame = compute_estimates(cube, log=context.log.info)
+    tables = compute_estimate_tables(cube, log=context.log.info)
+    frame = tables.estimates
     ran = frame.group_by("estimator", "reduction").len().sort("estimator", "reduction")
-    context.add_output_metadata(
-        {
+    yield Output(
+        frame,
+        output_name="estimates",
+        metadata={
             "rows": frame.height,
             "instances": frame["instance_id"].n_unique(),
             "cube": f"{cube.shape[0]} instances × {cube.shape[1]} templates × {cube.shape[2]} options",
             "estimators": MetadataValue.md(
                 "\n".join(f"- {e} ({r}): {n} rows" for e, r, n in ran.iter_rows())
             ),
-        }
+        },
     )
-    return frame
+    options = option_estimates_of(cube)
+    yield Output(options, output_name="option_estimates", metadata={"rows": options.height})
+    yield Output(tables.fits, output_name="estimator_fits", metadata={"rows": tables.fits.height})
+    skipped = tables.status.filter(pl.col("status") == "skipped")
+    yield Output(
+        tables.status,
+        output_name="estimator_status",
+        metadata={
+            "ran": tables.status.height - skipped.height,
+            "skipped": MetadataValue.md(
+                "\n".join(
+                    f"- {e} ({r}): {why}"
+                    for e, r, why in skipped.select("estimator", "reduction", "reason").iter_rows()
+                )
+                or "none"
+            ),
+        },
+    )

@@ -34,7 +34,10 @@ STAGES: list[tuple[str, tuple[str, ...]]] = [
     ("none", ("object_pools",)),
     ("relation", ("probe_instances", "statements")),
     ("none", ("data_quality",)),
-    ("model_relation", ("statement_scores", "estimates")),
+    (
+        "model_relation",
+        ("statement_scores", "estimates", "option_estimates", "estimator_fits", "estimator_status"),
+    ),
     ("model", ("metrics", "curves", "report")),
 ]
 QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "INFO"}}}}

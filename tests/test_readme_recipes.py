@@ -8,9 +8,9 @@ import polars as pl
 import pytest
 
 from kcal_pipeline.estimation import ESTIMATORS, build_cube, compute_estimates
+from kcal_pipeline.estimation.probabilities import option_probabilities
 from kcal_pipeline.estimation.registry import Estimate, OptionScoreCube
 from kcal_pipeline.estimation.registry import register as register_estimator
-from kcal_pipeline.estimation.single_template import option_probabilities
 from kcal_pipeline.evaluation import METRICS, compute_metrics
 from kcal_pipeline.evaluation.registry import register as register_metric
 
@@ -38,18 +38,21 @@ def test_the_estimator_recipe(registered):
     namespace = {"np": np, "Estimate": Estimate, "OptionScoreCube": OptionScoreCube}
     namespace |= {"option_probabilities": option_probabilities, "register": register_estimator}
     exec(recipe("Add an estimator"), namespace)
-    # one instance, one template, options with p = [0.5, 0.5]: H = log 2 → C = 1 − log2/log2 = 0;
-    # p = [1, 0] (ll −inf is not allowed, so p ≈ [1 − ε, ε]) → C ≈ 1
+    # one template; a: p = [0.5, 0.5] → C = 1 − 0.5/0.5 = 0; b: p = [0.25, 0.75] → option 1,
+    # C = 1 − 0.25/0.75 = 2/3; c: p = [1 − ε, ε] (ll −inf is not allowed; ε = e^−60) → C ≈ 1;
+    # d: one option, no runner-up → C = 1 − 0/1 = 1
     scores = pl.DataFrame(
         {
-            "model_id": "m", "relation_id": "P1", "instance_id": ["a", "a", "b", "b"], "template_id": "t",
-            "option_index": [0, 1, 0, 1], "object_id": ["x", "y", "x", "y"], "is_gold": [True, False] * 2,
-            "ll_sum": [-1.0, -1.0, 0.0, -60.0], "ll_mean": [-1.0, -1.0, 0.0, -60.0],
+            "model_id": "m", "relation_id": "P1", "instance_id": ["a", "a", "b", "b", "c", "c", "d"],
+            "template_id": "t", "option_index": [0, 1, 0, 1, 0, 1, 0],
+            "object_id": ["x", "y", "x", "y", "x", "y", "x"], "is_gold": [True, False] * 3 + [True],
+            "ll_sum": [-1.0, -1.0, np.log(0.25), np.log(0.75), 0.0, -60.0, -3.0],
         }
-    )  # fmt: skip
-    out = compute_estimates(build_cube(scores), ["entropy"], log=lambda _: None)
-    assert out["reduction"].to_list() == ["mean", "sum", "mean", "sum"]
-    np.testing.assert_allclose(out["confidence"].to_numpy(), [0.0, 0.0, 1.0, 1.0], atol=1e-12)
+    ).with_columns(ll_mean=pl.col("ll_sum"))  # fmt: skip
+    out = compute_estimates(build_cube(scores), ["top2_ratio"], log=lambda _: None)
+    assert out["reduction"].to_list() == ["mean", "sum"] * 4
+    assert out["predicted_index"].to_list() == [0, 0, 1, 1, 0, 0, 0, 0]
+    np.testing.assert_allclose(out["confidence"].to_numpy(), [0, 0, 2 / 3, 2 / 3, 1, 1, 1, 1], atol=1e-12)
 
 
 def test_the_metric_recipe(registered):

@@ -258,6 +258,11 @@ def _raise_naming_bad_file(home: Path, exc: duckdb.Error) -> NoReturn:
     raise exc
 
 
+def named_queries(sql_dir: Path | None = None) -> list[str]:
+    """The names of the project's report queries (sql/queries/*.sql), sorted."""
+    return sorted(p.stem for p in ((sql_dir or repo_sql_dir()) / "queries").glob("*.sql"))
+
+
 def named_query(name: str, sql_dir: Path | None = None) -> str:
     """A report query from sql/queries/<name>.sql."""
     sql_dir = sql_dir or repo_sql_dir()

@@ -14,6 +14,7 @@ import numpy as np
 from kcal_pipeline.dataset.templates import OBJECT_SLOT, SUBJECT_SLOT
 from kcal_pipeline.estimation.cube import OptionScoreCube
 
+NO_ANSWER_CONDITIONAL = "no answer-conditional templates (the answer slot comes first, or no templates table)"
 QUESTION_KIND = "question"  # question-answer templates, the answer last (core/options.TEMPLATE_KINDS)
 
 
@@ -41,3 +42,8 @@ def answer_conditional_templates(cube: OptionScoreCube) -> np.ndarray:
         ],
         dtype=np.int64,
     )
+
+
+def require_answer_conditional(cube: OptionScoreCube, reduction: str) -> str | None:
+    """The registry requirement of an estimator that reads log P(answer | question)."""
+    return None if answer_conditional_templates(cube).size else NO_ANSWER_CONDITIONAL

@@ -23,10 +23,13 @@ REDUCTIONS: dict[str, str] = {
     "answer_sum": "ll_answer_sum",
     "answer_mean": "ll_answer_mean",
 }
+ALL_REDUCTIONS = tuple(REDUCTIONS)  # what an estimator defined under every reduction declares
 # Score columns a cube carries when the scores have them (null columns are left out): one value per
 # statement, or a list of one value per stochastic pass.
 SCALAR_COLUMNS = (*REDUCTIONS.values(), "ll_sum_masked", "ll_answer_sum_masked")
 PASS_COLUMNS = ("ll_sum_dropout", "ll_answer_sum_dropout")
+# The template kinds that are paraphrases of one relation, the T templates aggregations run over.
+PARAPHRASE_KINDS = ("curated", "generated")
 KEY_COLUMNS = (
     "model_id",
     "relation_id",
@@ -65,6 +68,11 @@ class OptionScoreCube:
     # Per template, its text when the templates table was given (else None): where the answer slot
     # sits decides what ll_answer_sum is conditioned on (estimation/conditioning.py).
     template_texts: np.ndarray | None = None
+    # Per template, the template a variant (marker, perturbation) was derived from and its variant
+    # name ("certainly", "numeric-50", "typo"); None for a template that is not a variant, or when
+    # the templates table was not given or has no such columns.
+    template_parents: np.ndarray | None = None
+    template_variants: np.ndarray | None = None
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -74,6 +82,18 @@ class OptionScoreCube:
     def present(self) -> np.ndarray:
         """[I, T]: the (instance, template) pairs that have at least one scored option."""
         return self.valid.any(axis=2)
+
+    def templates_of_kind(self, *kinds: str) -> np.ndarray:
+        """Indices (ascending) of the templates of the given kinds."""
+        return np.flatnonzero(np.isin(self.template_kinds.astype(str), list(kinds))).astype(np.int64)
+
+    def paraphrase_templates(self) -> np.ndarray:
+        """The T templates the aggregations (Vote, Min, Max, the template marginal) run over: the
+        curated and generated paraphrases, not their marker or perturbation variants nor the MACE
+        question templates. A cube built without the templates table (kinds unknown) has all."""
+        if all(k is None for k in self.template_kinds.tolist()):
+            return np.arange(self.shape[1], dtype=np.int64)
+        return self.templates_of_kind(*PARAPHRASE_KINDS)
 
     def ll(self, reduction: str) -> np.ndarray:
         """The `[I, T, O]` log-likelihoods of one reduction ('sum', 'mean', 'answer_sum', ...)."""
@@ -153,14 +173,15 @@ def _per_template(relation_id: str, template_ids: np.ndarray, templates: pl.Data
     return ordered["kind"].to_numpy(), ordered["rank"].to_numpy().astype(np.int64)
 
 
-def _template_texts(relation_id: str, template_ids: np.ndarray, templates: pl.DataFrame | None):
-    """Text per template, or None without a templates table (or one without a text column)."""
-    if templates is None or "text" not in templates.columns:
+def _template_column(relation_id: str, template_ids: np.ndarray, templates: pl.DataFrame | None, column: str):
+    """One templates-table column per template (its text, parent, variant), or None without a
+    templates table or without that column."""
+    if templates is None or column not in templates.columns:
         return None
-    texts = dict(
-        templates.filter(pl.col("relation_id") == relation_id).select("template_id", "text").iter_rows()
+    values = dict(
+        templates.filter(pl.col("relation_id") == relation_id).select("template_id", column).iter_rows()
     )
-    return np.array([texts[t] for t in template_ids], dtype=object)
+    return np.array([values[t] for t in template_ids], dtype=object)
 
 
 def build_cube(
@@ -211,7 +232,6 @@ def build_cube(
     counted = valid.any(axis=1).sum(axis=1)
     n_options, split, answer_space_k = _per_instance(instance_ids, instances, counted)
     kinds, ranks = _per_template(relation_id, template_ids, templates)
-    texts = _template_texts(relation_id, template_ids, templates)
     return OptionScoreCube(
         model_id=model_id,
         relation_id=relation_id,
@@ -219,7 +239,9 @@ def build_cube(
         template_ids=template_ids,
         template_kinds=kinds,
         template_ranks=ranks,
-        template_texts=texts,
+        template_texts=_template_column(relation_id, template_ids, templates, "text"),
+        template_parents=_template_column(relation_id, template_ids, templates, "parent_id"),
+        template_variants=_template_column(relation_id, template_ids, templates, "variant"),
         option_ids=option_ids,
         valid=valid,
         gold=gold,

@@ -26,18 +26,34 @@ NO_ANSWER = -1  # predicted option of an estimator that abstains (e.g. a failed 
 
 @dataclass(frozen=True)
 class Estimate:
-    """Predicted option index and confidence: `[I, T]` for template grain, `[I]` for instance grain."""
+    """Predicted option index and confidence: `[I, T]` for template grain, `[I]` for instance grain.
+
+    `rows` (same shape, bool) says which cells become rows: by default every (instance, template)
+    with a scored option (template grain) or every instance (instance grain). An estimator defined
+    on some templates only (Token on answer-conditional ones, a marker estimator keyed by its
+    parent template) or fitted per group (a group without dev data) clears the others.
+    `fits` are the parameters an estimator fitted on the dev split (a temperature, a threshold),
+    one dict per fitted group: the estimator_fits table, so a tuned number is never hidden.
+    """
 
     predicted: np.ndarray
     confidence: np.ndarray
+    rows: np.ndarray | None = None
+    fits: tuple[dict, ...] = ()
 
 
 EstimatorFn = Callable[[OptionScoreCube, str], Estimate]
+# A check of the data an estimator needs beyond score columns and template kinds (enough templates
+# for a vote, a dev split to fit on): the reason it cannot run, or None.
+Requirement = Callable[[OptionScoreCube, str], "str | None"]
+LL_PLACEHOLDER = "{ll}"  # in `needs`: the reduction's own column, e.g. "{ll}_masked" → ll_sum_masked
 
 
 @dataclass(frozen=True)
 class EstimatorSpec:
-    """One estimator. `needs` are score columns beyond the reduction's own log-likelihood column."""
+    """One estimator. `needs` are score columns beyond the reduction's own log-likelihood column
+    ("{ll}" stands for that column, so "{ll}_dropout" is ll_sum_dropout under 'sum');
+    `requires` checks anything else the data must offer."""
 
     name: str
     label: str
@@ -50,17 +66,22 @@ class EstimatorSpec:
     template_kinds: tuple[str, ...] = ()
     in_summary: bool = False
     paper: str = ""
+    requires: Requirement | None = None
+
+    def columns(self, reduction: str) -> list[str]:
+        """The score columns this estimator reads under `reduction`."""
+        ll = REDUCTIONS[reduction]
+        return [ll, *(n.replace(LL_PLACEHOLDER, ll) for n in self.needs)]
 
     def missing_inputs(self, cube: OptionScoreCube, reduction: str) -> str | None:
         """Why this estimator cannot run on `cube` under `reduction`, or None if it can."""
-        columns = [REDUCTIONS[reduction], *self.needs]
-        absent = [c for c in columns if c not in cube.scores]
+        absent = [c for c in self.columns(reduction) if c not in cube.scores]
         if absent:
             return f"no {', '.join(absent)} scores"
         kinds = [k for k in self.template_kinds if k not in set(cube.template_kinds.tolist())]
         if kinds:
             return f"no {', '.join(kinds)} templates"
-        return None
+        return self.requires(cube, reduction) if self.requires else None
 
 
 ESTIMATORS: dict[str, EstimatorSpec] = {}
@@ -148,23 +169,29 @@ def _resolve(estimators: Sequence[str] | None) -> list[EstimatorSpec]:
     return [ESTIMATORS[n] for n in names]
 
 
+def _check_shapes(spec: EstimatorSpec, out: Estimate, expected: tuple[int, ...]) -> None:
+    arrays = {"predicted": out.predicted, "confidence": out.confidence}
+    if out.rows is not None:
+        arrays["rows"] = out.rows
+    if any(np.shape(a) != expected for a in arrays.values()):
+        shapes = ", ".join(f"{k} {np.shape(a)}" for k, a in arrays.items())
+        raise ValueError(f"estimator {spec.name!r}: expected arrays of shape {expected}, got {shapes}")
+
+
 def _rows(cube: OptionScoreCube, spec: EstimatorSpec, reduction: str, out: Estimate) -> pl.DataFrame:
     """The estimate rows of one (estimator, reduction): flat arrays, no per-row Python."""
     n_i, n_t, _ = cube.shape
     expected = (n_i, n_t) if spec.grain == "template" else (n_i,)
-    if np.shape(out.predicted) != expected or np.shape(out.confidence) != expected:
-        raise ValueError(
-            f"estimator {spec.name!r}: expected arrays of shape {expected}, got "
-            f"{np.shape(out.predicted)} and {np.shape(out.confidence)}"
-        )
+    _check_shapes(spec, out, expected)
     if spec.grain == "template":
-        ii, tt = np.nonzero(cube.present)
+        keep = cube.present if out.rows is None else out.rows & cube.present
+        ii, tt = np.nonzero(keep)
         template_ids = cube.template_ids[tt].tolist()
         predicted, confidence = out.predicted[ii, tt], out.confidence[ii, tt]
     else:
-        ii = np.arange(n_i)
-        template_ids = [None] * n_i
-        predicted, confidence = out.predicted, out.confidence
+        ii = np.arange(n_i) if out.rows is None else np.flatnonzero(out.rows)
+        template_ids = [None] * len(ii)
+        predicted, confidence = out.predicted[ii], out.confidence[ii]
     answered = predicted != NO_ANSWER
     safe = np.where(answered, predicted, 0)
     n = len(ii)
@@ -189,29 +216,111 @@ def _rows(cube: OptionScoreCube, spec: EstimatorSpec, reduction: str, out: Estim
     )
 
 
+FITS_SCHEMA = {
+    "model_id": pl.String,
+    "relation_id": pl.String,
+    "estimator": pl.String,
+    "reduction": pl.String,
+    "template_id": pl.String,
+    "answer_space_k": pl.Int32,
+    "parameter": pl.String,
+    "value": pl.Float64,
+    "n_dev": pl.Int64,
+    "note": pl.String,
+}
+
+
+def _fit_rows(cube: OptionScoreCube, spec: EstimatorSpec, reduction: str, out: Estimate) -> list[dict]:
+    """One estimator_fits row per fitted group: which parameter took which value on how many dev
+    instances (`note` says why a group fell back, e.g. one class only)."""
+    base = {
+        "model_id": cube.model_id,
+        "relation_id": cube.relation_id,
+        "estimator": spec.name,
+        "reduction": reduction,
+    }
+    rows = []
+    for fit in out.fits:
+        unknown = set(fit) - set(FITS_SCHEMA)
+        if unknown or "parameter" not in fit:
+            raise ValueError(
+                f"estimator {spec.name!r}: a fit needs 'parameter' and only the columns "
+                f"{list(FITS_SCHEMA)}; got {sorted(fit)}"
+            )
+        rows.append({**dict.fromkeys(FITS_SCHEMA), "answer_space_k": 0, **base, **fit})
+    return rows
+
+
+STATUS_SCHEMA = {
+    "model_id": pl.String,
+    "relation_id": pl.String,
+    "estimator": pl.String,
+    "family": pl.String,
+    "reduction": pl.String,
+    "status": pl.String,
+    "rows": pl.Int64,
+    "reason": pl.String,
+}
+
+
+@dataclass(frozen=True)
+class EstimateTables:
+    """What the estimation stage writes: the estimates, the parameters fitted on dev data, and
+    which (estimator, reduction) ran or was skipped and why (so a missing estimator is explained
+    in the data, not only in a log)."""
+
+    estimates: pl.DataFrame
+    fits: pl.DataFrame
+    status: pl.DataFrame
+
+
+def compute_estimate_tables(
+    cubes: OptionScoreCube | Iterable[OptionScoreCube],
+    estimators: Sequence[str] | None = None,
+    log: Callable[[str], None] = print,
+) -> EstimateTables:
+    """Rows (instance, template or null, estimator, reduction) → prediction, confidence, correctness,
+    and the fitted parameters of the estimators that tune on the dev split.
+
+    Sorted by model, relation, instance, template, estimator and reduction, so downstream metrics
+    see a deterministic order. Estimators whose inputs are absent are skipped; one log line per
+    reason names them all.
+    """
+    specs = _resolve(estimators)
+    cubes = [cubes] if isinstance(cubes, OptionScoreCube) else list(cubes)
+    frames, fits, status, skipped = [], [], [], {}
+    for cube in cubes:
+        for spec in specs:
+            for reduction in spec.reductions:
+                where = (cube.model_id, cube.relation_id, spec.name, spec.family, reduction)
+                reason = spec.missing_inputs(cube, reduction)
+                if reason:
+                    skipped.setdefault(reason, {}).setdefault(f"{spec.name} ({reduction})", set()).add(
+                        cube.relation_id
+                    )
+                    status.append((*where, "skipped", 0, reason))
+                    continue
+                out = spec.fn(cube, reduction)
+                frames.append(_rows(cube, spec, reduction, out))
+                fits += _fit_rows(cube, spec, reduction, out)
+                status.append((*where, "ran", frames[-1].height, None))
+    for reason, names in skipped.items():
+        relations = sorted(set().union(*names.values()))
+        log(f"skipped, {reason} ({', '.join(relations)}): {', '.join(names)}")
+    estimates = (
+        pl.concat(frames).sort(SORT_KEYS, nulls_last=True) if frames else pl.DataFrame(schema=OUTPUT_SCHEMA)
+    )
+    return EstimateTables(
+        estimates,
+        pl.DataFrame(fits, schema=FITS_SCHEMA),
+        pl.DataFrame(status, schema=STATUS_SCHEMA, orient="row"),
+    )
+
+
 def compute_estimates(
     cubes: OptionScoreCube | Iterable[OptionScoreCube],
     estimators: Sequence[str] | None = None,
     log: Callable[[str], None] = print,
 ) -> pl.DataFrame:
-    """Rows (instance, template or null, estimator, reduction) → prediction, confidence, correctness.
-
-    Sorted by model, relation, instance, template, estimator and reduction, so downstream metrics
-    see a deterministic order. Estimators whose inputs are absent are skipped with one log line.
-    """
-    specs = _resolve(estimators)
-    cubes = [cubes] if isinstance(cubes, OptionScoreCube) else list(cubes)
-    frames, skipped = [], {}
-    for cube in cubes:
-        for spec in specs:
-            for reduction in spec.reductions:
-                reason = spec.missing_inputs(cube, reduction)
-                if reason:
-                    skipped.setdefault((spec.name, reduction, reason), []).append(cube.relation_id)
-                    continue
-                frames.append(_rows(cube, spec, reduction, spec.fn(cube, reduction)))
-    for (name, reduction, reason), relations in skipped.items():
-        log(f"estimator {name} ({reduction}) skipped: {reason} ({', '.join(sorted(set(relations)))})")
-    if not frames:
-        return pl.DataFrame(schema=OUTPUT_SCHEMA)
-    return pl.concat(frames).sort(SORT_KEYS, nulls_last=True)
+    """The estimates table alone (see compute_estimate_tables)."""
+    return compute_estimate_tables(cubes, estimators, log).estimates

@@ -1,49 +1,70 @@
-"""Estimators from one template's option distribution (METHODS §2): Base and Margin.
+"""Estimators from one template's option distribution (METHODS §2): Base, Margin and entropy.
 
 p_t = softmax over the options of one (instance, template); padded options have ll = −inf and so
 probability 0. The prediction is the argmax, ties going to the lowest option index (np.argmax
-returns the first maximum).
+returns the first maximum). Every one runs under all four reductions (Kissling et al. App. B).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from kcal_pipeline.estimation.cube import OptionScoreCube
+from kcal_pipeline.estimation.cube import ALL_REDUCTIONS, OptionScoreCube
+from kcal_pipeline.estimation.probabilities import option_probabilities, top_option
 from kcal_pipeline.estimation.registry import Estimate, register
 
 SEED_PAPERS = "Kissling et al.; Tinner 2024"
+# "sum" first: the report's summary reads an estimator's first reduction (reporting/html.py).
 
 
-def option_probabilities(ll: np.ndarray) -> np.ndarray:
-    """Softmax over the last axis; shifting by the max keeps exp() from overflowing. Rows with no
-    valid option (all −inf) come out as zeros instead of NaN."""
-    top = ll.max(axis=-1, keepdims=True)
-    z = np.exp(ll - np.where(np.isfinite(top), top, 0.0))
-    total = z.sum(axis=-1, keepdims=True)
-    return np.divide(z, total, out=np.zeros_like(z), where=total > 0)
-
-
-def _top(ll: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    predicted = ll.argmax(axis=-1)
-    return predicted, np.take_along_axis(p, predicted[..., None], axis=-1)[..., 0]
-
-
-@register("base", label="Base", family="single_template", in_summary=True, paper=SEED_PAPERS)
+@register(
+    "base",
+    label="Base",
+    family="single_template",
+    reductions=ALL_REDUCTIONS,
+    in_summary=True,
+    paper=SEED_PAPERS,
+)
 def base(cube: OptionScoreCube, reduction: str) -> Estimate:
     """C = max_o p_t(o)."""
     ll = cube.ll(reduction)
     p = option_probabilities(ll)
-    return Estimate(*_top(ll, p))
+    return Estimate(*top_option(ll, p))
 
 
-@register("margin", label="Margin", family="single_template", in_summary=True, paper=SEED_PAPERS)
+@register(
+    "margin",
+    label="Margin",
+    family="single_template",
+    reductions=ALL_REDUCTIONS,
+    in_summary=True,
+    paper=SEED_PAPERS,
+)
 def margin(cube: OptionScoreCube, reduction: str) -> Estimate:
     """C = p_[1] − p_[2]; with one option the runner-up is a padded 0, so Margin = Base (= 1)."""
     ll = cube.ll(reduction)
     p = option_probabilities(ll)
-    predicted, _ = _top(ll, p)
+    predicted, _ = top_option(ll, p)
     if p.shape[-1] == 1:
         return Estimate(predicted, p[..., 0])
     second, first = np.moveaxis(np.partition(p, -2, axis=-1)[..., -2:], -1, 0)
     return Estimate(predicted, first - second)
+
+
+@register(
+    "entropy",
+    label="Entropy",
+    family="single_template",
+    reductions=ALL_REDUCTIONS,
+    paper="Shannon entropy normalised by log|O| (METHODS §2)",
+)
+def entropy(cube: OptionScoreCube, reduction: str) -> Estimate:
+    """C = 1 − H(p_t)/log|O_it|, |O_it| the options scored in that (instance, template): 1 when all
+    mass is on one option, 0 when it is uniform, whatever the option count. One option: H = 0 and
+    log 1 = 0, so C = 1 by definition (as Base and Margin). Clipped to [0, 1] against rounding."""
+    ll = cube.ll(reduction)
+    p = option_probabilities(ll)
+    h = -(p * np.log(np.where(p > 0, p, 1.0))).sum(axis=-1)  # 0·log 0 = 0 (padded options)
+    k = cube.valid.sum(axis=-1)
+    normalised = 1.0 - h / np.log(np.maximum(k, 2))
+    return Estimate(ll.argmax(axis=-1), np.where(k > 1, np.clip(normalised, 0.0, 1.0), 1.0))

@@ -20,7 +20,8 @@ from dagster import (
 from assets.automation import AUTOMATED
 from assets.definitions import all_assets, defs
 
-SCORING = ("statement_scores", "estimates")
+ESTIMATION = ("estimates", "option_estimates", "estimator_fits", "estimator_status")  # one multi-asset
+SCORING = ("statement_scores", *ESTIMATION)
 PER_MODEL = ("metrics", "curves", "report")
 
 
@@ -138,7 +139,7 @@ def test_requests_wait_for_inputs_and_are_not_repeated_while_unhandled():
     auto.materialize("statement_scores", mr("A", "P36"))
     assert auto.tick() == {}  # estimates read the templates' kinds; metrics, curves, report follow
     auto.materialize("templates")
-    assert auto.tick() == {"estimates": {mr("A", "P36")}}
+    assert auto.tick() == {key: {mr("A", "P36")} for key in ESTIMATION}
     assert auto.tick() == per_model("A")
     assert auto.tick() == {}
 

@@ -48,7 +48,8 @@ def test_bear_directory_runs_end_to_end(tmp_path):
         "sql",
         "--csv",
         "select estimator, split, n from metrics where scope = 'relation' "
-        "and scope_value = 'bear-P19' and metric = 'accuracy' order by 1, 2",
+        "and scope_value = 'bear-P19' and metric = 'accuracy' "
+        "and estimator in ('base', 'margin') and reduction = 'sum' order by 1, 2",
     )
     # each split on its own row, never pooled: the seeded hash puts Q2 and Q3 in dev, Q1 in test
     assert out.stdout.splitlines()[1:] == ["base,dev,2", "base,test,1", "margin,dev,2", "margin,test,1"]
@@ -109,7 +110,7 @@ def test_the_real_bear_imports_whole_and_a_relation_runs_end_to_end(tmp_path):
     assert sql("select count(*) from statement_scores where relation_id = 'bear-P105'") == ["750"]
     assert sql(
         "select sum(n) from metrics where scope = 'relation' and scope_value = 'bear-P105' "
-        "and metric = 'accuracy' and estimator = 'base' and answer_space_k = 0"
+        "and metric = 'accuracy' and estimator = 'base' and reduction = 'sum' and answer_space_k = 0"
     ) == ["150"]  # over the dev and test rows
     assert sql(
         "select value from data_quality where relation_id = 'bear-P105' and \"check\" in "

@@ -85,6 +85,55 @@ def test_sql_is_read_only_and_errors_are_clean(tmp_path):
     assert out.returncode == 2 and "no_such_table" in out.stderr
 
 
+def test_sql_named_runs_the_projects_query_and_names_bad_choices(tmp_path):
+    import polars as pl
+
+    from kcal_pipeline.core.storage import partition_path, write_parquet_atomic
+
+    # a metrics table with Base and Margin on the headline selection (test, k 0, scope all), and
+    # one estimator_status and estimates row each, as the estimators query joins them
+    metrics = pl.DataFrame(
+        {
+            "model_id": "m", "estimator": ["base", "base", "margin", "gap"], "reduction": "sum",
+            "split": "test", "answer_space_k": 0, "scope": "all", "scope_value": "all",
+            "metric": ["accuracy", "ace", "accuracy", "auroc"], "value": [0.75, 0.125, 0.75, 0.5], "n": 8,
+        }
+    )  # fmt: skip
+    write_parquet_atomic(metrics, partition_path(tmp_path, "metrics", {"model": "m"}))
+    status = pl.DataFrame(
+        {
+            "model_id": "m",
+            "relation_id": "P36",
+            "estimator": ["base", "margin", "gap"],
+            "family": "f",
+            "status": "ran",
+        }
+    )
+    where = {"model": "m", "relation": "P36"}
+    write_parquet_atomic(status, partition_path(tmp_path, "estimator_status", where))
+    kinds = pl.DataFrame(
+        {"estimator": ["base", "margin", "gap"], "output_kind": ["probability"] * 2 + ["score"]}
+    )
+    write_parquet_atomic(kinds, partition_path(tmp_path, "estimates", where))
+    out = kcal(tmp_path, "sql", "--named", "estimators", "--csv")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == "model_id,family,estimator,reduction,output_kind,instances,accuracy,ace,brier,auroc"
+    assert lines[1:] == [
+        "m,f,base,sum,probability,8,0.75,0.125,,",
+        "m,f,gap,sum,score,8,,,,0.5",
+        "m,f,margin,sum,probability,8,0.75,,,",
+    ]
+    out = kcal(tmp_path, "sql", "--named", "../../etc/passwd")
+    assert (
+        out.returncode == 2
+        and "no query named '../../etc/passwd'" in out.stderr
+        and "estimators" in out.stderr
+    )
+    out = kcal(tmp_path, "sql", "select 1", "--named", "estimators")
+    assert out.returncode == 2 and "not both" in out.stderr
+
+
 def test_demo_flags_are_the_option_fields():
     from assets.cli import build_parser, option_values
     from kcal_pipeline.core.options import ProbeOptions, ScoringOptions

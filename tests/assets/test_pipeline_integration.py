@@ -25,6 +25,9 @@ TABLES = [
     "data_quality",
     "statement_scores",
     "estimates",
+    "option_estimates",
+    "estimator_fits",
+    "estimator_status",
     "metrics",
     "curves",
     "report",
@@ -67,10 +70,18 @@ def test_row_counts_are_consistent(run):
     assert st.height == int(inst["n_options"].sum()) * 3
     assert sc.height == st.height and sc["statement_id"].to_list() == st["statement_id"].to_list()
     assert sc["ll_sum"].is_finite().all() and (sc["ll_sum"] < 0).all()
-    assert est.height == 16 * 3 * 2  # instances × templates × {base, margin}
+    seed_estimators = est.filter(
+        pl.col("estimator").is_in(["base", "margin"]) & (pl.col("reduction") == "sum")
+    )
+    assert seed_estimators.height == 16 * 3 * 2  # instances × templates × {base, margin}, under 'sum'
     assert set(est["split"]) == {"dev", "test"} and est["answer_space_k"].unique().to_list() == [0]
     m = pl.read_parquet(partition_path(home, "metrics", {"model": KEY}))
-    acc = m.filter((pl.col("scope") == "relation") & (pl.col("metric") == "accuracy"))
+    acc = m.filter(
+        (pl.col("scope") == "relation")
+        & (pl.col("metric") == "accuracy")
+        & pl.col("estimator").is_in(["base", "margin"])
+        & (pl.col("reduction") == "sum")
+    )
     # one row per estimator and split, never pooled: the test row counts the test instances
     n_test = int((inst["split"] == "test").sum())
     assert 0 < n_test < 16 and set(acc["scope_value"]) == {"P36"}
@@ -81,17 +92,48 @@ def test_row_counts_are_consistent(run):
     assert (home / "reports" / f"model={KEY}" / "report.html").read_text().count("<svg") >= 2
 
 
+def test_estimation_side_tables_explain_and_complete_the_estimates(run):
+    home, _, _ = run
+    mr = {"model": KEY, "relation": "P36"}
+    est = pl.read_parquet(partition_path(home, "estimates", mr))
+    status = pl.read_parquet(partition_path(home, "estimator_status", mr))
+    # every (estimator, reduction) of the registry has one status row; "ran" ones carry their rows
+    ran = status.filter(pl.col("status") == "ran")
+    counted = est.group_by("estimator", "reduction").len()
+    assert sorted(ran.select("estimator", "reduction", "rows").rows()) == sorted(counted.rows())
+    skipped = dict(status.filter(pl.col("status") == "skipped").select("estimator", "reason").iter_rows())
+    # this run scored neither dropout passes nor masked subjects, nor marker templates
+    assert skipped["dropout_mean"].startswith("no ll_") and "dropout" in skipped["dropout_mean"]
+    assert "masked" in skipped["answer_prior"] and "marker" in skipped["marker_certainly"]
+    assert "vote4_average" in skipped and "vote3_average" not in skipped  # T = 3 templates
+    # the template marginal per option: a distribution over each instance's options
+    options = pl.read_parquet(partition_path(home, "option_estimates", mr))
+    inst = pl.read_parquet(partition_path(home, "probe_instances", {"relation": "P36"}))
+    sums = options.group_by("instance_id", "reduction").agg(pl.col("probability").sum(), pl.len())
+    assert sums.height == 16 * 4 and (sums["probability"] - 1).abs().max() < 1e-12
+    assert sums.join(inst, on="instance_id").filter(pl.col("len") != pl.col("n_options")).is_empty()
+    # recalibration fitted on the dev split: one temperature per (template, reduction) for Base
+    fits = pl.read_parquet(partition_path(home, "estimator_fits", mr))
+    temperature = fits.filter(pl.col("estimator") == "base_temperature")
+    assert temperature.height == 3 * 4 and (temperature["value"] > 0).all()
+    assert (temperature["n_dev"] == int((inst["split"] == "dev").sum())).all()
+
+
 def test_estimates_equal_the_per_row_reference_on_the_real_scores(run):
-    # The cube path against the old per-row functions, on SmolLM2's scores of this run.
-    from tests.estimation.reference import reference_estimates
+    # The cube path against the per-row functions (Base, Margin, entropy under all four
+    # reductions), on SmolLM2's scores of this run.
+    from tests.estimation.reference import REFERENCE_ESTIMATORS, SORT_KEYS, reference_estimates
 
     home, _, _ = run
     mr = {"model": KEY, "relation": "P36"}
     scores = pl.read_parquet(partition_path(home, "statement_scores", mr))
     stored = pl.read_parquet(partition_path(home, "estimates", mr))
+    stored = stored.filter(pl.col("estimator").is_in(list(REFERENCE_ESTIMATORS)))
     instances = pl.read_parquet(partition_path(home, "probe_instances", {"relation": "P36"}))
-    expected = reference_estimates(scores, instances=instances)
-    assert stored.columns == expected.columns and stored.height == expected.height == 16 * 3 * 2
+    columns = ("ll_sum", "ll_mean", "ll_answer_sum", "ll_answer_mean")
+    expected = pl.concat([reference_estimates(scores, c, instances=instances) for c in columns])
+    expected = expected.sort(SORT_KEYS, nulls_last=True)
+    assert stored.columns == expected.columns and stored.height == expected.height == 16 * 3 * 3 * 4
     exact = [c for c in stored.columns if c != "confidence"]
     assert stored.select(exact).equals(expected.select(exact))
     assert (stored["confidence"] - expected["confidence"]).abs().max() <= 1e-12
@@ -116,19 +158,22 @@ def test_duckdb_views_equal_parquet(run):
             ("acc_mean_t", "relation_template_mean", "accuracy"),
             ("instances", "relation", "n"),
         ):
-            by_sql[(named["estimator"], scope, metric)] = named[column]
+            by_sql[(named["estimator"], named["reduction"], scope, metric)] = named[column]
     m = pl.read_parquet(partition_path(home, "metrics", {"model": KEY})).filter(
         (pl.col("split") == "test")
         & (pl.col("answer_space_k") == 0)
         & pl.col("scope").is_in(["relation", "relation_template_mean"])
         & pl.col("metric").is_in(["accuracy", "brier"])
+        & pl.col("estimator").is_in(["base", "margin"])
+        & (pl.col("reduction") == "sum")
     )
     assert len(m) == 2 * 2 * 2  # {base, margin} × {headline, template mean} × {accuracy, brier}
-    for est, scope, metric, value, n in m.select("estimator", "scope", "metric", "value", "n").iter_rows():
-        if (est, scope, metric) in by_sql:
-            assert by_sql[(est, scope, metric)] == pytest.approx(value, abs=1e-12)
+    rows = m.select("estimator", "reduction", "scope", "metric", "value", "n").iter_rows()
+    for est, reduction, scope, metric, value, n in rows:
+        if (est, reduction, scope, metric) in by_sql:
+            assert by_sql[(est, reduction, scope, metric)] == pytest.approx(value, abs=1e-12)
         if scope == "relation":
-            assert by_sql[(est, scope, "n")] == n
+            assert by_sql[(est, reduction, scope, "n")] == n
     # the view holds what kcal_pipeline's headline_estimates selects, row for row
     from kcal_pipeline.estimation.registry import headline_estimates
 

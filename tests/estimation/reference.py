@@ -1,4 +1,4 @@
-"""A slow, obviously-correct reference for Base and Margin, one (instance, template) group at a time.
+"""A slow, obviously-correct reference for Base, Margin and entropy, one (instance, template) group at a time.
 
 Why it exists: the estimators now run vectorised over a padded `[instance, template, option]` cube
 (padding with −inf, argmax over a padded axis, np.partition over padded probabilities, bookkeeping
@@ -11,6 +11,8 @@ vectorised path against it on random partitions. It is for tests only; never mak
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import polars as pl
@@ -65,16 +67,27 @@ def margin(ll: np.ndarray) -> tuple[int, float]:
     return i, float(first - second)
 
 
-REFERENCE_ESTIMATORS = {"base": base, "margin": margin}
+def entropy(ll: np.ndarray) -> tuple[int, float]:
+    """C = 1 − H(p)/log k over the k scored options, 0·log 0 = 0; one option: C = 1 (H = log 1 = 0).
+    Clipped to [0, 1]: rounding can put a uniform distribution's H a hair above log k."""
+    p = [float(q) for q in softmax(ll)]
+    i = int(np.argmax(ll))
+    if len(p) == 1:
+        return i, 1.0
+    h = -sum(q * math.log(q) for q in p if q > 0)
+    return i, min(1.0, max(0.0, 1.0 - h / math.log(len(p))))
+
+
+REFERENCE_ESTIMATORS = {"base": base, "margin": margin, "entropy": entropy}
 
 
 def reference_estimates(
     scores: pl.DataFrame, reduction_column: str = "ll_sum", instances: pl.DataFrame | None = None
 ) -> pl.DataFrame:
-    """Base and Margin rows for every (instance, template) of `scores`, as `compute_estimates` gives
-    them for those two estimators under the reduction that reads `reduction_column`. Split and
-    answer_space_k come from `instances` (probe_instances: split, subsample_k null or absent → 0);
-    without it the split is null and the answer space full (0)."""
+    """Base, Margin and entropy rows for every (instance, template) of `scores`, as
+    `compute_estimates` gives them for those three estimators under the reduction that reads
+    `reduction_column`. Split and answer_space_k come from `instances` (probe_instances: split,
+    subsample_k null or absent → 0); without it the split is null and the answer space full (0)."""
     per_instance: dict[str, tuple[str | None, int]] = {}
     for row in instances.iter_rows(named=True) if instances is not None else ():
         per_instance[str(row["instance_id"])] = (row["split"], row.get("subsample_k") or 0)

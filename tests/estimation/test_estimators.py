@@ -1,7 +1,6 @@
 """Base and Margin on hand-computed examples and against the per-row reference; the registry's
 contract (skipped estimators, instance grain, abstentions, output shapes) and the headline view."""
 
-import dataclasses
 import math
 
 import numpy as np
@@ -77,15 +76,6 @@ def temp_estimators():
     yield add
     for name in added:
         ESTIMATORS.pop(name, None)
-
-
-@pytest.fixture
-def both_reductions(monkeypatch):
-    """Base and Margin run under 'sum' and 'mean' for the duration of a test (registry restored after)."""
-    for name in ("base", "margin"):
-        monkeypatch.setitem(
-            ESTIMATORS, name, dataclasses.replace(ESTIMATORS[name], reductions=("sum", "mean"))
-        )
 
 
 # --- Base and Margin by hand ------------------------------------------------------------------------
@@ -215,13 +205,14 @@ def test_compute_estimates_by_hand():
     assert_frame_equal(compute_estimates([build_cube(scores_frame())], ["base", "margin"]), out)
 
 
-def test_reduction_selects_the_column_and_estimators_the_subset(both_reductions):
+def test_reduction_selects_the_column_and_estimators_the_subset():
     # ll_mean (same row order as scores_frame: i2/2, i1/7, i1/0, i2/1, i1/3) = log [0.5, 0.2, 0.1, 0.5, 0.7]
     # i1 under mean: options 0, 3, 7 → p = [0.1, 0.7, 0.2] → option 3 ('Q12', wrong), Base 0.7
     # i2 under mean: options 1, 2 → p = [0.5, 0.5], a tie → option 1 ('Q20', wrong), Base 0.5
     # under sum as in scores_frame: i1 → option 0 (0.5, correct), i2 → option 1 (0.6, wrong)
+    # (Base also runs under answer_sum and answer_mean; this frame has neither column: skipped)
     df = scores_frame().with_columns(ll_mean=pl.Series(np.log([0.5, 0.2, 0.1, 0.5, 0.7])))
-    out = compute_estimates(build_cube(df), estimators=["base"])
+    out = compute_estimates(build_cube(df), estimators=["base"], log=lambda _: None)
     assert out["estimator"].to_list() == ["base"] * 4
     rows = out.select("instance_id", "reduction", "predicted_index", "predicted_id", "correct").rows()
     assert rows == [
@@ -301,16 +292,26 @@ def random_partition(seed: int) -> pl.DataFrame:
             if len(pair) > 1:
                 pair = [r for r in pair if rng.random() > 0.05] or pair[:1]
             rows += pair
-    frame = pl.DataFrame(rows, schema=[*STATEMENT_COLUMNS, "ll_mean"], orient="row")
+    frame = pl.DataFrame(rows, schema=[*STATEMENT_COLUMNS, "ll_mean"], orient="row").with_columns(
+        # the answer-only reductions, derived without drawing (the draws above stay as they were):
+        # integer (tied) pairs stay tied, continuous ones get other argmaxes than sum and mean
+        ll_answer_sum=pl.col("ll_sum") - pl.col("ll_mean"),
+        ll_answer_mean=0.5 * pl.col("ll_mean") + 0.25 * pl.col("ll_sum"),
+    )
     model, relation = pl.lit(f"m{seed % 3}").alias("model_id"), pl.lit(f"P{seed}").alias("relation_id")
     frame = frame.select(model, relation, *frame.columns)
     return frame.sample(fraction=1.0, shuffle=True, seed=seed)
 
 
+REFERENCE_NAMES = ["base", "margin", "entropy"]
+
+
 def reference(frame):
-    """Reference rows for Base and Margin under both reductions, in compute_estimates' order."""
-    both = pl.concat([reference_estimates(frame, "ll_sum"), reference_estimates(frame, "ll_mean")])
-    return both.sort("model_id", "relation_id", "instance_id", "template_id", "estimator", "reduction")
+    """Reference rows for Base, Margin and entropy under all four reductions, in compute_estimates'
+    order."""
+    columns = ("ll_sum", "ll_mean", "ll_answer_sum", "ll_answer_mean")
+    every = pl.concat([reference_estimates(frame, column) for column in columns])
+    return every.sort("model_id", "relation_id", "instance_id", "template_id", "estimator", "reduction")
 
 
 SEEDS = range(24)
@@ -338,22 +339,22 @@ def test_random_partitions_cover_the_edge_cases():
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-def test_vectorised_estimates_equal_the_reference(seed, both_reductions):
+def test_vectorised_estimates_equal_the_reference(seed):
     frame = random_partition(seed)
-    out = compute_estimates(build_cube(frame), ["base", "margin"])
+    out = compute_estimates(build_cube(frame), REFERENCE_NAMES)
     assert_frame_equal(out, reference(frame), check_exact=False, rel_tol=0, abs_tol=1e-12)
 
 
-def test_several_partitions_at_once_equal_the_reference(both_reductions):
+def test_several_partitions_at_once_equal_the_reference():
     # six partitions: three models share relation P0 … P5 seeds; compute_estimates over all cubes
     frame = pl.concat([random_partition(s) for s in range(6)])
-    out = compute_estimates(partition_cubes(frame), ["base", "margin"])
+    out = compute_estimates(partition_cubes(frame), REFERENCE_NAMES)
     assert out.select("model_id", "relation_id").unique().height == 6
     assert_frame_equal(out, reference(frame), check_exact=False, rel_tol=0, abs_tol=1e-12)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-def test_margin_never_exceeds_base(seed, both_reductions):
+def test_margin_never_exceeds_base(seed):
     # p_[1] − p_[2] ≤ p_[1] since p_[2] ≥ 0; equal only when the runner-up has probability 0
     # (one option). Margin ≥ 0 since p_[1] is the largest.
     out = compute_estimates(build_cube(random_partition(seed)), ["base", "margin"])
@@ -385,22 +386,26 @@ def test_estimator_without_its_score_columns_is_skipped_with_one_log_line(temp_e
     lines = []
     out = compute_estimates(two_relations(), ["base", "needs_dropout"], log=lines.append)
     # one line for both relations, naming the estimator, the reduction and the missing column
-    assert len(lines) == 1
-    assert "needs_dropout (sum)" in lines[0]
-    assert "no ll_sum_dropout scores" in lines[0]
-    assert "P30, P36" in lines[0]
+    # (the others are Base's reductions without their columns, see the next test)
+    [line] = [x for x in lines if "needs_dropout" in x]
+    assert "needs_dropout (sum)" in line
+    assert "no ll_sum_dropout scores" in line
+    assert "P30, P36" in line
     # base still ran: 2 relations × 2 instances × 1 template
     assert out["estimator"].unique().to_list() == ["base"]
     assert out.height == 4
 
 
-def test_estimator_without_its_reduction_column_is_skipped(both_reductions):
-    # Base runs under sum and mean here, but the cubes carry no ll_mean: the mean runs are skipped
+def test_estimator_without_its_reduction_column_is_skipped():
+    # Base runs under all four reductions, but the cubes carry ll_sum only: the other three runs
+    # are skipped, one line per missing column
     lines = []
     out = compute_estimates(two_relations(), ["base"], log=lines.append)
-    assert len(lines) == 1
-    assert "base (mean)" in lines[0]
-    assert "no ll_mean scores" in lines[0]
+    assert len(lines) == 3
+    skipped = [("mean", "ll_mean"), ("answer_sum", "ll_answer_sum"), ("answer_mean", "ll_answer_mean")]
+    for line, (reduction, column) in zip(lines, skipped, strict=True):
+        assert f"base ({reduction})" in line
+        assert f"no {column} scores" in line
     assert out["reduction"].unique().to_list() == ["sum"]
 
 

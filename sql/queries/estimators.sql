@@ -1,0 +1,25 @@
+-- Every estimator that ran, side by side on the headline selection (test split, full answer
+-- spaces, each relation's headline template or the instance-grain answer): instances, accuracy,
+-- ACE (probability-valued estimators only; NULL for scores such as Gap or Token), Brier and
+-- AUROC, with the family and output kind from estimator_status. One row per model, estimator
+-- and reduction, over all relations (scope 'all').
+WITH headline AS (
+    SELECT model_id, estimator, reduction, metric, value, n
+    FROM metrics
+    WHERE split = 'test' AND answer_space_k = 0 AND scope = 'all'
+),
+kinds AS (
+    SELECT DISTINCT s.model_id, s.estimator, s.family, e.output_kind
+    FROM estimator_status AS s
+    JOIN (SELECT DISTINCT estimator, output_kind FROM estimates) AS e USING (estimator)
+)
+SELECT h.model_id, k.family, h.estimator, h.reduction, k.output_kind,
+       max(h.n)                                   AS instances,
+       max(h.value) FILTER (WHERE metric = 'accuracy') AS accuracy,
+       max(h.value) FILTER (WHERE metric = 'ace')      AS ace,
+       max(h.value) FILTER (WHERE metric = 'brier')    AS brier,
+       max(h.value) FILTER (WHERE metric = 'auroc')    AS auroc
+FROM headline AS h
+LEFT JOIN kinds AS k USING (model_id, estimator)
+GROUP BY ALL
+ORDER BY h.model_id, k.family, h.estimator, h.reduction;
