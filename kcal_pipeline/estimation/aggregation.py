@@ -130,7 +130,8 @@ def _needs_paraphrases(n: int) -> Callable[[OptionScoreCube, str], str | None]:
         found = len(cube.paraphrase_templates())
         if found >= n:
             return None
-        return f"needs ≥ {n} paraphrase templates; the cube has {found}" if n > 1 else NO_PARAPHRASES
+        # one text for every vote level, so a run's skipped levels share one log line
+        return f"its vote level is above the cube's {found} paraphrase templates" if n > 1 else NO_PARAPHRASES
 
     return check
 

@@ -47,11 +47,21 @@ NOTE_NO_GOLD = "no dev instance has its gold option scored: identity (temperatur
 # --- the underlying estimators, at a temperature ----------------------------------------------------
 # Each returns (predicted, confidence, rows) as the plain estimator does; `temperature` has the
 # estimate's shape ([I, T] or [I]) or is 1. The prediction never depends on the temperature.
+# Template-grain rows are the paraphrase templates only: recalibration is for the main estimators
+# on the relation's own templates, not for their marker or perturbation variants (whose raw Base
+# is what the marker and consistency studies compare).
+
+
+def _paraphrase_cells(cube: OptionScoreCube) -> np.ndarray:
+    paraphrase = np.zeros(cube.shape[1], dtype=bool)
+    paraphrase[cube.paraphrase_templates()] = True
+    return cube.present & paraphrase
 
 
 def _base(cube: OptionScoreCube, reduction: str, temperature: float | np.ndarray = 1.0):
     ll = cube.ll(reduction)
-    return (*top_option(ll, option_probabilities(ll, np.asarray(temperature)[..., None])), cube.present)
+    p = option_probabilities(ll, np.asarray(temperature)[..., None])
+    return (*top_option(ll, p), _paraphrase_cells(cube))
 
 
 def _margin(cube: OptionScoreCube, reduction: str, temperature: float | np.ndarray = 1.0):
@@ -59,9 +69,9 @@ def _margin(cube: OptionScoreCube, reduction: str, temperature: float | np.ndarr
     p = option_probabilities(ll, np.asarray(temperature)[..., None])
     predicted = ll.argmax(axis=-1)
     if p.shape[-1] == 1:  # one option: no runner-up, Margin = Base = 1
-        return predicted, p[..., 0], cube.present
+        return predicted, p[..., 0], _paraphrase_cells(cube)
     second, first = np.moveaxis(np.partition(p, -2, axis=-1)[..., -2:], -1, 0)
-    return predicted, first - second, cube.present
+    return predicted, first - second, _paraphrase_cells(cube)
 
 
 def _template_marginal(cube: OptionScoreCube, reduction: str, temperature: float | np.ndarray = 1.0):
@@ -193,7 +203,9 @@ def fit_platt(confidence: np.ndarray, correct: np.ndarray) -> tuple[float, float
     n_right = int(correct.sum())
     n_wrong = len(correct) - n_right
     target = np.where(correct, (n_right + 1) / (n_right + 2), 1 / (n_wrong + 2))
-    model = LogisticRegression(C=np.inf, tol=1e-10, max_iter=1000).fit(
+    # Newton–Cholesky: one feature, so each step is exact and a fit takes a few iterations (lbfgs
+    # at this tolerance took ~50 ms per group and dominated the whole estimation stage).
+    model = LogisticRegression(C=np.inf, solver="newton-cholesky", tol=1e-10, max_iter=1000).fit(
         np.concatenate([confidence, confidence])[:, None],
         np.concatenate([np.ones(len(correct)), np.zeros(len(correct))]),
         sample_weight=np.concatenate([target, 1 - target]),

@@ -12,23 +12,10 @@ import math
 
 import polars as pl
 
+from tests.estimation.reference import COLUMNS as ESTIMATE_COLUMNS
+from tests.estimation.reference import SORT_KEYS
+
 TAU_GRID = (0.0, 1e-4, 1e-3, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5)  # written out again on purpose
-ESTIMATE_COLUMNS = {
-    "model_id": pl.String,
-    "relation_id": pl.String,
-    "instance_id": pl.String,
-    "split": pl.String,
-    "answer_space_k": pl.Int32,
-    "template_id": pl.String,
-    "estimator": pl.String,
-    "reduction": pl.String,
-    "grain": pl.String,
-    "output_kind": pl.String,
-    "predicted_index": pl.Int32,
-    "predicted_id": pl.String,
-    "confidence": pl.Float64,
-    "correct": pl.Boolean,
-}
 FIT_COLUMNS = {
     "model_id": pl.String,
     "relation_id": pl.String,
@@ -41,7 +28,6 @@ FIT_COLUMNS = {
     "n_dev": pl.Int64,
     "note": pl.String,
 }
-SORT_KEYS = ("model_id", "relation_id", "instance_id", "template_id", "estimator", "reduction")
 
 
 def question_templates(templates: pl.DataFrame, relation_id: str) -> set[str]:

@@ -127,7 +127,7 @@ def fit_platt(x: list[float], y: list[bool]) -> tuple[float, float]:
     features = [[v] for v in x] + [[v] for v in x]
     labels = [1.0] * len(x) + [0.0] * len(x)
     weights = targets + [1 - t for t in targets]
-    model = LogisticRegression(C=np.inf, tol=1e-10, max_iter=1000).fit(
+    model = LogisticRegression(C=np.inf, solver="newton-cholesky", tol=1e-10, max_iter=1000).fit(
         features, labels, sample_weight=weights
     )
     return float(model.coef_[0][0]), float(model.intercept_[0])
@@ -199,6 +199,8 @@ def reference_recalibration(
 
     units: dict[str, list[Unit]] = {"base": [], "margin": [], "template_marginal": []}
     for (instance_id, template_id), cell in cells.items():
+        if kinds[template_id] not in PARAPHRASE_KINDS:
+            continue  # Base and Margin are recalibrated on the paraphrase templates only
         split, k = meta[instance_id]
         units["base"].append(Unit(instance_id, template_id, k, split, cell, cell.base))
         units["margin"].append(Unit(instance_id, template_id, k, split, cell, cell.margin))

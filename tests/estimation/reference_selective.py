@@ -15,23 +15,8 @@ import math
 
 import polars as pl
 
-COLUMNS = {
-    "model_id": pl.String,
-    "relation_id": pl.String,
-    "instance_id": pl.String,
-    "split": pl.String,
-    "answer_space_k": pl.Int32,
-    "template_id": pl.String,
-    "estimator": pl.String,
-    "reduction": pl.String,
-    "grain": pl.String,
-    "output_kind": pl.String,
-    "predicted_index": pl.Int32,
-    "predicted_id": pl.String,
-    "confidence": pl.Float64,
-    "correct": pl.Boolean,
-}
-SORT_KEYS = ("model_id", "relation_id", "instance_id", "template_id", "estimator", "reduction")
+from tests.estimation.reference import COLUMNS, SORT_KEYS
+
 COLUMN_OF = {
     "sum": "ll_sum",
     "mean": "ll_mean",

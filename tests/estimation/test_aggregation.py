@@ -212,11 +212,11 @@ def test_only_paraphrase_templates_are_aggregated():
     assert got["max_average"]["i1"] == (1, "Q1", pytest.approx(0.5, abs=1e-12), False)
     assert got["min_average"]["i1"] == (0, "Q0", pytest.approx(0.2, abs=1e-12), True)
     assert got["min_consistency"]["i1"] == (0, "Q0", pytest.approx(1 / 3, abs=1e-12), True)
-    # vote4 … vote12 need more paraphrases than the 3 there are: one line per k says so
+    # vote4 … vote12 need more paraphrases than the 3 there are: one line says so for all of them
     assert set(got) == {"vote2_average", "vote2_consistency", "vote3_average", "vote3_consistency", *EXTREMES}
-    [line] = [x for x in lines if "needs ≥ 4 paraphrase templates; the cube has 3" in x]
+    [line] = [x for x in lines if "its vote level is above the cube's 3 paraphrase templates" in x]
     assert "vote4_average (sum)" in line and "vote4_consistency (sum)" in line and "(P1)" in line
-    assert any("needs ≥ 12 paraphrase templates; the cube has 3" in x for x in lines)
+    assert "vote12_consistency (sum)" in line and "vote3_average" not in line
 
 
 def test_without_a_templates_table_every_template_is_aggregated():
@@ -246,7 +246,8 @@ def test_no_paraphrase_templates_skips_every_aggregation_with_its_reason():
         for x in sum_lines
     )
     assert any(
-        "needs ≥ 2 paraphrase templates; the cube has 0" in x and "vote2_average (sum)" in x for x in lines
+        "its vote level is above the cube's 0 paraphrase templates" in x and "vote2_average (sum)" in x
+        for x in lines
     )
 
 

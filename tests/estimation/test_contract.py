@@ -10,7 +10,6 @@ from kcal_pipeline.estimation.registry import (
     ESTIMATORS,
     Estimate,
     compute_estimate_tables,
-    register,
 )
 from kcal_pipeline.reporting.coverage import estimator_coverage
 
@@ -28,20 +27,7 @@ def frame(rows, **extra):
 ROWS = [(i, t, o, f"Q{o}", o == 0, -1.0 - o) for i in ("i1", "i2") for t in ("t0", "t1") for o in (0, 1)]
 
 
-@pytest.fixture
-def temp():
-    added = []
-
-    def add(name, fn, **spec):
-        register(name, label=name, family="test", **spec)(fn)
-        added.append(name)
-
-    yield add
-    for name in added:
-        ESTIMATORS.pop(name, None)
-
-
-def test_rows_mask_keeps_only_the_chosen_cells(temp):
+def test_rows_mask_keeps_only_the_chosen_cells(temp_estimators):
     # template grain: only (i1, t1) and (i2, t0) become rows; instance grain: only i2
     def some_templates(cube, reduction):
         rows = np.array([[False, True], [True, False]])
@@ -50,8 +36,8 @@ def test_rows_mask_keeps_only_the_chosen_cells(temp):
     def some_instances(cube, reduction):
         return Estimate(np.array([0, 1]), np.array([0.9, 0.8]), rows=np.array([False, True]))
 
-    temp("some_templates", some_templates)
-    temp("some_instances", some_instances, grain="instance")
+    temp_estimators("some_templates", some_templates)
+    temp_estimators("some_instances", some_instances, grain="instance")
     out = compute_estimate_tables(build_cube(frame(ROWS)), ["some_templates", "some_instances"]).estimates
     assert out.select("instance_id", "template_id", "estimator", "correct").rows() == [
         ("i1", "t1", "some_templates", True),
@@ -60,18 +46,22 @@ def test_rows_mask_keeps_only_the_chosen_cells(temp):
     ]
 
 
-def test_rows_mask_of_the_wrong_shape_is_named(temp):
-    temp("bad_rows", lambda cube, r: Estimate(np.zeros((2, 2), int), np.zeros((2, 2)), rows=np.ones(2, bool)))
+def test_rows_mask_of_the_wrong_shape_is_named(temp_estimators):
+    temp_estimators(
+        "bad_rows", lambda cube, r: Estimate(np.zeros((2, 2), int), np.zeros((2, 2)), rows=np.ones(2, bool))
+    )
     with pytest.raises(ValueError, match=r"'bad_rows'.*rows \(2,\)"):
         compute_estimate_tables(build_cube(frame(ROWS)), ["bad_rows"])
 
 
-def test_fits_become_rows_with_defaults(temp):
+def test_fits_become_rows_with_defaults(temp_estimators):
     fits = (
         {"parameter": "tau", "value": 0.01, "n_dev": 3},
         {"parameter": "tau", "template_id": "t0", "note": "x"},
     )
-    temp("fitted", lambda cube, r: Estimate(np.zeros(2, int), np.ones(2), fits=fits), grain="instance")
+    temp_estimators(
+        "fitted", lambda cube, r: Estimate(np.zeros(2, int), np.ones(2), fits=fits), grain="instance"
+    )
     out = compute_estimate_tables(build_cube(frame(ROWS)), ["fitted"]).fits
     assert out.rows() == [
         ("m", "P1", "fitted", "sum", None, 0, "tau", 0.01, 3, None),
@@ -79,8 +69,8 @@ def test_fits_become_rows_with_defaults(temp):
     ]
 
 
-def test_a_fit_with_unknown_keys_is_named(temp):
-    temp(
+def test_a_fit_with_unknown_keys_is_named(temp_estimators):
+    temp_estimators(
         "badfit",
         lambda cube, r: Estimate(np.zeros(2, int), np.ones(2), fits=({"alpha": 1},)),
         grain="instance",
@@ -89,9 +79,11 @@ def test_a_fit_with_unknown_keys_is_named(temp):
         compute_estimate_tables(build_cube(frame(ROWS)), ["badfit"])
 
 
-def test_ll_placeholder_names_the_reductions_own_column(temp):
+def test_ll_placeholder_names_the_reductions_own_column(temp_estimators):
     # "{ll}_masked" under 'sum' is ll_sum_masked: absent → skipped naming that column; present → runs
-    temp("masked", lambda cube, r: Estimate(np.zeros((2, 2), int), np.ones((2, 2))), needs=("{ll}_masked",))
+    temp_estimators(
+        "masked", lambda cube, r: Estimate(np.zeros((2, 2), int), np.ones((2, 2))), needs=("{ll}_masked",)
+    )
     assert ESTIMATORS["masked"].columns("sum") == ["ll_sum", "ll_sum_masked"]
     assert ESTIMATORS["masked"].columns("answer_sum") == ["ll_answer_sum", "ll_answer_sum_masked"]
     logged = []
@@ -102,17 +94,17 @@ def test_ll_placeholder_names_the_reductions_own_column(temp):
     assert compute_estimate_tables(build_cube(with_masked), ["masked"]).estimates.height == 4
 
 
-def test_requirement_skips_with_its_reason_and_status_records_everything(temp):
+def test_requirement_skips_with_its_reason_and_status_records_everything(temp_estimators):
     def three(cube, reduction):
         return None if cube.shape[1] >= 3 else f"needs ≥ 3 templates; the cube has {cube.shape[1]}"
 
-    temp(
+    temp_estimators(
         "needs_three",
         lambda cube, r: Estimate(np.zeros(2, int), np.ones(2)),
         grain="instance",
         requires=three,
     )
-    temp("always", lambda cube, r: Estimate(np.zeros(2, int), np.ones(2)), grain="instance")
+    temp_estimators("always", lambda cube, r: Estimate(np.zeros(2, int), np.ones(2)), grain="instance")
     logged = []
     tables = compute_estimate_tables(build_cube(frame(ROWS)), ["needs_three", "always"], log=logged.append)
     assert logged == ["skipped, needs ≥ 3 templates; the cube has 2 (P1): needs_three (sum)"]
@@ -122,9 +114,11 @@ def test_requirement_skips_with_its_reason_and_status_records_everything(temp):
     ]
 
 
-def test_one_log_line_per_reason_names_every_estimator_it_kept_out(temp):
+def test_one_log_line_per_reason_names_every_estimator_it_kept_out(temp_estimators):
     for name in ("a", "b"):
-        temp(name, lambda cube, r: Estimate(np.zeros((2, 2), int), np.ones((2, 2))), needs=("ll_sum_masked",))
+        temp_estimators(
+            name, lambda cube, r: Estimate(np.zeros((2, 2), int), np.ones((2, 2))), needs=("ll_sum_masked",)
+        )
     logged = []
     compute_estimate_tables(build_cube(frame(ROWS)), ["a", "b"], log=logged.append)
     assert logged == ["skipped, no ll_sum_masked scores (P1): a (sum), b (sum)"]

@@ -64,20 +64,6 @@ def run(name, cube, reduction="sum"):
     return ESTIMATORS[name].fn(cube, reduction)
 
 
-@pytest.fixture
-def temp_estimators():
-    """Register test estimators with `register(...)`; they are removed from ESTIMATORS afterwards."""
-    added = []
-
-    def add(name, fn, **spec):
-        register(name, label=name, family="test", **spec)(fn)
-        added.append(name)
-
-    yield add
-    for name in added:
-        ESTIMATORS.pop(name, None)
-
-
 # --- Base and Margin by hand ------------------------------------------------------------------------
 
 

@@ -221,7 +221,7 @@ def test_platt_and_isotonic_equal_sklearn_called_directly():
     x, y = dev["confidence"].to_numpy(), dev["correct"].to_numpy()
     n_right, n_wrong = int(y.sum()), int((~y).sum())
     target = np.where(y, (n_right + 1) / (n_right + 2), 1 / (n_wrong + 2))
-    platt = LogisticRegression(C=np.inf, tol=1e-10, max_iter=1000).fit(
+    platt = LogisticRegression(C=np.inf, solver="newton-cholesky", tol=1e-10, max_iter=1000).fit(
         np.r_[x, x][:, None],
         np.r_[np.ones(len(x)), np.zeros(len(x))],
         sample_weight=np.r_[target, 1 - target],
@@ -282,7 +282,8 @@ def test_no_dev_instances_is_a_skip_reason():
 
 
 def test_one_fit_per_template_and_answer_space():
-    # Templates t0 (curated) and m0 (a marker variant: Base runs on it, the marginal ignores it);
+    # Templates t0 and t9 (curated) and m0 (a marker variant: Base runs on it, recalibration and the
+    # marginal ignore it);
     # answer spaces 0 (d1, d2 dev; t1 test) and 2 (the #k2 copies: d1#k2 dev, t1#k2 test; no copy of d2).
     # d1 is right (by a margin of 1) and d2 wrong everywhere, by 0.5 on t0 and by 2 on m0: each NLL
     # has its own interior minimum, so each (template, k) group gets its own T. (A gold belongs to
@@ -291,7 +292,10 @@ def test_one_fit_per_template_and_answer_space():
         rows_of("d1", "t0", [0, -1], 0) + rows_of("d2", "t0", [0, -0.5], 1) + rows_of("t1", "t0", [0, -2], 0)
     )
     rows += (
-        rows_of("d1", "m0", [0, -1], 0) + rows_of("d2", "m0", [0, -2], 1) + rows_of("t1", "m0", [0, -2], 0)
+        rows_of("d1", "t9", [0, -1], 0) + rows_of("d2", "t9", [0, -2], 1) + rows_of("t1", "t9", [0, -2], 0)
+    )
+    rows += (
+        rows_of("d1", "m0", [0, -3], 0) + rows_of("d2", "m0", [0, -3], 1) + rows_of("t1", "m0", [0, -3], 0)
     )
     rows += rows_of("d1#k2", "t0", [0, -1], 0) + rows_of("t1#k2", "t0", [0, -2], 0)
     rows += rows_of("x#k3", "t0", [0, -2], 0)  # an answer space with no dev row at all
@@ -301,41 +305,40 @@ def test_one_fit_per_template_and_answer_space():
         rows,
         split,
         ["base_temperature", "template_marginal_temperature"],
-        tmpl=templates(("t0",), ("m0",)),
+        tmpl=templates(("t0", "t9"), ("m0",)),
         k=k,
     )
     assert out.fits.columns == list(FITS_SCHEMA)
     keys = out.fits.select("estimator", "template_id", "answer_space_k", "n_dev", "note").rows()
     no_dev = "no dev-split instances in this group: no rows"
     assert keys == [
-        ("base_temperature", "m0", 0, 2, None),
         ("base_temperature", "t0", 0, 2, None),
         ("base_temperature", "t0", 2, 1, None),
         ("base_temperature", "t0", 3, 0, no_dev),
+        ("base_temperature", "t9", 0, 2, None),
         ("template_marginal_temperature", None, 0, 2, None),
         ("template_marginal_temperature", None, 2, 1, None),
         ("template_marginal_temperature", None, 3, 0, no_dev),
     ]
     values = out.fits["value"].to_list()
-    assert len({round(v, 6) for v in values[:3]}) == 3  # three groups, three temperatures
-    assert values[3] is None and values[6] is None
-    assert values[4] == pytest.approx(
-        values[1], rel=1e-9
-    )  # the marginal of one curated template is Base on it
+    assert len({round(v, 6) for v in (values[0], values[1], values[3])}) == 3  # three groups, three T
+    assert values[2] is None and values[6] is None
+    # the k = 2 copies have t0 only: their marginal is Base on t0
+    assert values[5] == pytest.approx(values[1], rel=1e-9)
     # the k = 2 group: d1#k2 alone, gold on top → T at the lower bound 0.05
-    assert values[2] == pytest.approx(0.05, rel=1e-4)
+    assert values[1] == pytest.approx(0.05, rel=1e-4)
     # rows: every (instance, template) of a fitted group; x#k3 has none
     base = out.estimates.filter(pl.col("estimator") == "base_temperature")
     assert base.select("instance_id", "template_id").rows() == [
-        ("d1", "m0"),
         ("d1", "t0"),
+        ("d1", "t9"),
         ("d1#k2", "t0"),
-        ("d2", "m0"),
         ("d2", "t0"),
-        ("t1", "m0"),
+        ("d2", "t9"),
         ("t1", "t0"),
+        ("t1", "t9"),
         ("t1#k2", "t0"),
-    ]
+    ]  # never the marker variant m0
     assert out.fits.select("model_id", "relation_id", "reduction").unique().rows() == [("m", RELATION, "sum")]
 
 
