@@ -24,10 +24,12 @@ leaves a row in estimator_fits saying which it was.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.linalg import LinAlgWarning
 from scipy.optimize import minimize_scalar
 from scipy.special import expit
 
@@ -205,11 +207,13 @@ def fit_platt(confidence: np.ndarray, correct: np.ndarray) -> tuple[float, float
     target = np.where(correct, (n_right + 1) / (n_right + 2), 1 / (n_wrong + 2))
     # Newton–Cholesky: one feature, so each step is exact and a fit takes a few iterations (lbfgs
     # at this tolerance took ~50 ms per group and dominated the whole estimation stage).
-    model = LogisticRegression(C=np.inf, solver="newton-cholesky", tol=1e-10, max_iter=1000).fit(
-        np.concatenate([confidence, confidence])[:, None],
-        np.concatenate([np.ones(len(correct)), np.zeros(len(correct))]),
-        sample_weight=np.concatenate([target, 1 - target]),
-    )
+    with warnings.catch_warnings():  # an ill-conditioned Hessian makes sklearn finish with lbfgs: fine
+        warnings.simplefilter("ignore", LinAlgWarning)
+        model = LogisticRegression(C=np.inf, solver="newton-cholesky", tol=1e-10, max_iter=1000).fit(
+            np.concatenate([confidence, confidence])[:, None],
+            np.concatenate([np.ones(len(correct)), np.zeros(len(correct))]),
+            sample_weight=np.concatenate([target, 1 - target]),
+        )
     return float(model.coef_[0, 0]), float(model.intercept_[0])
 
 

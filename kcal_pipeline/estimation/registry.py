@@ -178,38 +178,86 @@ def _check_shapes(spec: EstimatorSpec, out: Estimate, expected: tuple[int, ...])
         raise ValueError(f"estimator {spec.name!r}: expected arrays of shape {expected}, got {shapes}")
 
 
-def _rows(cube: OptionScoreCube, spec: EstimatorSpec, reduction: str, out: Estimate) -> pl.DataFrame:
-    """The estimate rows of one (estimator, reduction): flat arrays, no per-row Python."""
+@dataclass(frozen=True)
+class _Part:
+    """The rows of one (estimator, reduction) on one cube, as index arrays: instance `ii`, template
+    `tt` (−1 for instance grain), predicted option and confidence."""
+
+    label: tuple[str, str, str, str]  # estimator, reduction, grain, output_kind
+    ii: np.ndarray
+    tt: np.ndarray
+    predicted: np.ndarray
+    confidence: np.ndarray
+
+
+def _part(cube: OptionScoreCube, spec: EstimatorSpec, reduction: str, out: Estimate) -> _Part:
+    """The cells of `out` that become rows: flat arrays, no per-row Python."""
     n_i, n_t, _ = cube.shape
     expected = (n_i, n_t) if spec.grain == "template" else (n_i,)
     _check_shapes(spec, out, expected)
     if spec.grain == "template":
         keep = cube.present if out.rows is None else out.rows & cube.present
         ii, tt = np.nonzero(keep)
-        template_ids = cube.template_ids[tt].tolist()
         predicted, confidence = out.predicted[ii, tt], out.confidence[ii, tt]
     else:
         ii = np.arange(n_i) if out.rows is None else np.flatnonzero(out.rows)
-        template_ids = [None] * len(ii)
+        tt = np.full(len(ii), -1)
         predicted, confidence = out.predicted[ii], out.confidence[ii]
+    label = (spec.name, reduction, spec.grain, spec.output_kind)
+    return _Part(label, ii, tt, np.asarray(predicted), np.asarray(confidence, dtype=np.float64))
+
+
+def _strings(values, index: np.ndarray) -> pl.Series:
+    """values[index] as a string Series; index −1 gives null (gathered by polars, not Python)."""
+    table = pl.Series(values=[*values, None], dtype=pl.String)
+    return table.gather(np.where(index >= 0, index, len(values)))
+
+
+def _cube_frame(cube: OptionScoreCube, parts: list[_Part]) -> pl.DataFrame:
+    """All rows of one cube in SORT_KEYS order, built once: the sort runs on integer codes (the
+    cube's instance and template axes are already sorted; a null template sorts last), so the
+    strings are gathered once instead of being made per estimator and sorted as text."""
+    labels = [p.label for p in parts]
+    label = np.repeat(np.arange(len(parts)), [len(p.ii) for p in parts])
+    ii, tt = np.concatenate([p.ii for p in parts]), np.concatenate([p.tt for p in parts])
+    predicted = np.concatenate([p.predicted for p in parts]).astype(np.int64)
+    confidence = np.concatenate([p.confidence for p in parts])
+    by_label = np.array(sorted(range(len(labels)), key=lambda k: labels[k][:2]))
+    label_rank = np.empty(len(labels), dtype=np.int64)
+    label_rank[by_label] = np.arange(len(labels))
+    order = np.lexsort((label_rank[label], np.where(tt >= 0, tt, cube.shape[1]), ii))
+    label, ii, tt, predicted, confidence = (
+        label[order],
+        ii[order],
+        tt[order],
+        predicted[order],
+        confidence[order],
+    )
     answered = predicted != NO_ANSWER
     safe = np.where(answered, predicted, 0)
+    n_options = cube.shape[2]
     n = len(ii)
     return pl.DataFrame(
         {
-            "model_id": np.full(n, cube.model_id, dtype=object),
-            "relation_id": np.full(n, cube.relation_id, dtype=object),
-            "instance_id": cube.instance_ids[ii],
-            "split": cube.split[ii].tolist(),
+            "model_id": pl.Series(values=[cube.model_id], dtype=pl.String).gather(
+                np.zeros(n, dtype=np.int64)
+            ),
+            "relation_id": pl.Series(values=[cube.relation_id], dtype=pl.String).gather(
+                np.zeros(n, dtype=np.int64)
+            ),
+            "instance_id": _strings(cube.instance_ids.tolist(), ii),
+            "split": _strings(cube.split.tolist(), ii),
             "answer_space_k": cube.answer_space_k[ii],
-            "template_id": template_ids,
-            "estimator": np.full(n, spec.name, dtype=object),
-            "reduction": np.full(n, reduction, dtype=object),
-            "grain": np.full(n, spec.grain, dtype=object),
-            "output_kind": np.full(n, spec.output_kind, dtype=object),
+            "template_id": _strings(cube.template_ids.tolist(), tt),
+            "estimator": _strings([lab[0] for lab in labels], label),
+            "reduction": _strings([lab[1] for lab in labels], label),
+            "grain": _strings([lab[2] for lab in labels], label),
+            "output_kind": _strings([lab[3] for lab in labels], label),
             "predicted_index": np.where(answered, predicted, -1).astype(np.int32),
-            "predicted_id": np.where(answered, cube.option_ids[ii, safe], None).tolist(),
-            "confidence": np.where(answered, confidence, 0.0).astype(np.float64),
+            "predicted_id": _strings(
+                cube.option_ids.ravel().tolist(), np.where(answered, ii * n_options + safe, -1)
+            ),
+            "confidence": np.where(answered, confidence, 0.0),
             "correct": answered & cube.gold[ii, safe],
         },
         schema=OUTPUT_SCHEMA,
@@ -289,7 +337,8 @@ def compute_estimate_tables(
     specs = _resolve(estimators)
     cubes = [cubes] if isinstance(cubes, OptionScoreCube) else list(cubes)
     frames, fits, status, skipped = [], [], [], {}
-    for cube in cubes:
+    for cube in sorted(cubes, key=lambda c: (c.model_id, c.relation_id)):
+        parts = []
         for spec in specs:
             for reduction in spec.reductions:
                 where = (cube.model_id, cube.relation_id, spec.name, spec.family, reduction)
@@ -301,15 +350,16 @@ def compute_estimate_tables(
                     status.append((*where, "skipped", 0, reason))
                     continue
                 out = spec.fn(cube, reduction)
-                frames.append(_rows(cube, spec, reduction, out))
+                parts.append(_part(cube, spec, reduction, out))
                 fits += _fit_rows(cube, spec, reduction, out)
-                status.append((*where, "ran", frames[-1].height, None))
+                status.append((*where, "ran", len(parts[-1].ii), None))
+        if parts:
+            frames.append(_cube_frame(cube, parts))
     for reason, names in skipped.items():
         relations = sorted(set().union(*names.values()))
         log(f"skipped, {reason} ({', '.join(relations)}): {', '.join(names)}")
-    estimates = (
-        pl.concat(frames).sort(SORT_KEYS, nulls_last=True) if frames else pl.DataFrame(schema=OUTPUT_SCHEMA)
-    )
+    # each cube's frame is in SORT_KEYS order and the cubes are taken in (model, relation) order
+    estimates = pl.concat(frames) if frames else pl.DataFrame(schema=OUTPUT_SCHEMA)
     return EstimateTables(
         estimates,
         pl.DataFrame(fits, schema=FITS_SCHEMA),

@@ -28,11 +28,15 @@ def estimator_coverage(status: pl.DataFrame) -> list[str]:
         + ", ".join(f"{family} {n}" for family, n in per_family)
         + ")"
     ]
-    skipped = status.filter(pl.col("status") == "skipped").with_columns(
-        pl.col("estimator").is_in(sorted(ran_names)).alias("ran_elsewhere")
+    skipped = (
+        status.filter(pl.col("status") == "skipped")
+        .group_by("estimator")
+        .agg(pl.col("reason").unique().sort().str.join("; "), pl.col("relation_id").unique().sort())
+        .with_columns(pl.col("estimator").is_in(sorted(ran_names)).alias("ran_elsewhere"))
     )
     by_reason = (
-        skipped.group_by("ran_elsewhere", "reason")
+        skipped.explode("relation_id")
+        .group_by("ran_elsewhere", "reason")
         .agg(pl.col("estimator").unique().sort(), pl.col("relation_id").unique().sort())
         .sort("ran_elsewhere", "reason")
     )

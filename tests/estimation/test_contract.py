@@ -157,6 +157,7 @@ def test_coverage_lines_count_families_and_explain_skips():
             ("m", "P1", "dropout_mean", "selective", "sum", "ran", 5, None),
             ("m", "P2", "dropout_mean", "selective", "sum", "skipped", 0, "no ll_sum_dropout scores"),
             ("m", "P1", "answer_prior", "null", "sum", "skipped", 0, "no ll_sum_masked scores"),
+            ("m", "P1", "answer_prior", "null", "answer_sum", "skipped", 0, "no ll_answer_sum_masked scores"),
             ("m", "P2", "answer_prior", "null", "sum", "skipped", 0, "no ll_sum_masked scores"),
         ],
         schema=["model_id", "relation_id", "estimator", "family", "reduction", "status", "rows", "reason"],
@@ -164,6 +165,6 @@ def test_coverage_lines_count_families_and_explain_skips():
     )
     assert estimator_coverage(status) == [
         "estimators: 3 of 4 ran (aggregation 1, selective 1, single 1)",
-        "  not run, no ll_sum_masked scores (P1, P2): answer_prior",
+        "  not run, no ll_answer_sum_masked scores; no ll_sum_masked scores (P1, P2): answer_prior",
         "  skipped on some relations, no ll_sum_dropout scores (P2): dropout_mean",
     ]
