@@ -138,7 +138,8 @@ def test_a_broken_model_fails_its_own_partitions_and_the_others_complete(tmp_pat
         "not run: the model failed to load (see its first failure)",
     ], failed
     assert failed[0].startswith(
-        "kcal: failed: statement_scores, estimates [model lab--broken, relation P36]: ModelLoadError: "
+        "kcal: failed: statement_scores, estimates, option_estimates, estimator_fits, estimator_status "
+        "[model lab--broken, relation P36]: ModelLoadError: "
     )
     assert str(broken) in failed[0] and "config" in failed[0]
     good = DEFAULT_MODEL.key

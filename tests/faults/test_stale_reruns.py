@@ -55,7 +55,8 @@ def test_a_changed_probe_setting_reruns_exactly_what_it_affects(store):
     assert materialized(summary) == {
         ("probe_instances", relation), ("statements", relation), ("data_quality", "-"),
         ("statement_scores", f"{model}|{relation}"), ("estimates", f"{model}|{relation}"),
-        ("metrics", model), ("curves", model), ("report", model),
+        ("option_estimates", f"{model}|{relation}"), ("estimator_fits", f"{model}|{relation}"),
+        ("estimator_status", f"{model}|{relation}"), ("metrics", model), ("curves", model), ("report", model),
     }  # fmt: skip
     inst = pl.read_parquet(partition_path(home, "probe_instances", {"relation": "P36"}))
     statements = pl.read_parquet(partition_path(home, "statements", {"relation": "P36"}))
@@ -76,6 +77,9 @@ def test_a_changed_template_kind_keeps_the_instances_and_a_scoring_setting_keeps
     assert {a for a, _ in summary.materialized} == {
         "statement_scores",
         "estimates",
+        "option_estimates",
+        "estimator_fits",
+        "estimator_status",
         "metrics",
         "curves",
         "report",
