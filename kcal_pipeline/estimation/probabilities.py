@@ -29,6 +29,14 @@ def top_option(ll: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return predicted, np.take_along_axis(p, predicted[..., None], axis=-1)[..., 0]
 
 
+def top_two_gap(p: np.ndarray) -> np.ndarray:
+    """p_[1] − p_[2] over the last axis (Margin); with one option the runner-up is 0, so = p."""
+    if p.shape[-1] == 1:
+        return p[..., 0]
+    second, first = np.moveaxis(np.partition(p, -2, axis=-1)[..., -2:], -1, 0)
+    return first - second
+
+
 def template_marginal(
     cube: OptionScoreCube, reduction: str, temperature: float | np.ndarray = 1.0
 ) -> tuple[np.ndarray, np.ndarray]:

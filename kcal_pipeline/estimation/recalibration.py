@@ -34,7 +34,12 @@ from scipy.optimize import minimize_scalar
 from scipy.special import expit
 
 from kcal_pipeline.estimation.cube import ALL_REDUCTIONS, OptionScoreCube
-from kcal_pipeline.estimation.probabilities import option_probabilities, template_marginal, top_option
+from kcal_pipeline.estimation.probabilities import (
+    option_probabilities,
+    template_marginal,
+    top_option,
+    top_two_gap,
+)
 from kcal_pipeline.estimation.registry import Estimate, Grain, register
 
 FAMILY = "recalibration"
@@ -69,11 +74,7 @@ def _base(cube: OptionScoreCube, reduction: str, temperature: float | np.ndarray
 def _margin(cube: OptionScoreCube, reduction: str, temperature: float | np.ndarray = 1.0):
     ll = cube.ll(reduction)
     p = option_probabilities(ll, np.asarray(temperature)[..., None])
-    predicted = ll.argmax(axis=-1)
-    if p.shape[-1] == 1:  # one option: no runner-up, Margin = Base = 1
-        return predicted, p[..., 0], _paraphrase_cells(cube)
-    second, first = np.moveaxis(np.partition(p, -2, axis=-1)[..., -2:], -1, 0)
-    return predicted, first - second, _paraphrase_cells(cube)
+    return ll.argmax(axis=-1), top_two_gap(p), _paraphrase_cells(cube)
 
 
 def _template_marginal(cube: OptionScoreCube, reduction: str, temperature: float | np.ndarray = 1.0):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from kcal_pipeline.estimation.cube import ALL_REDUCTIONS, OptionScoreCube
-from kcal_pipeline.estimation.probabilities import option_probabilities, top_option
+from kcal_pipeline.estimation.probabilities import option_probabilities, top_option, top_two_gap
 from kcal_pipeline.estimation.registry import Estimate, register
 
 SEED_PAPERS = "Kissling et al.; Tinner 2024"
@@ -44,11 +44,7 @@ def margin(cube: OptionScoreCube, reduction: str) -> Estimate:
     """C = p_[1] − p_[2]; with one option the runner-up is a padded 0, so Margin = Base (= 1)."""
     ll = cube.ll(reduction)
     p = option_probabilities(ll)
-    predicted, _ = top_option(ll, p)
-    if p.shape[-1] == 1:
-        return Estimate(predicted, p[..., 0])
-    second, first = np.moveaxis(np.partition(p, -2, axis=-1)[..., -2:], -1, 0)
-    return Estimate(predicted, first - second)
+    return Estimate(ll.argmax(axis=-1), top_two_gap(p))
 
 
 @register(
