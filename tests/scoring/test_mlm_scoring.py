@@ -205,7 +205,10 @@ def test_scores_do_not_depend_on_batch_size_or_order(loaded, batched):
                 np.testing.assert_allclose(
                     row["token_logprobs"], expected[i]["token_logprobs"], atol=1e-5, rtol=0
                 )
-                assert abs(row["ll_sum"] - expected[i]["ll_sum"]) < 1e-5
+                # float32 kernels round differently per batch shape: each token may move by
+                # up to 1e-5, so the sum by up to that per token (a real batching bug moves it by >1e-2)
+                tolerance = 1e-5 * len(row["token_roles"])
+                assert abs(row["ll_sum"] - expected[i]["ll_sum"]) < tolerance
 
 
 def forward_sizes(model):
