@@ -797,19 +797,33 @@ def pd_multi_answer(data: PandasInput) -> list[Row]:
     return rows
 
 
-def _fit_temperature(log_gold_mass: Callable[[float], list[float]]) -> float:
-    """T minimising the mean dev NLL −log Σ_{g∈G} p_T(g), searched over log T ∈ [log 0.05, log 20];
-    1 when no dev instance has a gold option scored (an empty list)."""
+def _fit_temperature(log_gold_mass: Callable[[float], list[float]], informative: bool) -> float:
+    """T minimising the mean dev NLL −log Σ_{g∈G} p_T(g) over log T ∈ [log 0.05, log 20]: the NLL on
+    13 evenly spaced points, then scipy's bounded Brent search (to 1e-12) between the best point's
+    neighbours, the bound itself where the best point is a bound and no worse (of equal grid values
+    the smallest T). 1 when no dev instance has a gold option scored (an empty list) or no usable
+    one is informative (the NLL does not depend on T)."""
     from scipy.optimize import minimize_scalar
 
-    if not log_gold_mass(1.0):
+    if not log_gold_mass(1.0) or not informative:
         return 1.0
-    result = minimize_scalar(
-        lambda log_t: -float(np.mean(log_gold_mass(math.exp(log_t)))),
-        bounds=(math.log(0.05), math.log(20.0)),
-        method="bounded",
-    )
-    return math.exp(result.x)
+
+    def nll(log_t: float) -> float:
+        return -float(np.mean(log_gold_mass(math.exp(log_t))))
+
+    grid = np.linspace(math.log(0.05), math.log(20.0), 13)
+    values = [nll(g) for g in grid]
+    best = int(np.argmin(values))
+    bracket = (grid[max(best - 1, 0)], grid[min(best + 1, 12)])
+    found = minimize_scalar(nll, bounds=bracket, method="bounded", options={"xatol": 1e-12}).x
+    if best in (0, 12) and values[best] <= nll(found):
+        found = grid[best]
+    return math.exp(found)
+
+
+def _informative(ll: np.ndarray, gold: np.ndarray) -> bool:
+    """Whether one template's gold mass can depend on T: a gold option, a wrong one, two different scores."""
+    return bool(gold.any() and not gold.all() and ll.max() > ll.min())
 
 
 def _calibrator(
@@ -829,6 +843,9 @@ def _calibrator(
     if method == "platt":
         n_right = int(y_dev.sum())
         target = np.where(y_dev, (n_right + 1) / (n_right + 2), 1 / (len(y_dev) - n_right + 2))
+        if len(set(x_dev.tolist())) == 1:  # slope not identified: 0, and σ(intercept) = mean target
+            intercept = math.log(target.mean() / (1 - target.mean()))
+            return lambda x: np.full(len(x), 1 / (1 + math.exp(-intercept)))
         model = LogisticRegression(C=np.inf, solver="newton-cholesky", tol=1e-10, max_iter=1000).fit(
             np.concatenate([x_dev, x_dev]).reshape(-1, 1),
             np.concatenate([np.ones(len(y_dev)), np.zeros(len(y_dev))]),
@@ -846,11 +863,12 @@ def _recalibrated(
     dev: np.ndarray,
     scaled: Callable[[float], np.ndarray],
     log_gold_mass: Callable[[float], list[float]],
+    informative: bool,
 ) -> np.ndarray | None:
     """One group's recalibrated confidences (None: the group gets no rows). `scaled(T)`: the
     estimator on softmax(ll/T); `log_gold_mass(T)`: log Σ_g p_T(g) of the usable dev instances."""
     if method == "temperature":
-        return scaled(_fit_temperature(log_gold_mass)) if dev.any() else None
+        return scaled(_fit_temperature(log_gold_mass, informative)) if dev.any() else None
     fitted = _calibrator(method, raw[dev], correct[dev])
     return None if fitted is None else fitted(raw)
 
@@ -899,7 +917,8 @@ def _recalibrate_templates(estimator, method, red, part, cells, info) -> Iterabl
             def log_gold_mass(temperature, usable=usable):
                 return [_log_mass(ll, g, temperature) for ll, g in usable]
 
-            confidence = _recalibrated(method, raw, correct, dev, scaled, log_gold_mass)
+            informative = any(_informative(ll, g) for ll, g in usable)
+            confidence = _recalibrated(method, raw, correct, dev, scaled, log_gold_mass, informative)
             if confidence is None:
                 continue
             for (i, c), k, conf in zip(group, picks, confidence, strict=True):
@@ -951,7 +970,8 @@ def _recalibrate_marginal(method, red, part, cells, info) -> Iterable[tuple]:
                 out.append(logsumexp(np.concatenate(logs)) - math.log(len(templates)))
             return out
 
-        confidence = _recalibrated(method, raw, correct, dev, scaled, log_gold_mass)
+        informative = any(_informative(ll[red], g) for ts in usable for _, g, ll in ts)
+        confidence = _recalibrated(method, raw, correct, dev, scaled, log_gold_mass, informative)
         if confidence is None:
             continue
         for i, o, conf in zip(group, picks, confidence, strict=True):

@@ -23,17 +23,15 @@ leaves a row in estimator_fits saying which it was.
 
 from __future__ import annotations
 
-import math
-import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
-from scipy.linalg import LinAlgWarning
-from scipy.optimize import minimize_scalar
 from scipy.special import expit
 
 from kcal_pipeline.estimation.cube import ALL_REDUCTIONS, OptionScoreCube
+from kcal_pipeline.estimation.fitting import GoldMassRows, fit_isotonic, fit_platt, fit_temperatures
 from kcal_pipeline.estimation.probabilities import (
     option_probabilities,
     template_marginal,
@@ -43,12 +41,14 @@ from kcal_pipeline.estimation.probabilities import (
 from kcal_pipeline.estimation.registry import Estimate, Grain, register
 
 FAMILY = "recalibration"
-TEMPERATURE_BOUNDS = (0.05, 20.0)
 NO_DEV = "no dev-split instances to fit on"
 NOTE_NO_DEV = "no dev-split instances in this group: no rows"
 NOTE_ONE_CLASS = "one class on dev: identity"
 NOTE_TOO_FEW = "fewer than 2 dev instances: no rows"
 NOTE_NO_GOLD = "no dev instance has its gold option scored: identity (temperature 1)"
+NOTE_FLAT = (
+    "the dev NLL does not depend on T (no dev instance has a wrong option scored apart): temperature 1"
+)
 
 
 # --- the underlying estimators, at a temperature ----------------------------------------------------
@@ -89,48 +89,26 @@ def _template_marginal(cube: OptionScoreCube, reduction: str, temperature: float
     return predicted, scaled[np.arange(len(predicted)), predicted], present
 
 
-# --- log Σ_{g∈G} p_T(g) of the dev rows, for the temperature fit --------------------------------------
-# In log space, so that a gold option far below the top does not underflow to −log 0 at small T.
+# --- the temperature fit's dev rows ------------------------------------------------------------------
 # Only rows with a scored gold option count: the others add +inf at every T and carry no signal.
-# Each returns (T ↦ per-row log mass, the number of rows it covers).
 
 
-def _log_sum_exp(x: np.ndarray, axis: int | tuple[int, ...]) -> np.ndarray:
-    """log Σ exp(x) over `axis`, shifted by the max; −inf where every term is −inf. (scipy's
-    logsumexp gives the same numbers, at several times the cost per call of the T search.)"""
-    top = np.max(x, axis=axis, keepdims=True)
-    top = np.where(np.isfinite(top), top, 0.0)
-    with np.errstate(divide="ignore"):
-        return np.log(np.exp(x - top).sum(axis=axis)) + np.squeeze(top, axis=axis)
+def _gold_mass_single(cube: OptionScoreCube, reduction: str, cells: tuple) -> GoldMassRows:
+    instances, templates = cells
+    ll = cube.ll(reduction)[instances, templates, :][:, None, :]
+    gold = (cube.gold[instances] & cube.valid[instances, templates, :])[:, None, :]
+    return GoldMassRows(ll, gold, np.zeros(len(instances)), np.empty(0, dtype=np.intp))
 
 
-def _log_gold_mass_single(cube: OptionScoreCube, reduction: str, instances: np.ndarray, template: int):
-    gold = cube.gold[instances] & cube.valid[instances, template, :]
-    usable = gold.any(axis=-1)
-    ll, gold = cube.ll(reduction)[instances[usable], template, :], gold[usable]
-
-    def log_mass(temperature: float) -> np.ndarray:
-        scaled = ll / temperature
-        return _log_sum_exp(np.where(gold, scaled, -np.inf), -1) - _log_sum_exp(scaled, -1)
-
-    return log_mass, int(usable.sum())
-
-
-def _log_gold_mass_marginal(cube: OptionScoreCube, reduction: str, instances: np.ndarray, template: None):
+def _gold_mass_marginal(cube: OptionScoreCube, reduction: str, cells: tuple) -> GoldMassRows:
+    (instances,) = cells
     templates = cube.paraphrase_templates()
     present = cube.present[instances][:, templates]
+    ll = np.where(present[..., None], cube.ll(reduction)[instances][:, templates, :], -np.inf)
     gold = cube.gold[instances][:, None, :] & cube.valid[instances][:, templates, :] & present[..., None]
-    usable = gold.any(axis=(1, 2))
-    ll, gold = cube.ll(reduction)[instances[usable]][:, templates, :], gold[usable]
-    log_count = np.log(present[usable].sum(axis=1))
-
-    def log_mass(temperature: float) -> np.ndarray:
-        scaled = ll / temperature
-        with np.errstate(invalid="ignore"):  # absent templates: −inf − (−inf), masked below
-            log_p = scaled - _log_sum_exp(scaled, -1)[..., None]
-        return _log_sum_exp(np.where(gold, log_p, -np.inf), (1, 2)) - log_count
-
-    return log_mass, int(usable.sum())
+    with np.errstate(divide="ignore"):  # rows without templates are not usable: dropped
+        log_count = np.log(present.sum(axis=1))
+    return GoldMassRows(ll, gold, log_count, np.empty(0, dtype=np.intp))
 
 
 @dataclass(frozen=True)
@@ -139,14 +117,14 @@ class _Underlying:
     label: str
     grain: Grain
     estimate: Callable
-    log_gold_mass: Callable
+    gold_mass_rows: Callable
 
 
 UNDERLYING = (
-    _Underlying("base", "Base", "template", _base, _log_gold_mass_single),
-    _Underlying("margin", "Margin", "template", _margin, _log_gold_mass_single),
+    _Underlying("base", "Base", "template", _base, _gold_mass_single),
+    _Underlying("margin", "Margin", "template", _margin, _gold_mass_single),
     _Underlying(
-        "template_marginal", "Template marginal", "instance", _template_marginal, _log_gold_mass_marginal
+        "template_marginal", "Template marginal", "instance", _template_marginal, _gold_mass_marginal
     ),
 )
 
@@ -155,90 +133,86 @@ UNDERLYING = (
 
 
 @dataclass(frozen=True)
-class _Group:
-    template: int | None  # template grain: its index on the cube's template axis
-    answer_space_k: int
-    instances: np.ndarray  # the instances with a row in this group, ascending
-    dev: np.ndarray  # those of the dev split
+class _Groups:
+    """The estimate's cells with a row, each with its group: (template, answer_space_k) at template
+    grain, answer_space_k at instance grain; groups ordered by template, then k."""
 
-    def cells(self, instances: np.ndarray) -> tuple:
-        """Index of `instances`' cells in an [I, T] (template grain) or [I] array."""
-        return (instances,) if self.template is None else (instances, self.template)
+    cells: tuple  # (instances,) or (instances, templates), one entry per cell
+    group: np.ndarray  # [cells] group index
+    keys: list  # per group: (template index or None, answer_space_k)
+    dev: np.ndarray  # [cells] in the dev split
 
-    def fit_row(self, cube: OptionScoreCube, parameter: str, value: float | None, note: str | None = None):
+    @property
+    def n(self) -> int:
+        return len(self.keys)
+
+    @cached_property
+    def n_dev(self) -> np.ndarray:
+        return np.bincount(self.group[self.dev], minlength=self.n)
+
+    def dev_cells(self, keep: np.ndarray | None = None) -> tuple:
+        mask = self.dev if keep is None else self.dev & keep
+        return tuple(c[mask] for c in self.cells)
+
+    def fit_row(self, cube: OptionScoreCube, g: int, parameter: str, value, note: str | None = None) -> dict:
+        template, k = self.keys[g]
         return {
             "parameter": parameter,
-            "value": value,
-            "template_id": None if self.template is None else str(cube.template_ids[self.template]),
-            "answer_space_k": self.answer_space_k,
-            "n_dev": len(self.dev),
+            "value": None if value is None else float(value),
+            "template_id": None if template is None else str(cube.template_ids[template]),
+            "answer_space_k": k,
+            "n_dev": int(self.n_dev[g]),
             "note": note,
         }
 
 
-def _groups(cube: OptionScoreCube, grain: Grain, rows: np.ndarray) -> Iterator[_Group]:
-    is_dev = cube.split == "dev"
-    columns = [(t, rows[:, t]) for t in range(rows.shape[1])] if grain == "template" else [(None, rows)]
-    for template, has_row in columns:
-        for k in np.unique(cube.answer_space_k[has_row]).tolist():
-            instances = np.flatnonzero(has_row & (cube.answer_space_k == k))
-            yield _Group(template, int(k), instances, instances[is_dev[instances]])
+def _groups(cube: OptionScoreCube, grain: Grain, rows: np.ndarray) -> _Groups:
+    if grain == "template":
+        instances, templates = np.nonzero(rows)
+        order = np.lexsort((instances, templates))
+        instances, templates = instances[order], templates[order]
+        cells, template_key = (instances, templates), templates
+    else:
+        instances = np.flatnonzero(rows)
+        cells, template_key = (instances,), np.zeros(len(instances), dtype=np.intp)
+    k = cube.answer_space_k[instances].astype(np.int64)
+    pairs, group = np.unique(np.stack([template_key, k], axis=1), axis=0, return_inverse=True)
+    keys = [(None if grain != "template" else int(t), int(kk)) for t, kk in pairs]
+    return _Groups(cells, group.reshape(-1), keys, cube.split[instances] == "dev")
+
+
+def _two_classes(groups: _Groups, correct: np.ndarray) -> np.ndarray:
+    """[G] whether a group's dev rows hold both right and wrong ones."""
+    n_dev = groups.n_dev
+    n_right = np.bincount(groups.group[groups.dev], weights=correct[groups.dev], minlength=groups.n)
+    return (n_right > 0) & (n_right < n_dev)
 
 
 # --- the three maps ------------------------------------------------------------------------------
 
 
-def fit_temperature(log_gold_mass: Callable[[float], np.ndarray]) -> float:
-    """T minimising the mean NLL −log Σ_{g∈G} p_T(g), searched over log T (scale-symmetric)."""
-    result = minimize_scalar(
-        lambda log_t: -float(np.mean(log_gold_mass(math.exp(log_t)))),
-        bounds=tuple(math.log(b) for b in TEMPERATURE_BOUNDS),
-        method="bounded",
-    )
-    return math.exp(result.x)
-
-
-def fit_platt(confidence: np.ndarray, correct: np.ndarray) -> tuple[float, float]:
-    """(slope, intercept) of an unpenalised logistic regression on Platt's smoothed targets: each
-    dev row enters once as correct with weight t and once as wrong with weight 1 − t."""
-    from sklearn.linear_model import LogisticRegression  # scikit-learn takes ~1 s to import
-
-    n_right = int(correct.sum())
-    n_wrong = len(correct) - n_right
-    target = np.where(correct, (n_right + 1) / (n_right + 2), 1 / (n_wrong + 2))
-    # Newton–Cholesky: one feature, so each step is exact and a fit takes a few iterations (lbfgs
-    # at this tolerance took ~50 ms per group and dominated the whole estimation stage).
-    with warnings.catch_warnings():  # an ill-conditioned Hessian makes sklearn finish with lbfgs: fine
-        warnings.simplefilter("ignore", LinAlgWarning)
-        model = LogisticRegression(C=np.inf, solver="newton-cholesky", tol=1e-10, max_iter=1000).fit(
-            np.concatenate([confidence, confidence])[:, None],
-            np.concatenate([np.ones(len(correct)), np.zeros(len(correct))]),
-            sample_weight=np.concatenate([target, 1 - target]),
-        )
-    return float(model.coef_[0, 0]), float(model.intercept_[0])
-
-
-def fit_isotonic(confidence: np.ndarray, correct: np.ndarray):
-    """The fitted IsotonicRegression (increasing, outputs in [0, 1], clipped outside the dev range)."""
-    from sklearn.isotonic import IsotonicRegression  # scikit-learn takes ~1 s to import
-
-    model = IsotonicRegression(y_min=0.0, y_max=1.0, increasing=True, out_of_bounds="clip")
-    return model.fit(confidence, correct.astype(np.float64))
-
-
 def _temperature(underlying: _Underlying) -> Callable[[OptionScoreCube, str], Estimate]:
     def estimate(cube: OptionScoreCube, reduction: str) -> Estimate:
         _, _, rows = underlying.estimate(cube, reduction)
+        groups = _groups(cube, underlying.grain, rows)
+        dev = underlying.gold_mass_rows(cube, reduction, groups.dev_cells())
+        usable = dev.gold.any(axis=(1, 2))
+        group = groups.group[groups.dev][usable]
+        usable_rows = GoldMassRows(dev.ll[usable], dev.gold[usable], dev.log_count[usable], group)
+        fitted_t, flat = fit_temperatures(usable_rows, groups.n)
+        n_usable = np.bincount(group, minlength=groups.n)
+        n_dev = groups.n_dev
         temperature, fitted, fits = np.ones(rows.shape), np.zeros(rows.shape, dtype=bool), []
-        for group in _groups(cube, underlying.grain, rows):
-            if not len(group.dev):
-                fits.append(group.fit_row(cube, "temperature", None, NOTE_NO_DEV))
-                continue
-            log_mass, n_usable = underlying.log_gold_mass(cube, reduction, group.dev, group.template)
-            value, note = (fit_temperature(log_mass), None) if n_usable else (1.0, NOTE_NO_GOLD)
-            temperature[group.cells(group.instances)] = value
-            fitted[group.cells(group.instances)] = True
-            fits.append(group.fit_row(cube, "temperature", value, note))
+        has_dev = n_dev[groups.group] > 0
+        cells = tuple(c[has_dev] for c in groups.cells)
+        temperature[cells] = fitted_t[groups.group[has_dev]]
+        fitted[cells] = True
+        for g in range(groups.n):
+            if not n_dev[g]:
+                fits.append(groups.fit_row(cube, g, "temperature", None, NOTE_NO_DEV))
+            else:
+                note = NOTE_NO_GOLD if not n_usable[g] else NOTE_FLAT if flat[g] else None
+                fits.append(groups.fit_row(cube, g, "temperature", fitted_t[g], note))
         predicted, confidence, _ = underlying.estimate(cube, reduction, temperature)
         return Estimate(predicted, confidence, rows=fitted, fits=tuple(fits))
 
@@ -251,34 +225,43 @@ def _on_confidence(underlying: _Underlying, method: str) -> Callable[[OptionScor
     def estimate(cube: OptionScoreCube, reduction: str) -> Estimate:
         predicted, raw, rows = underlying.estimate(cube, reduction)
         index = np.arange(len(predicted)).reshape(-1, *([1] * (predicted.ndim - 1)))
-        correct = cube.gold[index, predicted]
-        confidence, fitted, fits = raw.copy(), np.zeros(rows.shape, dtype=bool), []
-        for group in _groups(cube, underlying.grain, rows):
-            x_dev, y_dev = raw[group.cells(group.dev)], correct[group.cells(group.dev)]
-            cells = group.cells(group.instances)
-            one_class = y_dev.all() or not y_dev.any()
-            if method == "platt":
-                if not len(group.dev):
-                    fits.append(group.fit_row(cube, "slope", None, NOTE_NO_DEV))
-                    continue
-                if one_class:
-                    fits += [group.fit_row(cube, p, None, NOTE_ONE_CLASS) for p in ("slope", "intercept")]
-                else:
-                    slope, intercept = fit_platt(x_dev, y_dev)
-                    confidence[cells] = expit(slope * raw[cells] + intercept)
-                    fits += [group.fit_row(cube, "slope", slope), group.fit_row(cube, "intercept", intercept)]
+        correct_all = cube.gold[index, predicted]
+        groups = _groups(cube, underlying.grain, rows)
+        x, correct = raw[groups.cells], correct_all[groups.cells]
+        n_dev, two_classes = groups.n_dev, _two_classes(groups, correct)
+        position = np.cumsum(two_classes) - 1  # a two-class group's index among those fitted
+        fit_on = groups.dev & two_classes[groups.group]
+        apply_to = two_classes[groups.group]
+        fit_group, apply_group = position[groups.group[fit_on]], position[groups.group[apply_to]]
+        cells = tuple(c[apply_to] for c in groups.cells)
+        confidence, fits = raw.copy(), []
+        if method == "platt":
+            slope, intercept = fit_platt(x[fit_on], correct[fit_on], fit_group, int(two_classes.sum()))
+            confidence[cells] = expit(slope[apply_group] * raw[cells] + intercept[apply_group])
+            keep = n_dev > 0
+        else:
+            isotonic = fit_isotonic(x[fit_on], correct[fit_on], fit_group, int(two_classes.sum()))
+            confidence[cells] = isotonic.predict(raw[cells], apply_group)
+            n_steps = isotonic.n_steps()
+            keep = n_dev >= 2
+        for g in range(groups.n):
+            too_few = NOTE_TOO_FEW if n_dev[g] else NOTE_NO_DEV
+            if not keep[g]:
+                fits.append(
+                    groups.fit_row(cube, g, "n_steps", None, too_few)
+                    if method == "isotonic"
+                    else groups.fit_row(cube, g, "slope", None, NOTE_NO_DEV)
+                )
+            elif not two_classes[g]:
+                parameters = ("slope", "intercept") if method == "platt" else ("n_steps",)
+                fits += [groups.fit_row(cube, g, p, None, NOTE_ONE_CLASS) for p in parameters]
+            elif method == "platt":
+                fits.append(groups.fit_row(cube, g, "slope", slope[position[g]]))
+                fits.append(groups.fit_row(cube, g, "intercept", intercept[position[g]]))
             else:
-                if len(group.dev) < 2:
-                    note = NOTE_TOO_FEW if len(group.dev) else NOTE_NO_DEV
-                    fits.append(group.fit_row(cube, "n_steps", None, note))
-                    continue
-                if one_class:
-                    fits.append(group.fit_row(cube, "n_steps", None, NOTE_ONE_CLASS))
-                else:
-                    model = fit_isotonic(x_dev, y_dev)
-                    confidence[cells] = model.predict(raw[cells])
-                    fits.append(group.fit_row(cube, "n_steps", float(np.unique(model.y_thresholds_).size)))
-            fitted[cells] = True
+                fits.append(groups.fit_row(cube, g, "n_steps", n_steps[position[g]]))
+        fitted = np.zeros(rows.shape, dtype=bool)
+        fitted[tuple(c[keep[groups.group]] for c in groups.cells)] = True
         return Estimate(predicted, confidence, rows=fitted, fits=tuple(fits))
 
     return estimate

@@ -113,17 +113,38 @@ class Marginal:
 
 
 def fit_temperature(log_masses) -> float:
+    """The NLL on 13 points evenly spaced in log T, then Brent's bounded search (to 1e-12; its
+    default 1e-5 would leave T ~1e-5 off) between the best point's neighbours; Brent never
+    evaluates the ends of its interval, so where the best point is a bound that bound is taken
+    when it is no worse. Of equal grid values the smallest T (the NLL falling to its last bit)."""
+
     def nll(log_t: float) -> float:
         values = [f(math.exp(log_t)) for f in log_masses]
         return -sum(values) / len(values)
 
-    return math.exp(minimize_scalar(nll, bounds=LOG_BOUNDS, method="bounded").x)
+    grid = [LOG_BOUNDS[0] + (LOG_BOUNDS[1] - LOG_BOUNDS[0]) * j / 12 for j in range(13)]
+    values = [nll(g) for g in grid]
+    best = values.index(min(values))
+    bracket = (grid[max(best - 1, 0)], grid[min(best + 1, 12)])
+    found = minimize_scalar(nll, bounds=bracket, method="bounded", options={"xatol": 1e-12}).x
+    if best in (0, 12) and values[best] <= nll(found):
+        found = grid[best]
+    return math.exp(found)
+
+
+def informative(cells: list[Cell]) -> bool:
+    """Whether a gold mass can depend on T: a template with a gold option, a wrong one and two
+    different scores."""
+    return any(any(c.gold) and not all(c.gold) and max(c.lls) > min(c.lls) for c in cells)
 
 
 def fit_platt(x: list[float], y: list[bool]) -> tuple[float, float]:
     n_right = sum(y)
     n_wrong = len(y) - n_right
     targets = [(n_right + 1) / (n_right + 2) if right else 1 / (n_wrong + 2) for right in y]
+    if len(set(x)) == 1:  # slope and intercept not identified: slope 0, σ(intercept) = mean target
+        mean = sum(targets) / len(targets)
+        return 0.0, math.log(mean / (1 - mean))
     features = [[v] for v in x] + [[v] for v in x]
     labels = [1.0] * len(x) + [0.0] * len(x)
     weights = targets + [1 - t for t in targets]
@@ -134,6 +155,7 @@ def fit_platt(x: list[float], y: list[bool]) -> tuple[float, float]:
 
 
 NO_DEV = "no dev-split instances in this group: no rows"
+FLAT = "the dev NLL does not depend on T (no dev instance has a wrong option scored apart): temperature 1"
 
 
 def fit_row(
@@ -254,7 +276,10 @@ def reference_recalibration(
                 note = (
                     None if usable else "no dev instance has its gold option scored: identity (temperature 1)"
                 )
-                if not usable:
+                cells_of = [u.source.cells if isinstance(u.source, Marginal) else [u.source] for u in dev]
+                if usable and not any(informative(c) for c in cells_of):
+                    note = FLAT
+                if not usable or note is not None:
                     temperature = 1.0
                 elif fitted is not None:
                     temperature = fitted[(estimator, template_id, k, "temperature")]

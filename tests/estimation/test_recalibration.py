@@ -101,7 +101,7 @@ def test_temperature_by_hand():
             {"d1": on_dev, "d2": on_dev, "d3": on_dev, "d4": on_dev, "t1": on_test}, abs=2e-5
         )
     assert out.fits["parameter"].to_list() == ["temperature"] * 3
-    assert out.fits["value"].to_list() == pytest.approx([1 / math.log(3)] * 3, rel=1e-4)
+    assert out.fits["value"].to_list() == pytest.approx([1 / math.log(3)] * 3, rel=1e-12)
     assert out.fits.select("estimator", "template_id", "answer_space_k", "n_dev", "note").rows() == [
         ("base_temperature", "t0", 0, 4, None),
         ("margin_temperature", "t0", 0, 4, None),
@@ -228,10 +228,12 @@ def test_platt_and_isotonic_equal_sklearn_called_directly():
     )
     iso = IsotonicRegression(y_min=0, y_max=1, out_of_bounds="clip").fit(x, y.astype(float))
     all_x = raw["confidence"].to_numpy()[:, None]
+    # sklearn stops at its gradient tolerance (1e-10); kcal's Newton goes on to the last bits
+    # (tests/estimation/test_fitting.py checks that its gradient is the smaller)
     np.testing.assert_allclose(
         out.estimates.filter(pl.col("estimator") == "margin_platt")["confidence"].to_numpy(),
         platt.predict_proba(all_x)[:, 1],
-        rtol=1e-12,
+        rtol=1e-9,
     )
     np.testing.assert_allclose(
         out.estimates.filter(pl.col("estimator") == "margin_isotonic")["confidence"].to_numpy(),
