@@ -21,7 +21,7 @@ from scipy.special import expit
 
 TEMPERATURE_BOUNDS = (0.05, 20.0)
 _MAX_ITERATIONS = 100
-_RTOL = 1e-13
+_RTOL = 1e-12
 
 
 def _group_mean(values: np.ndarray, group: np.ndarray, counts: np.ndarray) -> np.ndarray:
@@ -108,8 +108,9 @@ def fit_temperatures(rows: GoldMassRows, n_groups: int) -> tuple[np.ndarray, np.
     on a grid of 13 points in log T, and the minimum is then sought between the best grid point's
     neighbours: the root of the derivative in β = 1/T by Newton's method, safeguarded by that
     bracket (bisection in log β when a step leaves it or the curvature is not positive), or the
-    bound itself where the NLL still falls there. `flat`: no row of the group is informative (the
-    NLL does not depend on T); such a group gets T = 1, as does a group without rows."""
+    bound itself where the NLL still falls there. (With one gold per row it is convex, but the
+    grid costs less than the Newton steps it saves.) `flat`: no row of the group is informative
+    (the NLL does not depend on T); such a group gets T = 1, as does a group without rows."""
     counts = np.maximum(np.bincount(rows.group, minlength=n_groups).astype(np.float64), 1.0)
     informative = np.bincount(rows.group, weights=rows.informative(), minlength=n_groups) > 0
 
@@ -117,6 +118,7 @@ def fit_temperatures(rows: GoldMassRows, n_groups: int) -> tuple[np.ndarray, np.
         return np.bincount(rows.group, weights=values, minlength=n_groups) / counts
 
     grid = np.exp(-temperature_grid()[::-1])  # β ascending
+    grid[[0, -1]] = 1 / TEMPERATURE_BOUNDS[1], 1 / TEMPERATURE_BOUNDS[0]
     log_m = rows.log_mass_derivatives(np.repeat(grid[:, None], len(rows.group), axis=1), only_mass=True)
     nll = np.stack([-mean(values) for values in log_m])
     # of equal values the largest β: where the NLL falls to its last bit before the bound, the
@@ -135,12 +137,22 @@ def fit_temperatures(rows: GoldMassRows, n_groups: int) -> tuple[np.ndarray, np.
         hi = np.where(active & (slope > 0), beta, hi)
         with np.errstate(divide="ignore", invalid="ignore"):
             newton = beta - slope / curvature
-        inside = (curvature > 0) & (newton > lo) & (newton < hi)
+        inside = (curvature > 0) & (newton >= lo) & (newton <= hi)
+        # done: at the root, a bracket closed to rounding, or a Newton step below it (quadratic
+        # convergence: the step after it would change nothing)
+        # (or a step onto a bracket end: rounding in the slope makes it hop between two neighbours)
+        step_done = np.abs(newton - beta) <= _RTOL * beta
+        done = (
+            (slope == 0)
+            | (hi - lo <= _RTOL * beta)
+            | (inside & (step_done | (newton == lo) | (newton == hi)))
+        )
         proposal = np.where(inside, newton, np.sqrt(lo * hi))
-        done = (slope == 0) | (hi - lo <= _RTOL * beta) | (np.abs(proposal - beta) <= _RTOL * beta)
-        beta = np.where(active & (slope != 0), np.where(hi - lo <= _RTOL * beta, beta, proposal), beta)
+        beta = np.where(active & ~done, proposal, np.where(active & inside, newton, beta))
         active &= ~done
-    temperature = np.where(informative, 1 / beta, 1.0)
+    low_t, high_t = TEMPERATURE_BOUNDS
+    at_bound = np.where(beta == grid[0], high_t, np.where(beta == grid[-1], low_t, 1 / beta))
+    temperature = np.where(informative, at_bound, 1.0)
     return temperature, ~informative
 
 

@@ -9,16 +9,20 @@ one per (template, answer_space_k); instance grain (template marginal) one per a
 The prediction is always the plain estimator's, so a change in ACE is calibration alone.
 
 - temperature: p = softmax(ll/T) (template marginal: the mean over templates of softmax(ll_t/T)),
-  T minimising the mean dev NLL of the gold set, −log Σ_{g∈G} p(g), by a bounded search over
-  log T ∈ [log 0.05, log 20]; then the plain formula on the scaled distribution.
+  T ∈ [0.05, 20] minimising the mean dev NLL of the gold set, −log Σ_{g∈G} p(g) (the global
+  minimum: a 13-point grid in log T, then Newton between the best point's neighbours); then the
+  plain formula on the scaled distribution.
 - platt: logistic regression of correctness on the raw confidence, σ(slope·C + intercept),
   without a penalty but on Platt's smoothed targets ((N₊+1)/(N₊+2) and 1/(N₋+2)), so that a dev
   set where confidence separates right from wrong gives a finite slope instead of a 0/1 step.
-- isotonic: the monotone least-squares map of the raw confidence to correctness, clipped to [0, 1].
+- isotonic: the monotone least-squares map of the raw confidence to correctness (PAVA), linear
+  between the fitted points and clipped to the end values outside them.
+The fits run for all groups of a (cube, reduction) at once (estimation/fitting.py).
 
 A group without dev rows gets no rows (nothing was fitted); Platt and isotonic fall back to the
-identity when the dev rows are all right or all wrong; isotonic needs ≥ 2 dev rows. Every group
-leaves a row in estimator_fits saying which it was.
+identity when the dev rows are all right or all wrong; isotonic needs ≥ 2 dev rows; temperature is
+1 when no dev row's gold mass depends on T. Every group leaves a row in estimator_fits saying which
+it was.
 """
 
 from __future__ import annotations
@@ -168,17 +172,42 @@ class _Groups:
 
 def _groups(cube: OptionScoreCube, grain: Grain, rows: np.ndarray) -> _Groups:
     if grain == "template":
-        instances, templates = np.nonzero(rows)
-        order = np.lexsort((instances, templates))
-        instances, templates = instances[order], templates[order]
-        cells, template_key = (instances, templates), templates
+        templates, instances = np.nonzero(rows.T)  # template-major, instances ascending within
+        cells, template_key = (instances, templates), templates.astype(np.int64)
     else:
         instances = np.flatnonzero(rows)
-        cells, template_key = (instances,), np.zeros(len(instances), dtype=np.intp)
+        cells, template_key = (instances,), np.zeros(len(instances), dtype=np.int64)
     k = cube.answer_space_k[instances].astype(np.int64)
-    pairs, group = np.unique(np.stack([template_key, k], axis=1), axis=0, return_inverse=True)
-    keys = [(None if grain != "template" else int(t), int(kk)) for t, kk in pairs]
+    width = int(k.max(initial=0)) + 1
+    pairs, group = np.unique(template_key * width + k, return_inverse=True)
+    keys = [(None if grain != "template" else int(p // width), int(p % width)) for p in pairs.tolist()]
     return _Groups(cells, group.reshape(-1), keys, cube.split[instances] == "dev")
+
+
+@dataclass(frozen=True)
+class _Plain:
+    """The plain estimate a recalibration starts from, and its groups."""
+
+    predicted: np.ndarray
+    raw: np.ndarray
+    rows: np.ndarray
+    groups: _Groups
+
+
+_last_plain: dict = {"cube": None, "values": {}}
+
+
+def _plain(underlying: _Underlying, cube: OptionScoreCube, reduction: str) -> _Plain:
+    """Memoised for the cube at hand: its three maps (and their reductions) start from the same
+    plain estimate and groups, and the stage runs cube by cube."""
+    if _last_plain["cube"] is not cube:
+        _last_plain["cube"], _last_plain["values"] = cube, {}
+    key = (underlying.name, reduction)
+    if key not in _last_plain["values"]:
+        predicted, raw, rows = underlying.estimate(cube, reduction)
+        plain = _Plain(predicted, raw, rows, _groups(cube, underlying.grain, rows))
+        _last_plain["values"][key] = plain
+    return _last_plain["values"][key]
 
 
 def _two_classes(groups: _Groups, correct: np.ndarray) -> np.ndarray:
@@ -193,8 +222,8 @@ def _two_classes(groups: _Groups, correct: np.ndarray) -> np.ndarray:
 
 def _temperature(underlying: _Underlying) -> Callable[[OptionScoreCube, str], Estimate]:
     def estimate(cube: OptionScoreCube, reduction: str) -> Estimate:
-        _, _, rows = underlying.estimate(cube, reduction)
-        groups = _groups(cube, underlying.grain, rows)
+        plain = _plain(underlying, cube, reduction)
+        rows, groups = plain.rows, plain.groups
         dev = underlying.gold_mass_rows(cube, reduction, groups.dev_cells())
         usable = dev.gold.any(axis=(1, 2))
         group = groups.group[groups.dev][usable]
@@ -223,10 +252,10 @@ def _on_confidence(underlying: _Underlying, method: str) -> Callable[[OptionScor
     """Platt or isotonic: a map of the raw confidence fitted per group."""
 
     def estimate(cube: OptionScoreCube, reduction: str) -> Estimate:
-        predicted, raw, rows = underlying.estimate(cube, reduction)
+        plain = _plain(underlying, cube, reduction)
+        predicted, raw, rows, groups = plain.predicted, plain.raw, plain.rows, plain.groups
         index = np.arange(len(predicted)).reshape(-1, *([1] * (predicted.ndim - 1)))
         correct_all = cube.gold[index, predicted]
-        groups = _groups(cube, underlying.grain, rows)
         x, correct = raw[groups.cells], correct_all[groups.cells]
         n_dev, two_classes = groups.n_dev, _two_classes(groups, correct)
         position = np.cumsum(two_classes) - 1  # a two-class group's index among those fitted

@@ -3,9 +3,10 @@
 Plain Python over the statement rows: each (instance, template)'s options sorted by option_index,
 its softmax written out with `math`, the template marginal summed template by template, the groups
 ((template, answer_space_k) for Base and Margin, answer_space_k for the marginal) collected in
-dicts. The fitting itself calls the same library routines as the estimators (scipy's bounded
-scalar minimiser for the temperature, scikit-learn's LogisticRegression and IsotonicRegression),
-fed from these loops. For tests only; never make it fast.
+dicts. The fitting itself calls library routines, one group at a time (scipy's bounded scalar
+minimiser for the temperature, scikit-learn's LogisticRegression and IsotonicRegression), where kcal
+runs its own Newton and PAVA for all groups at once (estimation/fitting.py). For tests only; never
+make it fast.
 
 An iterative fit amplifies last-bit differences in its input (a sum taken in another order) into
 differences of ~1e-11 (the bounded search for T) to ~1e-7 (L-BFGS for Platt) in the fitted value,
