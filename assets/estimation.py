@@ -8,7 +8,7 @@ from kcal_pipeline.estimation import build_cube
 from kcal_pipeline.estimation.marginal import option_estimates as option_estimates_of
 from kcal_pipeline.estimation.registry import compute_estimate_tables
 
-CODE_VERSION = "4"  # 4: every estimator family of issue 13; fits, status and per-option tables
+CODE_VERSION = "5"  # 4: all estimator families, fits, status, per-option tables; 5: exact recal fits
 
 
 @multi_asset(
