@@ -5,7 +5,7 @@ The division of labour:
     registry (models.toml) - a new model gets its partitions, a removed one loses them.
   * `kcal_automation_sensor` (below, an AutomationConditionSensorDefinition, RUNNING by default so
     `dagster dev` evaluates it every 30 s with no click) evaluates the conditions this module
-    attaches to statement_scores, estimates, metrics, curves and report, and requests runs - a
+    attaches to statement_scores, estimates, the evaluation tables and report, and requests runs - a
     backfill when a tick asks for several partitions of one asset - for exactly the partitions
     that need one. It plays the part of the "schedule that re-materializes stale partitions":
     staleness is acted on at the next tick rather than at a cron time.
@@ -74,18 +74,26 @@ def missing_or_stale() -> AutomationCondition:
     ).with_label("kcal: missing or stale")
 
 
-def missing_or_stale_across(partial_input: str) -> AutomationCondition:
-    """For per-model aggregates that read every relation of `partial_input` (estimates): some of
-    those partitions may be missing for good (relations never probed), so "any input missing"
-    cannot block; at least one must exist, and none may be requested or running."""
+def missing_or_stale_across(partial_input: str, *also_partial: str) -> AutomationCondition:
+    """For per-model aggregates that read every relation of `partial_input` (estimates) and maybe
+    of `also_partial` inputs (option_estimates, probe_instances): some of those partitions may be
+    missing for good (relations never probed), so "any input missing" cannot block; at least one
+    of `partial_input` must exist, and none may be requested or running."""
     partial = AssetSelection.assets(partial_input)
-    updated = AC.any_deps_match(
-        (AC.newly_updated() & ~AC.executed_with_root_target()).with_label("newly_updated_without_root")
-    ).with_label("any_deps_updated")
+    ignored = AssetSelection.assets(partial_input, *also_partial)
+    # Only `partial_input` triggers: every other input (probe_instances, templates, ...) changes
+    # estimates first, and reacting to it directly would run before the new estimates exist.
+    updated = (
+        AC.any_deps_match(
+            (AC.newly_updated() & ~AC.executed_with_root_target()).with_label("newly_updated_without_root")
+        )
+        .allow(partial)
+        .with_label(f"{partial_input} updated")
+    )
     return (
         _triggered(updated)
         & AC.any_deps_match(~AC.missing()).allow(partial).with_label(f"some {partial_input} exist")
-        & ~AC.any_deps_missing().ignore(partial)
+        & ~AC.any_deps_missing().ignore(ignored)
         & ~AC.any_deps_match(AC.will_be_requested() | AC.in_progress()).with_label(
             "any_deps_requested_or_in_progress"
         )
@@ -99,8 +107,11 @@ CONDITIONS: dict[str, AutomationCondition] = {
     **dict.fromkeys(
         ("estimates", "option_estimates", "estimator_fits", "estimator_status"), missing_or_stale()
     ),
-    "metrics": missing_or_stale_across("estimates"),
+    "metrics": missing_or_stale_across("estimates", "option_estimates", "probe_instances"),
+    "metric_differences": missing_or_stale_across("estimates"),
     "curves": missing_or_stale_across("estimates"),
+    "decision_thresholds": missing_or_stale_across("estimates", "option_estimates"),
+    "consistency": missing_or_stale_across("estimates"),
     "report": missing_or_stale(),
 }
 AUTOMATED = [AssetKey(name) for name in CONDITIONS]

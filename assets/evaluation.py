@@ -1,31 +1,85 @@
-"""Per-model evaluation: metrics and reliability curves over every relation's estimates."""
+"""Per-model evaluation: metrics with intervals and breakdowns, paired differences, curves, tuned
+thresholds and the consistency of decisions, over every relation's estimates."""
 
 import polars as pl
-from dagster import asset
+from dagster import AllPartitionMapping, AssetIn, asset
 
 from assets.partitions import model_partitions, one_dimension_of
-from kcal_pipeline.estimation.registry import curated_template_estimates, headline_template_estimates
-from kcal_pipeline.evaluation import compute_curves, compute_metrics, compute_template_metrics
+from kcal_pipeline.evaluation.tables import (
+    consistency_table,
+    curves_table,
+    differences_table,
+    metrics_table,
+    thresholds_table,
+)
+from resources import ProbeSettings
+from resources.settings import reads
 
 GROUP = "evaluation"
 ALL_RELATIONS = one_dimension_of("estimates", "model")
+ALL_OPTIONS = one_dimension_of("option_estimates", "model")
+EVERY_PROBE = {"probe_instances": AssetIn(partition_mapping=AllPartitionMapping())}
+CODE_VERSION = "4"  # 4: issue 14's metrics, breakdowns, intervals and curves
 
 
-@asset(group_name=GROUP, partitions_def=model_partitions, ins=ALL_RELATIONS, code_version="3")
-def metrics(estimates: pl.DataFrame, templates: pl.DataFrame) -> pl.DataFrame:
-    """Every registered metric that applies to each estimator (probability metrics only for
-    probability-valued ones), per split and answer space, never pooled: on each relation's
-    headline template (overall and per relation), and per curated template with its mean over
-    the templates (BEAR's relation accuracy)."""
-    return pl.concat(
-        [
-            compute_metrics(headline_template_estimates(estimates, templates)),
-            compute_template_metrics(curated_template_estimates(estimates, templates)),
-        ]
-    )
+@asset(
+    group_name=GROUP,
+    partitions_def=model_partitions,
+    ins={**ALL_RELATIONS, **ALL_OPTIONS, **EVERY_PROBE},
+    code_version=CODE_VERSION,
+)
+def metrics(
+    estimates: pl.DataFrame,
+    option_estimates: pl.DataFrame,
+    probe_instances: pl.DataFrame,
+    templates: pl.DataFrame,
+    relations: pl.DataFrame,
+) -> pl.DataFrame:
+    """Every registered metric that applies to each estimator, per split and answer space, never
+    pooled, on the headline selection: overall, per relation, domain, gold count, MACE mixture
+    and option count, with seeded bootstrap intervals (test split); and per curated template with
+    their mean over templates (BEAR's relation accuracy)."""
+    return metrics_table(estimates, templates, relations, probe_instances, option_estimates)
 
 
-@asset(group_name=GROUP, partitions_def=model_partitions, ins=ALL_RELATIONS, code_version="3")
+@asset(group_name=GROUP, partitions_def=model_partitions, ins=ALL_RELATIONS, code_version=CODE_VERSION)
+def metric_differences(estimates: pl.DataFrame, templates: pl.DataFrame) -> pl.DataFrame:
+    """Each estimator's accuracy, ACE, Brier, AUROC and AURC minus Base's, with a paired
+    bootstrap interval over the same resamples (test split, headline selection)."""
+    return differences_table(estimates, templates)
+
+
+@asset(group_name=GROUP, partitions_def=model_partitions, ins=ALL_RELATIONS, code_version=CODE_VERSION)
 def curves(estimates: pl.DataFrame, templates: pl.DataFrame) -> pl.DataFrame:
-    """Reliability (calibration) curves on the headline template, per split and answer space."""
-    return compute_curves(headline_template_estimates(estimates, templates))
+    """Reliability, accuracy–rejection, risk–coverage and ROC curves on the headline selection,
+    per split and answer space."""
+    return curves_table(estimates, templates)
+
+
+@asset(
+    group_name=GROUP,
+    partitions_def=model_partitions,
+    ins={**ALL_RELATIONS, **ALL_OPTIONS},
+    code_version=CODE_VERSION,
+)
+def decision_thresholds(
+    estimates: pl.DataFrame, option_estimates: pl.DataFrame, templates: pl.DataFrame
+) -> pl.DataFrame:
+    """The τ each `*_tuned` metric used, tuned on the dev split, with its fallback and reason."""
+    return thresholds_table(estimates, templates, option_estimates)
+
+
+@asset(
+    group_name=GROUP,
+    partitions_def=model_partitions,
+    ins=ALL_RELATIONS,
+    code_version=CODE_VERSION,
+    metadata=reads("probe.seed"),
+)
+def consistency(
+    estimates: pl.DataFrame, templates: pl.DataFrame, probe_settings: ProbeSettings
+) -> pl.DataFrame:
+    """Consistency of accept/reject decisions (Zhao et al. 2025): each estimator on its headline
+    template against each variant, paraphrase and answer-space subsample (intra), and every pair
+    of estimators on the same prompt (cross), thresholds tuned on dev."""
+    return consistency_table(estimates, templates, seed=probe_settings.seed)

@@ -38,7 +38,7 @@ STAGES: list[tuple[str, tuple[str, ...]]] = [
         "model_relation",
         ("statement_scores", "estimates", "option_estimates", "estimator_fits", "estimator_status"),
     ),
-    ("model", ("metrics", "curves", "report")),
+    ("model", ("metrics", "metric_differences", "curves", "decision_thresholds", "consistency", "report")),
 ]
 QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "INFO"}}}}
 

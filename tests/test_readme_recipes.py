@@ -58,12 +58,16 @@ def test_the_estimator_recipe(registered):
 def test_the_metric_recipe(registered):
     namespace = {"np": np, "register": register_metric}
     exec(recipe("Add a metric"), namespace)
-    # 5 predictions; the 80 % most confident = 4: confidences 0.9 ✓, 0.8 ✓, 0.7 ✗, 0.6 ✓ → 3/4
+    # 5 predictions: mean confidence (0.9 + 0.8 + 0.7 + 0.6 + 0.1)/5 = 0.62, accuracy 3/5 = 0.6 → 0.02;
+    # P2 alone: mean 0.35 below its accuracy 0.5 → 0
     est = pl.DataFrame(
         {
-            "model_id": "m", "estimator": "base", "relation_id": "P1", "instance_id": list("abcde"),
+            "model_id": "m", "estimator": "base", "relation_id": ["P1"] * 3 + ["P2"] * 2,
+            "instance_id": list("abcde"),
             "confidence": [0.9, 0.8, 0.7, 0.6, 0.1], "correct": [True, True, False, True, False],
         }
     )  # fmt: skip
-    row = compute_metrics(est, ["selective_acc_80"]).filter(scope="all").row(0, named=True)
-    assert row["value"] == pytest.approx(0.75) and row["higher_is_better"] is True
+    out = compute_metrics(est, ["overconfidence"])
+    row = out.filter(scope="all").row(0, named=True)
+    assert row["value"] == pytest.approx(0.02) and row["higher_is_better"] is False
+    assert out.filter(scope_value="P2")["value"].to_list() == [0.0]

@@ -1,25 +1,51 @@
-"""Stage 5, evaluation: the metric registry (one family per module) and reliability curves.
+"""Stage 5, evaluation: the metric registry (one family per module), breakdowns, bootstrap
+intervals, curves and the consistency of decisions; `tables` builds what the assets write.
 
 Importing the package registers every family in a fixed order (accuracy, calibration,
-selective), so `METRICS` is complete and ordered wherever it is read.
+selective, decisions, bias), so `METRICS` is complete and ordered wherever it is read.
 """
 
-from kcal_pipeline.evaluation import accuracy, calibration, selective
-from kcal_pipeline.evaluation.curves import compute_curves
+from kcal_pipeline.evaluation import accuracy, calibration, selective  # isort: skip
+from kcal_pipeline.evaluation import decisions  # isort: skip
+from kcal_pipeline.evaluation import bias  # isort: skip
+from kcal_pipeline.evaluation.bootstrap import bootstrap_intervals, paired_differences
+from kcal_pipeline.evaluation.consistency import compute_consistency, seed_spread
+from kcal_pipeline.evaluation.curves import CURVES, compute_curves
 from kcal_pipeline.evaluation.registry import (
     METRICS,
     compute_metrics,
     compute_template_metrics,
     summary_metrics,
+    tuned_thresholds,
+)
+from kcal_pipeline.evaluation.scopes import (
+    attach_attributes,
+    breakdown_scopes,
+    macro_average,
+    macro_average_mixtures,
+    pair_models_by_accuracy,
 )
 
 __all__ = [
+    "CURVES",
     "METRICS",
     "accuracy",
+    "attach_attributes",
+    "bias",
+    "bootstrap_intervals",
+    "breakdown_scopes",
     "calibration",
+    "compute_consistency",
     "compute_curves",
     "compute_metrics",
     "compute_template_metrics",
+    "decisions",
+    "macro_average",
+    "macro_average_mixtures",
+    "pair_models_by_accuracy",
+    "paired_differences",
+    "seed_spread",
     "selective",
     "summary_metrics",
+    "tuned_thresholds",
 ]

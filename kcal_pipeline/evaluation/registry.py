@@ -1,4 +1,4 @@
-"""The metric contract: one registry of specs over (confidence, correct) pairs.
+"""The metric contract: one registry of metric specs, most of them over (confidence, correct) pairs.
 
 A metric spec says whether it needs probabilities (calibration: ACE, ECE, Brier) or accepts any
 real-valued score where higher means more confident (ranking: AUROC, AURC, accuracy), and whether
@@ -7,6 +7,15 @@ reduction, split, answer space) to all instances and to each relation, `compute_
 per template and averaged over templates (BEAR's relation accuracy). A probability metric is never
 computed on a score-valued estimator, and calling one directly on scores is an error that says
 which metrics would apply. This registry is the only list of metric names in kcal.
+
+A spec's `input` says what its function reads (INPUT_KINDS):
+  - "confidence": fn(c, y) over the instances in scope;
+  - "threshold": fn(c, y, τ) over the instances, accept = C ≥ τ; the spec's `threshold` is either a
+    fixed τ or a tuning rule that compute_metrics applies to the dev split of the same group;
+  - "statements": fn(c, y, τ) as "threshold", but over asserted statements: c = the template
+    marginal P(o | r, s) of each (instance, option) from `option_estimates`, y = the option is gold;
+  - "predictions": fn(predicted ids, gold id lists) on ONE relation; scope "all" is the unweighted
+    mean of the relations' values (template bias is a property of a relation's answer distribution).
 """
 
 from __future__ import annotations
@@ -19,9 +28,30 @@ import numpy as np
 import polars as pl
 
 from kcal_pipeline.core.frames import require_columns
+from kcal_pipeline.evaluation.scopes import breakdown_scopes, macro_average_mixtures
 
 Needs = Literal["probability", "any"]
-MetricFn = Callable[[np.ndarray, np.ndarray], float]
+InputKind = Literal["confidence", "threshold", "statements", "predictions"]
+INPUT_KINDS = ("confidence", "threshold", "statements", "predictions")
+MetricFn = Callable[..., float]
+# The split whose rows tune a "threshold"/"statements" spec's τ; metrics on it are in-sample.
+TUNING_SPLIT = "dev"
+
+
+@dataclass(frozen=True)
+class TunedThreshold:
+    """What a tuning rule chose on one group's dev rows: τ, whether it fell back to a default (and
+    why), and how many dev rows it saw."""
+
+    threshold: float
+    fallback: bool
+    reason: str | None
+    n_dev: int
+
+
+# A tuning rule: (dev confidences, dev correctness, output kind) -> TunedThreshold. It gets empty
+# arrays when the group has no dev rows, and must then fall back.
+TuningRule = Callable[[np.ndarray, np.ndarray, str], TunedThreshold]
 
 
 def as_arrays(confidence, correct, output_kind: str = "probability") -> tuple[np.ndarray, np.ndarray]:
@@ -49,36 +79,82 @@ def as_arrays(confidence, correct, output_kind: str = "probability") -> tuple[np
     return c, y
 
 
+def as_predictions(predicted, gold) -> tuple[pl.Series, pl.Series]:
+    """Validate a "predictions" metric's inputs: predicted ids (null = no answer) and, per instance,
+    a non-empty list of gold ids."""
+    p = pl.Series("predicted_id", predicted, dtype=pl.String)
+    g = pl.Series("gold_ids", gold, dtype=pl.List(pl.String))
+    if p.len() != g.len():
+        raise ValueError(f"predicted_id and gold_ids must be of equal length, got {p.len()} and {g.len()}")
+    if p.len() == 0:
+        raise ValueError("no predictions: predicted_id is empty")
+    empty = (g.is_null() | (g.list.len() == 0)).arg_true()
+    if empty.len():
+        raise ValueError(f"gold_ids of instance {empty[0]} (0-based) is empty; every instance needs one")
+    return p, g
+
+
 @dataclass(frozen=True)
 class MetricSpec:
-    """One metric; calling it validates the inputs for its needs, then computes."""
+    """One metric; calling it validates the inputs for its needs, then computes.
+
+    `higher_is_better` is None for a descriptive number with no better direction (template bias).
+    `threshold` (inputs "threshold" and "statements" only): a fixed τ, or a TuningRule.
+    """
 
     name: str
     label: str
     family: str
     fn: MetricFn
     needs: Needs
-    higher_is_better: bool
+    higher_is_better: bool | None
     in_summary: bool = False
+    input: InputKind = "confidence"
+    threshold: float | TuningRule | None = None
+
+    @property
+    def tuned(self) -> bool:
+        return callable(self.threshold)
 
     def applies_to(self, output_kind: str) -> bool:
         return self.needs == "any" or output_kind == "probability"
 
-    def __call__(self, confidence, correct, output_kind: str = "probability") -> float:
+    def __call__(
+        self, confidence, correct, output_kind: str = "probability", *, tau: float | None = None
+    ) -> float:
+        """fn on validated inputs. A "predictions" metric takes (predicted ids, gold id lists) in
+        place of (confidence, correct); a tuned threshold metric needs `tau`."""
+        if self.input == "predictions":
+            return float(self.fn(*as_predictions(confidence, correct)))
         if not self.applies_to(output_kind):
-            usable = [m.name for m in METRICS.values() if m.applies_to(output_kind)]
+            usable = [m.name for m in METRICS.values() if m.applies_to(output_kind) and m.input == self.input]
             raise ValueError(
                 f"metric {self.name!r} needs probabilities in [0, 1], but the estimator's output is an "
                 f"unbounded {output_kind}; metrics that accept it: {', '.join(usable)}"
             )
-        return float(self.fn(*as_arrays(confidence, correct, output_kind)))
+        c, y = as_arrays(confidence, correct, output_kind)
+        if self.input == "confidence":
+            return float(self.fn(c, y))
+        if tau is None:
+            if self.tuned:
+                raise ValueError(f"metric {self.name!r} uses a threshold tuned on the dev split: pass tau")
+            tau = self.threshold
+        return float(self.fn(c, y, float(tau)))
 
 
 METRICS: dict[str, MetricSpec] = {}
 
 
 def register(
-    name: str, *, label: str, family: str, needs: Needs, higher_is_better: bool, in_summary: bool = False
+    name: str,
+    *,
+    label: str,
+    family: str,
+    needs: Needs,
+    higher_is_better: bool | None,
+    in_summary: bool = False,
+    input: InputKind = "confidence",
+    threshold: float | TuningRule | None = None,
 ) -> Callable[[MetricFn], MetricSpec]:
     """Add a metric; a second one under the same name is a bug, not an override."""
 
@@ -87,7 +163,15 @@ def register(
             raise ValueError(f"metric {name!r} is already registered")
         if needs not in ("probability", "any"):
             raise ValueError(f"metric {name!r}: needs must be 'probability' or 'any', got {needs!r}")
-        spec = MetricSpec(name, label, family, fn, needs, higher_is_better, in_summary)
+        if input not in INPUT_KINDS:
+            raise ValueError(f"metric {name!r}: input must be one of {list(INPUT_KINDS)}, got {input!r}")
+        takes_threshold = input in ("threshold", "statements")
+        if takes_threshold != (threshold is not None):
+            raise ValueError(
+                f"metric {name!r}: a threshold (fixed τ or tuning rule) goes with input 'threshold' or "
+                f"'statements' and only with them; got input {input!r}, threshold {threshold!r}"
+            )
+        spec = MetricSpec(name, label, family, fn, needs, higher_is_better, in_summary, input, threshold)
         METRICS[name] = spec
         return spec
 
@@ -130,6 +214,15 @@ def _check_one_row_per_instance(df: pl.DataFrame, keys: Sequence[str], hint: str
         )
 
 
+def _prepared(estimates: pl.DataFrame) -> pl.DataFrame:
+    """with_defaults, one row per instance checked, sorted by GROUP then (relation_id, instance_id)."""
+    df = with_defaults(estimates)
+    _check_one_row_per_instance(
+        df, [*GROUP, "relation_id", "instance_id"], "filter to one template or aggregation first"
+    )
+    return df.sort(*GROUP, "relation_id", "instance_id", nulls_last=True)
+
+
 def scopes(estimates: pl.DataFrame) -> Iterator[tuple[dict, str, str, np.ndarray, np.ndarray]]:
     """Yield (group keys, scope, scope_value, confidence, correct) in a deterministic order.
 
@@ -138,11 +231,7 @@ def scopes(estimates: pl.DataFrame) -> Iterator[tuple[dict, str, str, np.ndarray
     sorted by (relation_id, instance_id) first, so AURC's tie order (and the last bits of a binned
     sum) do not depend on how the caller's frame happened to be ordered.
     """
-    df = with_defaults(estimates)
-    _check_one_row_per_instance(
-        df, [*GROUP, "relation_id", "instance_id"], "filter to one template or aggregation first"
-    )
-    df = df.sort(*GROUP, "relation_id", "instance_id", nulls_last=True)
+    df = _prepared(estimates)
     for group, g in df.group_by(GROUP, maintain_order=True):
         key = dict(zip(GROUP, group, strict=True))
         yield key, "all", "all", g["confidence"].to_numpy(), g["correct"].to_numpy()
@@ -150,7 +239,8 @@ def scopes(estimates: pl.DataFrame) -> Iterator[tuple[dict, str, str, np.ndarray
             yield key, "relation", rel, r["confidence"].to_numpy(), r["correct"].to_numpy()
 
 
-OUTPUT_SCHEMA = {
+# The key columns every evaluation table shares (metrics, intervals, curves).
+SCOPE_KEY_SCHEMA = {
     "model_id": pl.String,
     "estimator": pl.String,
     "reduction": pl.String,
@@ -158,6 +248,9 @@ OUTPUT_SCHEMA = {
     "answer_space_k": pl.Int32,
     "scope": pl.String,
     "scope_value": pl.String,
+}
+OUTPUT_SCHEMA = {
+    **SCOPE_KEY_SCHEMA,
     "metric": pl.String,
     "value": pl.Float64,
     "n": pl.Int64,
@@ -174,26 +267,193 @@ def _specs(metrics: Sequence[str] | None) -> list[MetricSpec]:
     return [METRICS[m] for m in names]
 
 
-def compute_metrics(estimates: pl.DataFrame, metrics: Sequence[str] | None = None) -> pl.DataFrame:
+PREDICTION_COLUMNS = ("predicted_id", "gold_ids")
+# τ is tuned once per estimator output on the dev split of its answer space, over all relations.
+TUNING_KEYS = ("model_id", "estimator", "reduction", "output_kind", "answer_space_k")
+
+
+def _available(
+    specs: list[MetricSpec], estimates: pl.DataFrame, option_estimates: pl.DataFrame | None, asked: bool
+) -> list[MetricSpec]:
+    """Drop the specs whose inputs were not given; if the caller asked for them by name, say what
+    is missing instead."""
+    lacking = {
+        "predictions": [c for c in PREDICTION_COLUMNS if c not in estimates.columns],
+        "statements": [] if option_estimates is not None else ["option_estimates"],
+    }
+    kept = []
+    for m in specs:
+        missing = lacking.get(m.input, [])
+        if not missing:
+            kept.append(m)
+        elif asked:
+            what = "argument option_estimates" if m.input == "statements" else f"estimates columns {missing}"
+            raise ValueError(
+                f"metric {m.name!r} reads {m.input}; missing {what} (gold ids: evaluation.bias."
+                "attach_gold_ids; option estimates: estimation.marginal.option_estimates)"
+            )
+    return kept
+
+
+def statement_frame(option_estimates: pl.DataFrame) -> pl.DataFrame:
+    """option_estimates (OPTION_ESTIMATES_SCHEMA) as the statement-level decision metrics read it:
+    one row per (instance, option), confidence = P(o | r, s), correct = the option is gold, sorted
+    by GROUP, relation, instance and option."""
+    require_columns(option_estimates, ("option_index", "probability", "is_gold"), "option_estimates")
+    bad = option_estimates.filter(~pl.col("probability").is_between(0.0, 1.0))
+    if not bad.is_empty():
+        row = bad.row(0, named=True)
+        raise ValueError(
+            f"option_estimates: probability {row['probability']!r} of option {row['option_index']} of "
+            f"instance {row['instance_id']!r} is outside [0, 1]"
+        )
+    df = with_defaults(option_estimates.rename({"probability": "confidence", "is_gold": "correct"}))
+    keys = [*GROUP, "relation_id", "instance_id", "option_index"]
+    dup = df.filter(pl.struct(keys).is_duplicated())
+    if not dup.is_empty():
+        row = dup.row(0, named=True)
+        raise ValueError(
+            f"option_estimates: several rows for option {row['option_index']} of instance "
+            f"{row['instance_id']!r} of estimator {row['estimator']!r} and reduction {row['reduction']!r}"
+        )
+    return df.sort(keys, nulls_last=True)
+
+
+def _tuned(df: pl.DataFrame, rule: TuningRule) -> dict[tuple, TunedThreshold]:
+    """rule applied to the TUNING_SPLIT rows of every TUNING_KEYS group of `df` (prepared: sorted),
+    and to empty arrays for a group with no dev rows."""
+    out = {}
+    for values, g in df.filter(pl.col("split") == TUNING_SPLIT).group_by(TUNING_KEYS, maintain_order=True):
+        out[values] = rule(g["confidence"].to_numpy(), g["correct"].to_numpy(), values[3])
+    for values in df.select(TUNING_KEYS).unique(maintain_order=True).iter_rows():
+        if values not in out:
+            out[values] = rule(np.empty(0), np.empty(0, dtype=np.bool_), values[3])
+    return out
+
+
+def _metric_rows(df: pl.DataFrame, specs: list[MetricSpec]) -> list[tuple]:
+    """Rows of OUTPUT_SCHEMA for `df` (prepared) per GROUP × breakdown scope (evaluation/scopes.py:
+    all and each relation always; domain, gold count, MACE mixture per domain, option count where
+    `df` has the attribute columns attach_attributes adds)."""
+    taus = {rule: _tuned(df, rule) for rule in dict.fromkeys(m.threshold for m in specs if m.tuned)}
+    rows = []
+    for group, g in df.group_by(GROUP, maintain_order=True):
+        key = dict(zip(GROUP, group, strict=True))
+        kind = key["output_kind"]
+        applicable = [m for m in specs if m.applies_to(kind)]
+        relations = [(rel, r) for (rel,), r in g.group_by("relation_id", maintain_order=True)]
+        by_relation = {  # a "predictions" metric is defined per relation; "all" is their mean
+            m.name: [m(r["predicted_id"], r["gold_ids"]) for _, r in relations]
+            for m in applicable
+            if m.input == "predictions"
+        }
+        tuning_key = tuple(key[k] for k in TUNING_KEYS)
+        relation_index = {rel: i for i, (rel, _) in enumerate(relations)}
+        c_all, y_all = g["confidence"].to_numpy(), g["correct"].to_numpy()
+        for scope, value, members in breakdown_scopes(g):  # all, relation, and what g's columns allow
+            c, y = c_all[members], y_all[members]
+            for m in applicable:
+                if m.input == "predictions":  # defined per relation; "all" is their mean; no other scope
+                    if scope not in ("all", "relation"):
+                        continue
+                    values = by_relation[m.name]
+                    v = values[relation_index[value]] if scope == "relation" else float(np.mean(values))
+                elif m.tuned:
+                    v = m(c, y, kind, tau=taus[m.threshold][tuning_key].threshold)
+                else:
+                    v = m(c, y, kind)
+                rows.append((*(key[k] for k in _KEYS), scope, value, m.name, v, len(c), m.higher_is_better))
+    return rows
+
+
+def compute_metrics(
+    estimates: pl.DataFrame,
+    metrics: Sequence[str] | None = None,
+    option_estimates: pl.DataFrame | None = None,
+) -> pl.DataFrame:
     """Long table (model_id, estimator, reduction, split, answer_space_k, scope, scope_value,
     metric, value, n, higher_is_better) for the scopes all and relation, within each split and
     answer space separately.
 
     Expects one row per instance per (model_id, estimator, reduction): the caller filters to one
     template or one aggregation, since pooling templates would count an instance several times.
-    Metrics that need probabilities are left out for score-valued estimators.
+    Metrics that need probabilities are left out for score-valued estimators. "predictions"
+    metrics need the columns predicted_id and gold_ids; "statements" metrics read
+    `option_estimates` (their rows come after the instance rows, n = statements). Without those
+    inputs such metrics are left out, or, when asked for by name, an error. A tuned threshold
+    metric uses the τ its rule picks on the dev split of the same (model, estimator, reduction,
+    output kind, answer space) — see tuned_thresholds — in every split and scope.
     """
     specs = _specs(metrics)
     if estimates.is_empty():
         raise ValueError("estimates: no rows to compute metrics on")
-    rows = [
-        (*(key[k] for k in _KEYS), scope, value, m.name, m(c, y, key["output_kind"]), len(c),
-         m.higher_is_better)
-        for key, scope, value, c, y in scopes(estimates)
-        for m in specs
-        if m.applies_to(key["output_kind"])
-    ]  # fmt: skip
-    return pl.DataFrame(rows, orient="row", schema=OUTPUT_SCHEMA)
+    specs = _available(specs, estimates, option_estimates, asked=metrics is not None)
+    if any(m.input == "predictions" for m in specs):
+        no_gold = estimates.filter(pl.col("gold_ids").is_null() | (pl.col("gold_ids").list.len() == 0))
+        if not no_gold.is_empty():
+            row = no_gold.row(0, named=True)
+            raise ValueError(
+                f"estimates: no gold_ids for instance {row['instance_id']!r} of relation "
+                f"{row['relation_id']!r}"
+            )
+    rows = _metric_rows(_prepared(estimates), [m for m in specs if m.input != "statements"])
+    statement_specs = [m for m in specs if m.input == "statements"]
+    if statement_specs and not option_estimates.is_empty():
+        rows += _metric_rows(statement_frame(option_estimates), statement_specs)
+    out = pl.DataFrame(rows, orient="row", schema=OUTPUT_SCHEMA)
+    return pl.concat([out, macro_average_mixtures(out).select(out.columns).cast(OUTPUT_SCHEMA)])
+
+
+THRESHOLDS_SCHEMA = {
+    "model_id": pl.String,
+    "estimator": pl.String,
+    "reduction": pl.String,
+    "answer_space_k": pl.Int32,
+    "unit": pl.String,
+    "rule": pl.String,
+    "threshold": pl.Float64,
+    "fallback": pl.Boolean,
+    "reason": pl.String,
+    "n_dev": pl.Int64,
+}
+
+
+def tuned_thresholds(
+    estimates: pl.DataFrame,
+    option_estimates: pl.DataFrame | None = None,
+    metrics: Sequence[str] | None = None,
+) -> pl.DataFrame:
+    """The τ behind every tuned threshold metric of compute_metrics, one row per (model, estimator,
+    reduction, answer space, unit, rule): unit "instances" (estimates) or "statements"
+    (option_estimates); `fallback` and `reason` say when the rule fell back to its default."""
+    specs = [m for m in _specs(metrics) if m.tuned]
+    inputs = [("instances", "threshold", _prepared(estimates))]
+    if option_estimates is not None and not option_estimates.is_empty():
+        inputs.append(("statements", "statements", statement_frame(option_estimates)))
+    rows = []
+    for unit, kind, df in inputs:
+        rules = {m.threshold: None for m in specs if m.input == kind}  # distinct, in registry order
+        for rule in rules:
+            for values, t in _tuned(df, rule).items():
+                key = dict(zip(TUNING_KEYS, values, strict=True))
+                if not any(m.applies_to(key["output_kind"]) for m in specs if m.threshold is rule):
+                    continue
+                rows.append(
+                    (key["model_id"], key["estimator"], key["reduction"], key["answer_space_k"], unit,
+                     rule.__name__, t.threshold, t.fallback, t.reason, t.n_dev)
+                )  # fmt: skip
+    return pl.DataFrame(rows, orient="row", schema=THRESHOLDS_SCHEMA)
+
+
+def _per_template(specs: list[MetricSpec], asked: bool) -> list[MetricSpec]:
+    """Per template: the (confidence, correct) metrics and fixed-threshold ones; a tuned τ, a
+    relation's prediction distribution or option estimates have no per-template meaning here."""
+    kept = [m for m in specs if m.input == "confidence" or (m.input == "threshold" and not m.tuned)]
+    if asked and len(kept) < len(specs):
+        odd = [m.name for m in specs if m not in kept]
+        usable = [m.name for m in kept]
+        raise ValueError(f"metric(s) {odd} are not computed per template; per template: {usable}")
+    return kept
 
 
 def compute_template_metrics(estimates: pl.DataFrame, metrics: Sequence[str] | None = None) -> pl.DataFrame:
@@ -209,7 +469,7 @@ def compute_template_metrics(estimates: pl.DataFrame, metrics: Sequence[str] | N
     With every template covering every instance, the accuracy means equal the share of correct
     (instance, template) pairs.
     """
-    specs = _specs(metrics)
+    specs = _per_template(_specs(metrics), asked=metrics is not None)
     if "template_id" not in estimates.columns:
         raise ValueError(f"estimates: missing column 'template_id' (have {estimates.columns})")
     if estimates.is_empty():

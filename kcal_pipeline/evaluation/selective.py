@@ -32,3 +32,91 @@ def aurc(c: np.ndarray, y: np.ndarray) -> float:
     """
     errors = ~y[np.argsort(-c, kind="stable")]
     return (np.cumsum(errors) / np.arange(1, c.size + 1)).mean()
+
+
+# Risk–coverage read at fixed points (METHODS §3): coverages and risks in percent, so that k =
+# ⌈c·N⌉ and "risk ≤ r" are integer arithmetic, never a float that lands just above an integer.
+SELECTIVE_COVERAGES = (50, 80, 90)
+RISK_LEVELS = (5, 10, 20)
+
+
+def _correct_by_confidence(c: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Correctness ordered most confident first; a stable sort, so ties keep input order (as AURC)."""
+    return y[np.argsort(-c, kind="stable")]
+
+
+def top_k(n: int, percent: int) -> int:
+    """k = ⌈percent·n/100⌉: how many of n predictions a coverage of `percent` % keeps."""
+    return (percent * n + 99) // 100
+
+
+def _register_selective_accuracy() -> None:
+    def at(percent: int):
+        def fn(c: np.ndarray, y: np.ndarray) -> float:
+            return _correct_by_confidence(c, y)[: top_k(c.size, percent)].mean()
+
+        fn.__doc__ = (
+            f"Selective accuracy at coverage {percent} % (METHODS §3): accuracy among the "
+            f"⌈{percent / 100:g}·N⌉ most confident (stable sort: ties keep input order)."
+        )
+        return fn
+
+    for percent in SELECTIVE_COVERAGES:
+        register(
+            f"selective_accuracy_c{percent}", label=f"selective accuracy @ {percent} % coverage",
+            family="selective", needs="any", higher_is_better=True,
+        )(at(percent))  # fmt: skip
+
+
+def _register_coverage_at_risk() -> None:
+    def at(percent: int):
+        def fn(c: np.ndarray, y: np.ndarray) -> float:
+            errors = np.cumsum(~_correct_by_confidence(c, y))
+            k = np.arange(1, c.size + 1)
+            ok = np.flatnonzero(100 * errors <= percent * k)  # error rate E_k/k ≤ r, exactly
+            return 0.0 if ok.size == 0 else (ok[-1] + 1) / c.size
+
+        fn.__doc__ = (
+            f"Coverage at risk {percent} % (METHODS §3): the largest k/N whose k most confident have an "
+            f"error rate ≤ {percent / 100:g} (the risk need not fall monotonically, so not the first k "
+            "above it); 0 if even the single most confident is wrong."
+        )
+        return fn
+
+    for percent in RISK_LEVELS:
+        register(
+            f"coverage_at_risk_r{percent:02d}", label=f"coverage @ {percent} % risk", family="selective",
+            needs="any", higher_is_better=True,
+        )(at(percent))  # fmt: skip
+
+
+_register_selective_accuracy()
+_register_coverage_at_risk()
+
+
+@register("prr", label="PRR", family="selective", needs="any", higher_is_better=True)
+def prr(c: np.ndarray, y: np.ndarray) -> float:
+    """Prediction rejection ratio as LM-Polygraph reports it (Fadeeva et al. 2023; Malinin et al. 2017;
+    lm_polygraph/ue_metrics/pred_rej_area.py, normalised in utils/manager.py), quality = 1[correct]:
+    (PRA − PRA_random) / (PRA_oracle − PRA_random), where PRA = mean over k of the accuracy of the k
+    most confident (= AUPC), PRA_oracle = the same with every correct ranked first = mean_k min(k, P)/k
+    (P correct), and PRA_random = P/N, the exact mean over random orders (LM-Polygraph estimates it
+    from 1,000 seeded shuffles). 1 = oracle order, 0 = no better than chance, < 0 = worse; NaN with one
+    class only. Ties keep input order (stable sort, as AURC).
+    """
+    n_pos = int(y.sum())
+    if n_pos == 0 or n_pos == y.size:
+        return float("nan")
+    k = np.arange(1, y.size + 1)
+    pra = (np.cumsum(_correct_by_confidence(c, y)) / k).mean()
+    oracle = (np.minimum(k, n_pos) / k).mean()
+    random = n_pos / y.size
+    return (pra - random) / (oracle - random)
+
+
+@register("aupc", label="AUPC", family="selective", needs="any", higher_is_better=True)
+def aupc(c: np.ndarray, y: np.ndarray) -> float:
+    """Area under precision vs coverage (Tinner; METHODS §3): mean over k = 1..N of the accuracy of
+    the k most confident, i.e. 1 − AURC (Selective-LAMA's RC-AUC, lower better) and LM-Polygraph's
+    unnormalised PRA. Ties keep input order (stable sort, as AURC)."""
+    return (np.cumsum(_correct_by_confidence(c, y)) / np.arange(1, c.size + 1)).mean()

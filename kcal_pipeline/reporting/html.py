@@ -21,7 +21,7 @@ from kcal_pipeline.estimation.registry import (
     HEADLINE_SPLIT,
     summary_estimators,
 )
-from kcal_pipeline.evaluation.calibration import BINNING
+from kcal_pipeline.evaluation.calibration import BINNING, METRIC_BINNING
 from kcal_pipeline.evaluation.registry import METRICS, summary_metrics
 
 LEGEND = "; ".join(f"{METRICS[m].label}: {text}" for m, text in BINNING.items())
@@ -293,7 +293,9 @@ def _first_line(doc: str | None) -> str:
 def _diagrams(metrics: pl.DataFrame, curves: pl.DataFrame) -> str:
     """One reliability diagram per estimator: all relations, test split, full answer spaces."""
     headline = _in_split(curves, HEADLINE_SPLIT, FULL_ANSWER_SPACE)
-    overall = headline.filter(pl.col("scope") == "all").sort("model_id", "estimator", "bin")
+    overall = headline.filter((pl.col("scope") == "all") & (pl.col("curve") == "calibration")).sort(
+        "model_id", "estimator", "bin"
+    )
     svgs = []
     for (model, est), g in overall.group_by("model_id", "estimator", maintain_order=True):
         binned = ", ".join(f"{METRICS[m].label} {_scalar(metrics, model, est, m)}" for m in BINNING)
@@ -323,11 +325,11 @@ def render_html(summary: pl.DataFrame, metrics: pl.DataFrame, curves: pl.DataFra
     """The whole report as one HTML string; every value from data or meta is HTML-escaped."""
     title = f"kcal calibration report — {meta.get('model_id', '')}"
     meta_rows = "".join(f"<tr><th>{_esc(k)}</th><td>{_esc(v)}</td></tr>" for k, v in meta.items())
-    full = metrics.with_columns(binning=pl.col("metric").replace_strict(BINNING, default="—"))
+    full = metrics.with_columns(binning=pl.col("metric").replace_strict(METRIC_BINNING, default="—"))
     columns = "".join(
         f"<li><b>{_esc(m.name)}</b>: {_esc(_first_line(m.fn.__doc__))}</li>" for m in summary_metrics()
     )
-    unbinned = ", ".join(m.label for m in METRICS.values() if m.name not in BINNING)
+    unbinned = ", ".join(m.label for m in METRICS.values() if m.name not in METRIC_BINNING)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{_esc(title)}</title>
 <style>{_CSS}</style></head><body>

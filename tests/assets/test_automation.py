@@ -22,7 +22,7 @@ from assets.definitions import all_assets, defs
 
 ESTIMATION = ("estimates", "option_estimates", "estimator_fits", "estimator_status")  # one multi-asset
 SCORING = ("statement_scores", *ESTIMATION)
-PER_MODEL = ("metrics", "curves", "report")
+PER_MODEL = ("metrics", "metric_differences", "curves", "decision_thresholds", "consistency", "report")
 
 
 def mr(model: str, relation: str) -> str:
@@ -71,6 +71,7 @@ def up_to_date():
     """Model A scored on P36 and P30 (statements exist for those two relations only)."""
     auto = Automation()
     auto.add_models("A")
+    auto.materialize("relations")
     auto.materialize("templates")
     auto.materialize("probe_instances", "P36", "P30")
     auto.materialize("statements", "P36", "P30")
@@ -94,6 +95,7 @@ def test_nothing_is_requested_when_everything_is_up_to_date(up_to_date):
 def test_a_first_tick_on_an_up_to_date_instance_requests_nothing():
     auto = Automation()
     auto.add_models("A")
+    auto.materialize("relations")
     auto.materialize("templates")
     auto.materialize("probe_instances", "P36")
     auto.materialize("statements", "P36")
@@ -138,6 +140,7 @@ def test_requests_wait_for_inputs_and_are_not_repeated_while_unhandled():
     assert auto.tick(run=False) == {}  # requested once; a failed run is not retried in a loop
     auto.materialize("statement_scores", mr("A", "P36"))
     assert auto.tick() == {}  # estimates read the templates' kinds; metrics, curves, report follow
+    auto.materialize("relations")
     auto.materialize("templates")
     assert auto.tick() == {key: {mr("A", "P36")} for key in ESTIMATION}
     assert auto.tick() == per_model("A")

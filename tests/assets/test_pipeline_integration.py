@@ -29,7 +29,10 @@ TABLES = [
     "estimator_fits",
     "estimator_status",
     "metrics",
+    "metric_differences",
     "curves",
+    "decision_thresholds",
+    "consistency",
     "report",
 ]
 
@@ -137,6 +140,36 @@ def test_estimates_equal_the_per_row_reference_on_the_real_scores(run):
     exact = [c for c in stored.columns if c != "confidence"]
     assert stored.select(exact).equals(expected.select(exact))
     assert (stored["confidence"] - expected["confidence"]).abs().max() <= 1e-12
+
+
+def test_evaluation_tables_hold_intervals_breakdowns_differences_and_consistency(run):
+    home, _, _ = run
+    model = {"model": KEY}
+    m = pl.read_parquet(partition_path(home, "metrics", model))
+    head = m.filter(
+        (pl.col("estimator") == "base") & (pl.col("reduction") == "sum") & (pl.col("split") == "test")
+    )
+    overall = head.filter((pl.col("scope") == "all") & (pl.col("metric") == "accuracy")).row(0, named=True)
+    # a real interval around the point value (16 instances, 1,000 resamples)
+    assert overall["ci_low"] <= overall["value"] <= overall["ci_high"]
+    assert overall["ci_low"] < overall["ci_high"]
+    # breakdowns by domain, gold count and option count are there (P36: closed set, one gold)
+    assert {"all", "relation", "domain", "n_gold", "n_options"} <= set(head["scope"])
+    assert head.filter(pl.col("scope") == "n_gold")["scope_value"].unique().to_list() == ["1"]
+    assert (
+        head.filter(pl.col("scope") == "template")["ci_low"].null_count()
+        == head.filter(pl.col("scope") == "template").height
+    )  # per-template rows carry no interval
+    d = pl.read_parquet(partition_path(home, "metric_differences", model))
+    margin = d.filter(
+        (pl.col("estimator_a") == "margin") & (pl.col("estimator_b") == "base") & (pl.col("metric") == "ace")
+    )
+    assert margin.height > 0 and (margin["ci_low"] <= margin["ci_high"]).all()
+    c = pl.read_parquet(partition_path(home, "consistency", model))
+    assert set(c["kind"]) == {"intra", "cross"}
+    assert c["iou_cons"].drop_nans().is_between(0, 1).all()
+    t = pl.read_parquet(partition_path(home, "decision_thresholds", model))
+    assert t.height > 0 and set(t["unit"]) <= {"instances", "statements"}
 
 
 def test_duckdb_views_equal_parquet(run):

@@ -25,7 +25,13 @@ Y3 = np.array([True, False, False])
 
 
 def test_registry_holds_the_first_slice():
-    assert list(METRICS) == ["accuracy", "ace", "ece", "brier", "auroc", "aurc"]
+    # accuracy, calibration and selective register first, in this order; later families append
+    sweep = [f"{m}_b{b}" for m in ("ace", "ece") for b in (5, 10, 15, 30, 40, 50)]
+    selective = [f"selective_accuracy_c{c}" for c in (50, 80, 90)]
+    selective += [f"coverage_at_risk_r{r}" for r in ("05", "10", "20")]
+    first = ["accuracy", "ace", "ece", "brier", "smooth_ece", "h_score", *sweep, "auroc", "aurc"]
+    first += [*selective, "prr", "aupc"]
+    assert list(METRICS)[: len(first)] == first
 
 
 def test_accuracy():
@@ -314,10 +320,12 @@ def test_compute_metrics_matches_the_metric_functions():
         "model_id", "estimator", "reduction", "split", "answer_space_k", "scope", "scope_value", "metric",
         "value", "n", "higher_is_better",
     ]  # fmt: skip
-    # 2 estimators × (all + 2 relations) × 6 metrics
-    assert out.height == 2 * 3 * 6
+    # 2 estimators × (all + 2 relations) × every metric (all apply: the confidences are probabilities)
+    # (decision metrics over statements and template bias need inputs this frame lacks: not computed)
+    computed = [m for m in METRICS.values() if m.input in ("confidence", "threshold")]
+    assert out.height == 2 * 3 * len(computed)
     for (e, rel), g in est.sort("relation_id", "instance_id").group_by("estimator", "relation_id"):
-        for name, fn in METRICS.items():
+        for name, fn in ((m.name, m) for m in METRICS.values() if m.input == "confidence"):
             row = out.filter(estimator=e, scope="relation", scope_value=rel, metric=name).row(0, named=True)
             assert row["value"] == pytest.approx(fn(g["confidence"].to_numpy(), g["correct"].to_numpy()))
             assert row["n"] == g.height
@@ -355,12 +363,14 @@ def test_compute_curves_reuse_the_ace_bins():
     curves = compute_curves(est)
     assert curves.columns == [
         "model_id", "estimator", "reduction", "split", "answer_space_k", "scope", "scope_value", "curve",
-        "x", "y", "n", "bin",
+        "x", "y", "n", "bin", "threshold",
     ]  # fmt: skip
-    assert curves["curve"].unique().to_list() == ["calibration"]
+    assert curves["curve"].unique(maintain_order=True).to_list() == [
+        "calibration", "rejection", "risk_coverage", "roc"
+    ]  # fmt: skip
     g = est.filter(estimator="margin").sort("relation_id", "instance_id")
     c, y = g["confidence"].to_numpy(), g["correct"].to_numpy()
-    overall = curves.filter(estimator="margin", scope="all")
+    overall = curves.filter(estimator="margin", scope="all", curve="calibration")
     assert overall["n"].sum() == 55
     # ACE recomputed from the drawn points equals the reported ACE
     assert (overall["y"] - overall["x"]).abs().mean() == pytest.approx(ace(c, y))
@@ -389,7 +399,7 @@ def test_curve_and_ace_on_unequal_bins_by_hand():
             "correct": y,
         }
     )
-    curve = compute_curves(est).filter(scope="all")
+    curve = compute_curves(est).filter(scope="all", curve="calibration")
     assert curve["bin"].to_list() == [0, 1, 2, 3]
     assert curve["n"].to_list() == [2, 1, 1, 18]
     assert curve["x"].to_list() == pytest.approx([0.15, 0.3, 0.4, 0.9])
@@ -434,7 +444,7 @@ def test_metrics_are_per_split_and_answer_space_never_pooled():
         ("test", 2, "accuracy"): (0.0, 1),
         ("test", 2, "brier"): (pytest.approx(0.36), 1),
     }
-    curves = compute_curves(split_frame()).filter(scope="all")
+    curves = compute_curves(split_frame()).filter(scope="all", curve="calibration")
     assert curves.group_by("split", "answer_space_k").agg(pl.col("n").sum()).sort(
         "split", "answer_space_k"
     ).rows() == [
@@ -513,14 +523,22 @@ def test_template_metrics_and_their_mean_over_templates_by_hand():
 
 
 def test_every_metric_declares_needs_and_direction():
-    declared = {m.name: (m.needs, m.higher_is_better) for m in METRICS.values()}
+    # (c, y) metrics here; threshold and prediction metrics in test_decisions.py and test_bias.py
+    declared = {m.name: (m.needs, m.higher_is_better) for m in METRICS.values() if m.input == "confidence"}
     assert declared == {
         "accuracy": ("any", True),
         "ace": ("probability", False),
         "ece": ("probability", False),
         "brier": ("probability", False),
+        "smooth_ece": ("probability", False),
+        "h_score": ("probability", True),
+        **{f"{m}_b{b}": ("probability", False) for m in ("ace", "ece") for b in (5, 10, 15, 30, 40, 50)},
         "auroc": ("any", True),
         "aurc": ("any", False),
+        **{f"selective_accuracy_c{c}": ("any", True) for c in (50, 80, 90)},
+        **{f"coverage_at_risk_r{r}": ("any", True) for r in ("05", "10", "20")},
+        "prr": ("any", True),
+        "aupc": ("any", True),
     }
     assert [m.name for m in summary_metrics()] == ["accuracy", "ace", "brier"]
 
@@ -556,13 +574,17 @@ def test_compute_metrics_leaves_probability_metrics_out_for_score_estimators():
     )
     out = compute_metrics(est).filter(scope="relation")
     got = {r["metric"]: (r["value"], r["higher_is_better"]) for r in out.iter_rows(named=True)}
-    assert got == {
+    readable = ("confidence", "threshold")  # statements and template bias need other inputs
+    assert set(got) == {m.name for m in METRICS.values() if m.needs == "any" and m.input in readable}
+    assert {m: got[m] for m in ("accuracy", "auroc", "aurc")} == {
         "accuracy": (pytest.approx(2 / 3), True),
         "auroc": (1.0, True),
         "aurc": (pytest.approx(1 / 9), False),
     }
+    # no reliability or rejection curve (they read probabilities); risk–coverage and ROC only
+    assert compute_curves(est)["curve"].unique(maintain_order=True).to_list() == ["risk_coverage", "roc"]
     with pytest.raises(ValueError, match="no probability-valued estimator"):
-        compute_curves(est)
+        compute_curves(est, curves=["calibration"])
 
 
 def test_reductions_are_separate_groups_not_duplicates():

@@ -134,7 +134,8 @@ def test_a_broken_model_fails_its_own_partitions_and_the_others_complete(tmp_pat
     failed = [line for line in out.stderr.splitlines() if line.startswith("kcal: failed: ")]
     assert failed == [
         failed[0],
-        "kcal: failed: metrics, curves, report [model lab--broken]: "
+        "kcal: failed: metrics, metric_differences, curves, decision_thresholds, consistency, report "
+        "[model lab--broken]: "
         "not run: the model failed to load (see its first failure)",
     ], failed
     assert failed[0].startswith(
@@ -145,7 +146,7 @@ def test_a_broken_model_fails_its_own_partitions_and_the_others_complete(tmp_pat
     good = DEFAULT_MODEL.key
     for table in ("statement_scores", "estimates"):
         assert (tmp_path / table / f"model={good}" / "relation=P36" / "part.parquet").is_file()
-    for table in ("metrics", "curves"):
+    for table in ("metrics", "metric_differences", "curves", "decision_thresholds", "consistency"):
         assert (tmp_path / table / f"model={good}" / "part.parquet").is_file()
         assert not (tmp_path / table / "model=lab--broken").exists()
     assert f"Model {DEFAULT_MODEL.id}" in out.stdout  # the healthy model's summary is printed

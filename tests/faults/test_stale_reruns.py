@@ -56,7 +56,8 @@ def test_a_changed_probe_setting_reruns_exactly_what_it_affects(store):
         ("probe_instances", relation), ("statements", relation), ("data_quality", "-"),
         ("statement_scores", f"{model}|{relation}"), ("estimates", f"{model}|{relation}"),
         ("option_estimates", f"{model}|{relation}"), ("estimator_fits", f"{model}|{relation}"),
-        ("estimator_status", f"{model}|{relation}"), ("metrics", model), ("curves", model), ("report", model),
+        ("estimator_status", f"{model}|{relation}"), ("metrics", model), ("metric_differences", model),
+        ("curves", model), ("decision_thresholds", model), ("consistency", model), ("report", model),
     }  # fmt: skip
     inst = pl.read_parquet(partition_path(home, "probe_instances", {"relation": "P36"}))
     statements = pl.read_parquet(partition_path(home, "statements", {"relation": "P36"}))
@@ -81,7 +82,10 @@ def test_a_changed_template_kind_keeps_the_instances_and_a_scoring_setting_keeps
         "estimator_fits",
         "estimator_status",
         "metrics",
+        "metric_differences",
         "curves",
+        "decision_thresholds",
+        "consistency",
         "report",
     }
     scores = pl.read_parquet(partition_path(home, "statement_scores", MR))

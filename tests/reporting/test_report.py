@@ -226,6 +226,9 @@ def test_html_is_self_contained_escaped_and_has_diagrams():
     assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in page
     assert "/data/kcal &amp; co" in page and "abc123" in page
     assert page.count("<svg") == 2  # one reliability diagram per estimator
+    # drawn from the calibration curve only: its bins hold the 5 instances (ROC, rejection and
+    # risk-coverage points in the same table must not be drawn as bins)
+    assert page.count("n = 5") == 2
     assert (
         "ACE: 20 quantile bins as in sklearn&#x27;s calibration_curve (ties share a bin, empty bins "
         "dropped); ECE: 20 equal-width bins" in page

@@ -1,0 +1,305 @@
+"""Breakdowns: which rows of an estimates frame each metrics scope covers.
+
+A scope is a subset of the rows metrics are computed on: every row ("all"), one relation, one
+dataset domain, one gold count, one MACE mixture, one option count, one template kind. This module
+only says *which rows*: `breakdown_scopes` yields (scope, scope_value, row indices), so the metrics
+and the bootstrap read the same subsets and compute nothing twice. The attributes a scope splits
+on live in other tables; `attach_attributes` joins them on, once:
+
+| column         | table and column                         | join key                    |
+|----------------|------------------------------------------|-----------------------------|
+| domain         | relations.domain (closed_set, mace)      | relation_id                 |
+| n_gold         | probe_instances.n_gold (= len(gold_ids)) | relation_id, instance_id    |
+| n_options      | probe_instances.n_options                | relation_id, instance_id    |
+| template_kind  | templates.kind, grouped (TEMPLATE_KINDS) | relation_id, template_id    |
+
+MACE mixtures (Wang et al., METHODS §5) pool the questions with 1, {1, 2}, {1, 2, 4} or
+{1, 2, 4, 6} answers and average over MACE's domains. In kcal each MACE domain is one relation
+(mace-award, mace-office, …: the catalog's `query` names the domain), so a mixture is computed per
+relation of domain "mace" (scope "mixture_domain") and then macro-averaged (`macro_average`,
+`macro_average_mixtures`): every domain counts equally however many questions it has.
+
+Causal and masked models are compared on pairs of similar overall accuracy
+(`pair_models_by_accuracy`); a model's family is its registry kind (clm or mlm).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import NamedTuple
+
+import numpy as np
+import polars as pl
+
+from kcal_pipeline.core.frames import require_columns
+
+SCOPES = ("all", "relation", "domain", "n_gold", "mixture_domain", "n_options", "template_kind")
+# The column each scope splits on ("all" splits on nothing).
+SCOPE_COLUMNS = {
+    "relation": "relation_id",
+    "domain": "domain",
+    "n_gold": "n_gold",
+    "mixture_domain": "n_gold",
+    "n_options": "n_options",
+    "template_kind": "template_kind",
+}
+# MACE's evaluation settings: cumulative sets of gold counts (Wang et al.).
+MACE_MIXTURES = ((1,), (1, 2), (1, 2, 4), (1, 2, 4, 6))
+# The relations.domain whose relations are MACE's domains (one relation per domain).
+MACE_DOMAIN = "mace"
+# templates.kind → the template kind a breakdown reports; model-written paraphrases are "generated"
+# in the templates table, the kinds of marker are one "marker" kind. Dict order = report order.
+TEMPLATE_KINDS = {
+    "curated": "curated",
+    "question": "question",
+    "generated": "paraphrase",
+    "marker_verbal": "marker",
+    "marker_numeric": "marker",
+    "perturbation": "perturbation",
+}
+# Model families, in the model registry's words (ModelEntry.kind / LoadedModel.kind).
+CAUSAL, MASKED = "clm", "mlm"
+
+
+class ScopeRows(NamedTuple):
+    """One breakdown: its scope, its value (a string, as in the metrics table) and the indices of
+    its rows in the frame, ascending, so a metric reads them in the frame's order (AURC's ties)."""
+
+    scope: str
+    scope_value: str
+    rows: np.ndarray
+
+
+def mixture_value(counts: Sequence[int]) -> str:
+    """A mixture's scope_value: its gold counts joined by commas, e.g. "1,2,4"."""
+    return ",".join(str(c) for c in counts)
+
+
+def mixture_domain_value(counts: Sequence[int], relation_id: str) -> str:
+    """scope_value of one MACE domain within a mixture: "1,2|mace-award" (relation ids have no '|')."""
+    return f"{mixture_value(counts)}|{relation_id}"
+
+
+# --- attributes ---------------------------------------------------------------------------------
+
+
+def attach_attributes(
+    frame: pl.DataFrame,
+    *,
+    relations: pl.DataFrame | None = None,
+    instances: pl.DataFrame | None = None,
+    templates: pl.DataFrame | None = None,
+) -> pl.DataFrame:
+    """The frame with the columns breakdowns split on, joined from the tables that hold them:
+    `domain` from relations, `n_gold` and `n_options` from probe_instances, `template_kind` from
+    templates (null on instance-grain rows, which have no template). Rows and their order are kept;
+    a row whose relation, instance or template is missing from a given table is an error naming it.
+    """
+    require_columns(frame, ["relation_id", "instance_id"], "estimates")
+    out = frame
+    if relations is not None:
+        out = _join(out, relations, ["relation_id"], {"domain": "domain"}, "relations")
+    if instances is not None:
+        cols = {"n_gold": "n_gold", "n_options": "n_options"}
+        out = _join(out, instances, ["relation_id", "instance_id"], cols, "probe_instances")
+    if templates is not None:
+        if "template_id" not in out.columns:
+            raise ValueError(f"estimates: missing column 'template_id' (have {out.columns})")
+        unknown = templates.filter(~pl.col("kind").is_in(list(TEMPLATE_KINDS)))
+        if not unknown.is_empty():
+            row = unknown.row(0, named=True)
+            raise ValueError(
+                f"templates: template {row['template_id']!r} has kind {row['kind']!r}, "
+                f"not one of {list(TEMPLATE_KINDS)}"
+            )
+        kinds = templates.with_columns(pl.col("kind").replace_strict(TEMPLATE_KINDS, return_dtype=pl.String))
+        out = _join(out, kinds, ["relation_id", "template_id"], {"kind": "template_kind"}, "templates")
+    return out
+
+
+def _join(frame: pl.DataFrame, table: pl.DataFrame, on: list[str], columns: dict, what: str) -> pl.DataFrame:
+    """Left join `columns` (table name → frame name) of `table` on `on`; every row with a non-null
+    key must find exactly one match."""
+    require_columns(table, [*on, *columns], what)
+    clash = [name for name in columns.values() if name in frame.columns]
+    if clash:
+        raise ValueError(f"estimates: already has column {clash[0]!r}; attach it once")
+    right = table.select(*on, *(pl.col(k).alias(v) for k, v in columns.items()))
+    dup = right.filter(pl.struct(on).is_duplicated())
+    if not dup.is_empty():
+        raise ValueError(f"{what}: several rows for {dict(zip(on, dup.row(0), strict=False))}")
+    out = frame.join(right, on=on, how="left", maintain_order="left")
+    keyed = pl.all_horizontal(pl.col(k).is_not_null() for k in on)
+    missing = out.filter(keyed & pl.col(next(iter(columns.values()))).is_null())
+    if not missing.is_empty():
+        key = {k: missing[k][0] for k in on}
+        raise ValueError(f"{what}: no row for {key}")
+    return out
+
+
+# --- scopes -------------------------------------------------------------------------------------
+
+
+def breakdown_scopes(frame: pl.DataFrame, scopes: Sequence[str] | None = None) -> Iterator[ScopeRows]:
+    """Every breakdown of the frame's rows, scope by scope in SCOPES order, values ascending
+    (template kinds in TEMPLATE_KINDS order, mixtures in MACE_MIXTURES order).
+
+    Call it on one metrics group (one model, estimator, reduction, split and answer space): scopes
+    never pool what the group keys keep apart. `scopes=None` yields every scope whose column the
+    frame has (attach_attributes adds them); naming a scope whose column is missing is an error.
+    A row whose attribute is null (the template kind of an instance-grain row) is in no value of
+    that scope. Scopes:
+      - all: every row; relation, domain, n_gold, n_options, template_kind: one value each;
+      - mixture_domain: per MACE mixture (MACE_MIXTURES) and relation of domain "mace", the rows
+        whose gold count is in the mixture; value mixture_domain_value(counts, relation). The
+        mixture's own figure is the macro-average of these (macro_average_mixtures).
+    With template-grain rows of several templates (template_kind), a row is an (instance,
+    template) pair and every pair counts once.
+    """
+    wanted = _wanted(frame, scopes)
+    for scope in wanted:
+        if scope == "all":
+            yield ScopeRows("all", "all", np.arange(frame.height, dtype=np.int64))
+        elif scope == "mixture_domain":
+            yield from _mixture_domains(frame)
+        elif scope == "template_kind":
+            order = {kind: i for i, kind in enumerate(dict.fromkeys(TEMPLATE_KINDS.values()))}
+            groups = _groups(frame, "template_kind")
+            for value, rows in sorted(groups, key=lambda g: order.get(g[0], len(order))):
+                yield ScopeRows(scope, str(value), rows)
+        else:
+            for value, rows in _groups(frame, SCOPE_COLUMNS[scope]):
+                yield ScopeRows(scope, str(value), rows)
+
+
+def _wanted(frame: pl.DataFrame, scopes: Sequence[str] | None) -> list[str]:
+    if scopes is None:
+        present = [s for s in SCOPES if s == "all" or SCOPE_COLUMNS[s] in frame.columns]
+        if "mixture_domain" in present and "domain" not in frame.columns:
+            present.remove("mixture_domain")
+        return present
+    unknown = [s for s in scopes if s not in SCOPES]
+    if unknown:
+        raise ValueError(f"unknown scope(s) {unknown}; known: {list(SCOPES)}")
+    for scope in scopes:
+        needed = [SCOPE_COLUMNS[scope]] if scope != "all" else []
+        needed += ["domain", "relation_id"] if scope == "mixture_domain" else []
+        for col in needed:
+            if col not in frame.columns:
+                raise ValueError(
+                    f"scope {scope!r} needs column {col!r}, which the frame lacks (have {frame.columns}); "
+                    "add it with attach_attributes"
+                )
+    return [s for s in SCOPES if s in scopes]
+
+
+def _groups(frame: pl.DataFrame, column: str) -> list[tuple[object, np.ndarray]]:
+    """(value, ascending row indices) per non-null value of `column`, values ascending; one
+    group_by for all values, so millions of rows cost one pass, not one filter per value."""
+    grouped = (
+        frame.select(pl.col(column).alias("value"))
+        .with_row_index("row")
+        .drop_nulls("value")
+        .group_by("value")
+        .agg("row")
+        .sort("value")
+    )
+    # polars keeps the rows' order within each group, so the indices come out ascending
+    return [
+        (value, rows.to_numpy().astype(np.int64, copy=False))
+        for value, rows in zip(grouped["value"].to_list(), grouped["row"], strict=True)
+    ]
+
+
+def _mixture_domains(frame: pl.DataFrame) -> Iterator[ScopeRows]:
+    mace = frame.select("relation_id", "n_gold", "domain").with_row_index("row")
+    mace = mace.filter(pl.col("domain") == MACE_DOMAIN)
+    relations = sorted(mace["relation_id"].unique().drop_nulls().to_list())
+    for counts in MACE_MIXTURES:
+        inside = mace.filter(pl.col("n_gold").is_in(list(counts)))
+        for relation in relations:
+            rows = inside.filter(pl.col("relation_id") == relation)["row"].to_numpy().astype(np.int64)
+            if rows.size:
+                yield ScopeRows("mixture_domain", mixture_domain_value(counts, relation), rows)
+
+
+# --- the macro-average over MACE domains --------------------------------------------------------
+
+
+def macro_average(values, axis: int = -1) -> np.ndarray | float:
+    """MACE's macro-average: the unweighted mean of a metric computed per domain. NaN when one
+    domain's value is NaN (an undefined metric there makes the average undefined, as the
+    template means do). Over `axis`, so a [resamples, domains] array averages per resample."""
+    v = np.asarray(values, dtype=np.float64)
+    if v.size == 0:
+        raise ValueError("macro_average: no domain values to average")
+    out = v.mean(axis=axis)
+    return float(out) if np.ndim(out) == 0 else out
+
+
+def macro_average_mixtures(metrics: pl.DataFrame) -> pl.DataFrame:
+    """Scope "mixture" rows from a metrics table's "mixture_domain" rows: per mixture (and every
+    other column but scope, scope_value, value and n), value = macro_average over its domains,
+    n = the questions of all of them. Same columns as the input; empty without mixture rows."""
+    require_columns(metrics, ["scope", "scope_value", "metric", "value", "n"], "metrics")
+    if {"ci_low", "ci_high"} & set(metrics.columns):
+        raise ValueError(
+            "metrics: has ci_low/ci_high; a mixture's interval is not the mean of its domains' "
+            "intervals: macro-average the point values, and take intervals from the bootstrap"
+        )
+    parts = metrics.filter(pl.col("scope") == "mixture_domain")
+    keys = [c for c in metrics.columns if c not in ("scope", "scope_value", "value", "n")]
+    mixture = pl.col("scope_value").str.split("|").list.first().alias("mixture")
+    averaged = (
+        parts.with_columns(mixture)
+        .group_by(*keys, "mixture", maintain_order=True)
+        .agg(pl.col("value").mean(), pl.col("n").sum())
+        .with_columns(scope=pl.lit("mixture"), scope_value=pl.col("mixture"))
+    )
+    return averaged.select(metrics.columns).cast(metrics.schema)
+
+
+# --- causal vs masked ---------------------------------------------------------------------------
+
+PAIR_SCHEMA = {
+    "causal_model_id": pl.String,
+    "masked_model_id": pl.String,
+    "causal_accuracy": pl.Float64,
+    "masked_accuracy": pl.Float64,
+    "accuracy_gap": pl.Float64,
+}
+
+
+def pair_models_by_accuracy(accuracy: Mapping[str, float], family: Mapping[str, str]) -> pl.DataFrame:
+    """Causal and masked models paired one to one by nearest overall accuracy, so a comparison of
+    the two families is not a comparison of a strong model with a weak one.
+
+    Greedy: the closest (causal, masked) pair first, then the closest among the models left, and so
+    on; ties in the gap go to the lexicographically smaller (causal id, masked id). Models left over
+    in the larger family are unpaired. `accuracy`: model id → overall accuracy (scope all, one
+    estimator); `family`: model id → "clm" or "mlm" (the registry kind, resolved, never "auto").
+    Rows in pairing order, accuracy_gap = |causal − masked|.
+    """
+    for model_id, kind in family.items():
+        if kind not in (CAUSAL, MASKED):
+            raise ValueError(
+                f"model {model_id!r}: family {kind!r} is not {CAUSAL!r} or {MASKED!r} "
+                "(resolve 'auto' to the kind detected at load)"
+            )
+    for model_id, acc in accuracy.items():
+        if model_id not in family:
+            raise ValueError(f"model {model_id!r}: no family given (have {sorted(family)})")
+        if not np.isfinite(acc):
+            raise ValueError(f"model {model_id!r}: accuracy {acc!r} is not a finite number")
+    causal = sorted(m for m in accuracy if family[m] == CAUSAL)
+    masked = sorted(m for m in accuracy if family[m] == MASKED)
+    candidates = sorted(
+        (abs(accuracy[c] - accuracy[m]), c, m) for c in causal for m in masked
+    )  # all |C|·|M| pairs: a handful of models, not a hot path
+    used: set[str] = set()
+    rows = []
+    for gap, c, m in candidates:
+        if c not in used and m not in used:
+            used |= {c, m}
+            rows.append((c, m, float(accuracy[c]), float(accuracy[m]), float(gap)))
+    return pl.DataFrame(rows, schema=PAIR_SCHEMA, orient="row")

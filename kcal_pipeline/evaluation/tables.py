@@ -1,0 +1,149 @@
+"""The evaluation stage's tables, one function each, so the Dagster assets stay thin: which rows
+each table reads (the headline selection, the curated templates, the test split for intervals)
+is decided here, once."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from kcal_pipeline.estimation.registry import (
+    ESTIMATORS,
+    HEADLINE_SPLIT,
+    curated_template_estimates,
+    headline_template_estimates,
+)
+from kcal_pipeline.evaluation.bias import attach_gold_ids
+from kcal_pipeline.evaluation.bootstrap import (
+    DEFAULT_METRICS,
+    LEVEL,
+    N_RESAMPLES,
+    PAIRED_SCHEMA,
+    bootstrap_intervals,
+    paired_differences,
+)
+from kcal_pipeline.evaluation.consistency import compute_consistency
+from kcal_pipeline.evaluation.curves import compute_curves
+from kcal_pipeline.evaluation.registry import (
+    OUTPUT_SCHEMA,
+    compute_metrics,
+    compute_template_metrics,
+    tuned_thresholds,
+)
+from kcal_pipeline.evaluation.scopes import attach_attributes
+
+BASELINE = "base"  # every other estimator's paired difference is taken against Base
+INTERVAL_KEYS = (
+    "model_id",
+    "estimator",
+    "reduction",
+    "split",
+    "answer_space_k",
+    "scope",
+    "scope_value",
+    "metric",
+)
+
+
+def headline_frame(
+    estimates: pl.DataFrame,
+    templates: pl.DataFrame,
+    relations: pl.DataFrame | None = None,
+    probe_instances: pl.DataFrame | None = None,
+) -> pl.DataFrame:
+    """One answer per instance and estimator (each relation's headline template, or the
+    instance-grain answer), with the attributes the breakdowns split on and the gold ids the
+    template-bias metrics read, where their tables are given."""
+    frame = headline_template_estimates(estimates, templates)
+    frame = attach_attributes(frame, relations=relations, instances=probe_instances)
+    return frame if probe_instances is None else attach_gold_ids(frame, probe_instances)
+
+
+def metrics_table(
+    estimates: pl.DataFrame,
+    templates: pl.DataFrame,
+    relations: pl.DataFrame | None = None,
+    probe_instances: pl.DataFrame | None = None,
+    option_estimates: pl.DataFrame | None = None,
+    n_resamples: int = N_RESAMPLES,
+    seed: int = 0,
+) -> pl.DataFrame:
+    """Every applicable metric on the headline selection, per split, answer space and breakdown
+    (and per template kind over all templates of the kind: template_kind_metrics), with a bootstrap
+    interval (ci_low, ci_high, level LEVEL) for DEFAULT_METRICS on the test split,
+    scopes all (clustered by relation) and relation; then per curated template and their means
+    (BEAR's relation accuracy), without intervals."""
+    frame = headline_frame(estimates, templates, relations, probe_instances)
+    point = pl.concat(
+        [
+            compute_metrics(frame, option_estimates=option_estimates),
+            template_kind_metrics(estimates, templates),
+        ]
+    )
+    test = frame.filter(pl.col("split") == HEADLINE_SPLIT)
+    intervals = (
+        bootstrap_intervals(test, DEFAULT_METRICS, n_resamples=n_resamples, seed=seed, level=LEVEL)
+        if not test.is_empty()
+        else pl.DataFrame(schema={k: point.schema[k] for k in INTERVAL_KEYS})
+    ).select(*INTERVAL_KEYS, "ci_low", "ci_high")
+    with_ci = point.join(
+        intervals, on=list(INTERVAL_KEYS), how="left", nulls_equal=True, maintain_order="left"
+    )
+    per_template = compute_template_metrics(curated_template_estimates(estimates, templates)).with_columns(
+        ci_low=pl.lit(None, pl.Float64), ci_high=pl.lit(None, pl.Float64)
+    )
+    return pl.concat([with_ci, per_template.select(with_ci.columns)])
+
+
+def template_kind_metrics(estimates: pl.DataFrame, templates: pl.DataFrame) -> pl.DataFrame:
+    """Scope `template_kind`: each metric over every (instance, template) pair of the templates of
+    one kind (curated, question, paraphrase = generated, marker, perturbation), each pair counted
+    once, per split and answer space. Template-grain estimates only; templates the table does not
+    list (generated paraphrases, read from their own table) are left out."""
+    per_template = estimates.filter(pl.col("template_id").is_not_null()).join(
+        templates.select("relation_id", "template_id"), on=["relation_id", "template_id"], how="semi"
+    )
+    if per_template.is_empty():
+        return pl.DataFrame(schema=OUTPUT_SCHEMA)
+    pairs = attach_attributes(per_template, templates=templates).with_columns(
+        instance_id=pl.col("instance_id") + "|" + pl.col("template_id")  # a pair is the unit
+    )
+    frames = [
+        compute_metrics(g.drop("template_kind"))
+        .filter(pl.col("scope") == "all")
+        .with_columns(scope=pl.lit("template_kind"), scope_value=pl.lit(kind))
+        for (kind,), g in pairs.group_by("template_kind", maintain_order=True)
+    ]
+    return pl.concat(frames)
+
+
+def differences_table(
+    estimates: pl.DataFrame, templates: pl.DataFrame, n_resamples: int = N_RESAMPLES, seed: int = 0
+) -> pl.DataFrame:
+    """metric(estimator) − metric(Base) with a paired bootstrap interval (the same resamples for
+    both), for every other estimator on the headline selection's test split: is Margin really
+    better calibrated than Base here?"""
+    test = headline_template_estimates(estimates, templates).filter(pl.col("split") == HEADLINE_SPLIT)
+    present = set(test["estimator"].unique().to_list())
+    if BASELINE not in present or present == {BASELINE}:
+        return pl.DataFrame(schema=PAIRED_SCHEMA)
+    pairs = [(name, BASELINE) for name in ESTIMATORS if name in present and name != BASELINE]
+    return paired_differences(test, pairs, n_resamples=n_resamples, seed=seed)
+
+
+def curves_table(estimates: pl.DataFrame, templates: pl.DataFrame) -> pl.DataFrame:
+    """Reliability, accuracy–rejection, risk–coverage and ROC curves on the headline selection."""
+    return compute_curves(headline_template_estimates(estimates, templates))
+
+
+def thresholds_table(
+    estimates: pl.DataFrame, templates: pl.DataFrame, option_estimates: pl.DataFrame | None = None
+) -> pl.DataFrame:
+    """The dev-tuned τ behind every `*_tuned` metric, with its fallback and reason."""
+    return tuned_thresholds(headline_template_estimates(estimates, templates), option_estimates)
+
+
+def consistency_table(
+    estimates: pl.DataFrame, templates: pl.DataFrame, seed: int | None = None
+) -> pl.DataFrame:
+    """Zhao et al.'s consistency of accept/reject decisions, intra- and cross-method."""
+    return compute_consistency(estimates, templates, seed=seed)

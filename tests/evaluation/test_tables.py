@@ -1,0 +1,73 @@
+"""The evaluation tables as the assets build them (evaluation/tables.py): the template-kind
+breakdown, intervals joined onto the point values, and the Base-relative differences."""
+
+import polars as pl
+import pytest
+
+from kcal_pipeline.evaluation.tables import differences_table, metrics_table, template_kind_metrics
+
+TEMPLATES = pl.DataFrame(
+    {
+        "relation_id": "P1",
+        "template_id": ["c0", "c1", "m0"],
+        "kind": ["curated", "curated", "marker_verbal"],
+        "rank": [0, 1, 0],
+    }
+)
+
+
+def estimates(rows):
+    """rows: (instance, template, estimator, split, confidence, correct)."""
+    return pl.DataFrame(
+        rows,
+        schema=["instance_id", "template_id", "estimator", "split", "confidence", "correct"],
+        orient="row",
+    ).with_columns(
+        model_id=pl.lit("m"),
+        relation_id=pl.lit("P1"),
+        reduction=pl.lit("sum"),
+        grain=pl.lit("template"),
+        output_kind=pl.lit("probability"),
+        answer_space_k=pl.lit(0, pl.Int32),
+        predicted_id=pl.lit("Q1"),
+    )
+
+
+def test_template_kind_pools_instance_template_pairs_and_skips_unlisted_templates():
+    # curated: (a, c0) ✓, (b, c0) ✗, (a, c1) ✓, (b, c1) ✓ → 3/4 over 4 pairs; marker: (a, m0) ✗,
+    # (b, m0) ✓ → 1/2 over 2; g9 (a generated template, not in this table) is left out
+    rows = [
+        ("a", "c0", "base", "test", 0.9, True), ("b", "c0", "base", "test", 0.8, False),
+        ("a", "c1", "base", "test", 0.7, True), ("b", "c1", "base", "test", 0.6, True),
+        ("a", "m0", "base", "test", 0.5, False), ("b", "m0", "base", "test", 0.4, True),
+        ("a", "g9", "base", "test", 0.3, False),
+    ]  # fmt: skip
+    out = template_kind_metrics(estimates(rows), TEMPLATES).filter(pl.col("metric") == "accuracy")
+    assert set(out["scope"]) == {"template_kind"}
+    got = dict(zip(out["scope_value"], zip(out["value"], out["n"], strict=True), strict=True))
+    assert got == {"curated": (pytest.approx(0.75), 4), "marker": (pytest.approx(0.5), 2)}
+
+
+def test_metrics_table_joins_intervals_onto_test_rows_only():
+    # 12 test and 4 dev instances on the headline template c0: intervals on test scope all/relation
+    rows = [(f"i{i}", "c0", "base", "test" if i < 12 else "dev", 0.5 + i / 40, i % 3 != 0) for i in range(16)]
+    out = metrics_table(estimates(rows), TEMPLATES, n_resamples=200, seed=1)
+    acc = out.filter((pl.col("metric") == "accuracy") & (pl.col("scope") == "all"))
+    test, dev = (acc.filter(pl.col("split") == s).row(0, named=True) for s in ("test", "dev"))
+    assert test["value"] == pytest.approx(8 / 12)  # i = 0, 3, 6, 9 wrong
+    assert test["ci_low"] <= test["value"] <= test["ci_high"]
+    assert dev["ci_low"] is None and dev["ci_high"] is None
+    assert out.filter(pl.col("scope") == "template")["ci_low"].null_count() > 0
+
+
+def test_differences_are_against_base_and_zero_for_an_identical_estimator():
+    rows = [
+        (f"i{i}", "c0", est, "test", 0.5 + i / 40, i % 3 != 0)
+        for i in range(12)
+        for est in ("base", "margin")
+    ]
+    out = differences_table(estimates(rows), TEMPLATES, n_resamples=100, seed=2)
+    assert set(out["estimator_a"]) == {"margin"} and set(out["estimator_b"]) == {"base"}
+    assert (out["difference"] == 0).all() and (out["ci_low"] == 0).all() and (out["ci_high"] == 0).all()
+    # no Base in the data: an empty table, not an error
+    assert differences_table(estimates([r for r in rows if r[2] == "margin"]), TEMPLATES).is_empty()
