@@ -8,7 +8,7 @@ from kcal_pipeline.estimation import build_cube
 from kcal_pipeline.estimation.marginal import option_estimates as option_estimates_of
 from kcal_pipeline.estimation.registry import compute_estimate_tables
 
-CODE_VERSION = "5"  # 4: all estimator families, fits, status, per-option tables; 5: exact recal fits
+CODE_VERSION = "6"  # 4: all families, fits, status, per-option tables; 5: exact recal fits; 6: SCA ≤ 1
 
 
 @multi_asset(

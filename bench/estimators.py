@@ -743,7 +743,7 @@ def _multi_answer_confidences(g, questions: list[str]):
     out = {"sca": {}, "snca": {}, "sfca": {}}
     for tau in TAU_GRID:
         total = sum(sca[tau].values())
-        out["sca"][tau] = total
+        out["sca"][tau] = min(total, 1.0)  # capped at 1, as kcal defines SCA's confidence
         out["snca"][tau] = sca[tau][answer] / total if total > 0 else 0.0
         out["sfca"][tau] = (
             sum(f == answer and a[answer] > tau for f, a in zip(firsts, a_first, strict=True)) / n

@@ -16,8 +16,10 @@ T_q = how many of them an instance has, and a_t(o) = exp(ll_answer_sum_t(o)), no
 
 `*_tau0` use τ = 0. `*_tuned` take the τ of TAU_GRID with the lowest Brier score (C − 1[correct])²
 on the dev-split instances of the same answer space (ties: the smallest τ), as MACE tunes on a dev
-split; the paper finds τ = 0 about as good, which these estimators let a user check. SCA is not
-capped at 1: it is a sum of probabilities of different answer strings under one prefix.
+split; the paper finds τ = 0 about as good, which these estimators let a user check. SCA's sum is
+capped at 1: it adds probabilities of different answer strings under one prefix, which a real model
+keeps near or below 1 but need not (strings that extend one another), and a confidence above 1
+would leave the calibration metrics undefined.
 """
 
 from __future__ import annotations
@@ -82,7 +84,7 @@ def _confidence(name: str, s: _Samples, tau: float) -> np.ndarray:
     sca = _sca(s.probability, s.n_templates, tau)
     total = sca.sum(axis=1)
     if name == "sca":
-        return total
+        return np.minimum(total, 1.0)
     top = sca[np.arange(n_instances), s.predicted]
     return np.divide(top, total, out=np.zeros(n_instances), where=total > 0)
 

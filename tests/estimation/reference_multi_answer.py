@@ -100,7 +100,7 @@ class Instance:
             total = 0.0
             for option in self.options():
                 total += self.sca(option, tau)
-            return total
+            return min(total, 1.0)  # capped: a confidence
         if name == "snca":
             total = 0.0
             for option in self.options():

@@ -123,6 +123,16 @@ def test_sca_snca_sfca_by_hand_at_tau_0_and_0_1():
         assert at_threshold(cube, "sfca", tau).confidence[0] == 0.0
 
 
+def test_sca_above_one_is_capped_and_snca_is_not():
+    # answer strings that extend one another can each get most of the mass: a_q0 = [0.8, 0.7]
+    # (one question template) → SCA_0 = 0.8 + 0.7 = 1.5 → C = 1; SNCA = 0.8/1.5 from the uncapped sum
+    cube = build_cube(
+        statements(rows_of("i1", "q0", [0.8, 0.7], {0})), instances({"i1": "test"}, n_options=2), templates()
+    )
+    assert at_threshold(cube, "sca", 0.0).confidence.tolist() == [1.0]
+    assert at_threshold(cube, "snca", 0.0).confidence[0] == pytest.approx(0.8 / 1.5, rel=1e-12)
+
+
 def test_rows_and_correctness_through_compute_estimate_tables():
     out = compute_estimate_tables(hand_cube(), AT_ZERO).estimates
     assert out.select(
