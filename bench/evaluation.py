@@ -385,6 +385,11 @@ def top_predicted(predicted):
     return {p for p, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP_OBJECTS]}
 
 
+def accuracy_among_golds(predicted, gold):
+    """Per relation the share of predictions that are a gold id; "all" is the mean over relations."""
+    return np.mean([p is not None and p in golds for p, golds in zip(predicted, gold, strict=True)])
+
+
 def prediction_coverage(predicted, gold):
     top = top_predicted(predicted)
     return np.mean([p is not None and p in top for p in predicted])
@@ -406,6 +411,7 @@ class Metric:
 
 def metric_table() -> dict[str, Metric]:
     t = {"accuracy": Metric("any", "confidence", True, lambda c, y: y.mean())}
+    t["accuracy_macro"] = Metric("any", "predictions", True, accuracy_among_golds)
     t["ace"] = Metric("probability", "confidence", False, ace_at(BINS))
     t["ece"] = Metric("probability", "confidence", False, ece_at(BINS))
     t["brier"] = Metric("probability", "confidence", False, brier)

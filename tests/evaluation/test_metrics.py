@@ -29,7 +29,18 @@ def test_registry_holds_the_first_slice():
     sweep = [f"{m}_b{b}" for m in ("ace", "ece") for b in (5, 10, 15, 30, 40, 50)]
     selective = [f"selective_accuracy_c{c}" for c in (50, 80, 90)]
     selective += [f"coverage_at_risk_r{r}" for r in ("05", "10", "20")]
-    first = ["accuracy", "ace", "ece", "brier", "smooth_ece", "h_score", *sweep, "auroc", "aurc"]
+    first = [
+        "accuracy",
+        "accuracy_macro",
+        "ace",
+        "ece",
+        "brier",
+        "smooth_ece",
+        "h_score",
+        *sweep,
+        "auroc",
+        "aurc",
+    ]
     first += [*selective, "prr", "aupc"]
     assert list(METRICS)[: len(first)] == first
 
@@ -601,3 +612,22 @@ def test_registering_a_metric_twice_or_with_unknown_needs_fails():
     with pytest.raises(ValueError, match="needs must be 'probability' or 'any', got 'scores'"):
         register("new_metric", label="x", family="x", needs="scores", higher_is_better=True)(lambda c, y: 0.0)
     assert "new_metric" not in METRICS
+
+
+def test_accuracy_macro_averages_relations_where_accuracy_pools_instances():
+    # P1: a ✓ (Q1 ∈ {Q1}), b ✓ (Q2 ∈ {Q9, Q2}), c ✗ → 2/3; P2: d ✓ → 1
+    # micro (accuracy, scope all) = 3/4; macro = (2/3 + 1)/2 = 5/6; per relation both agree
+    est = pl.DataFrame(
+        {
+            "model_id": "m", "estimator": "base", "relation_id": ["P1", "P1", "P1", "P2"],
+            "instance_id": list("abcd"), "confidence": [0.9, 0.8, 0.7, 0.6],
+            "correct": [True, True, False, True], "predicted_id": ["Q1", "Q2", "Q3", "Q4"],
+            "gold_ids": [["Q1"], ["Q9", "Q2"], ["Q5"], ["Q4"]],
+        }
+    )  # fmt: skip
+    out = compute_metrics(est, ["accuracy", "accuracy_macro"])
+    value = {(r["scope_value"], r["metric"]): r["value"] for r in out.iter_rows(named=True)}
+    assert value[("all", "accuracy")] == pytest.approx(3 / 4)
+    assert value[("all", "accuracy_macro")] == pytest.approx(5 / 6)
+    for rel, acc in (("P1", 2 / 3), ("P2", 1.0)):
+        assert value[(rel, "accuracy")] == pytest.approx(acc) == value[(rel, "accuracy_macro")]
