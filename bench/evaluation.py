@@ -43,6 +43,7 @@ import numpy as np
 import polars as pl
 
 from bench.estimators import counted_warnings, in_process, make_dataset, maxrss, mib
+from kcal_pipeline.evaluation.scopes import TEMPLATE_KINDS
 
 TOLERANCE = 1e-9
 TARGET = 30.0
@@ -211,14 +212,7 @@ FIXED_TAU = 0.5
 DEGENERATE = 0.95
 TOP_OBJECTS = 5
 MIXTURES = ((1,), (1, 2), (1, 2, 4), (1, 2, 4, 6))
-KIND_GROUPS = {
-    "curated": "curated",
-    "question": "question",
-    "generated": "paraphrase",
-    "marker_verbal": "marker",
-    "marker_numeric": "marker",
-    "perturbation": "perturbation",
-}
+KIND_GROUPS = TEMPLATE_KINDS  # the breakdown's grouping of template kinds: data, not a definition
 BOOTSTRAPPED = ("accuracy", "ace", "brier", "auroc", "aurc")
 PERCENTILES = (2.5, 97.5)  # the 95 % percentile interval
 
