@@ -21,6 +21,7 @@ from kcal_pipeline.evaluation.bootstrap import (
     bootstrap_intervals,
     paired_differences,
 )
+from kcal_pipeline.evaluation.bootstrap import OUTPUT_SCHEMA as BOOTSTRAP_SCHEMA
 from kcal_pipeline.evaluation.consistency import compute_consistency
 from kcal_pipeline.evaluation.curves import compute_curves
 from kcal_pipeline.evaluation.registry import (
@@ -83,7 +84,7 @@ def metrics_table(
     intervals = (
         bootstrap_intervals(test, DEFAULT_METRICS, n_resamples=n_resamples, seed=seed, level=LEVEL)
         if not test.is_empty()
-        else pl.DataFrame(schema={k: point.schema[k] for k in INTERVAL_KEYS})
+        else pl.DataFrame(schema=BOOTSTRAP_SCHEMA)
     ).select(*INTERVAL_KEYS, "ci_low", "ci_high")
     with_ci = point.join(
         intervals, on=list(INTERVAL_KEYS), how="left", nulls_equal=True, maintain_order="left"

@@ -60,6 +60,14 @@ def test_metrics_table_joins_intervals_onto_test_rows_only():
     assert out.filter(pl.col("scope") == "template")["ci_low"].null_count() > 0
 
 
+def test_metrics_table_without_test_instances_has_null_intervals():
+    # every instance on dev (a relation too small for a test split): point values, no intervals
+    rows = [(f"i{i}", "c0", "base", "dev", 0.5 + i / 40, i % 3 != 0) for i in range(6)]
+    out = metrics_table(estimates(rows), TEMPLATES, n_resamples=50, seed=1)
+    assert out.height > 0 and set(out["split"]) == {"dev"}
+    assert out["ci_low"].null_count() == out.height == out["ci_high"].null_count()
+
+
 def test_differences_are_against_base_and_zero_for_an_identical_estimator():
     rows = [
         (f"i{i}", "c0", est, "test", 0.5 + i / 40, i % 3 != 0)
