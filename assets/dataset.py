@@ -47,11 +47,14 @@ def relations() -> pl.DataFrame:
     return relations_frame(load_catalog())
 
 
-@asset(group_name=GROUP, code_version="3", metadata=reads("catalog", "probe.seed"))
+@asset(group_name=GROUP, code_version="4", metadata=reads("catalog", "probe.perturbation_seeds"))
 def templates(context: AssetExecutionContext, probe_settings: ProbeSettings) -> pl.DataFrame:
     """Curated templates of every relation (rank 0 = headline; marked_text = the hand-marked form)
-    and their marker and perturbation variants; a run picks kinds with probe_settings.template_kinds."""
-    return curated_and_variants(templates_frame(load_catalog()), probe_settings.seed, log=context.log.info)
+    and their marker and perturbation variants (extra space and typo once per perturbation seed);
+    a run picks kinds with probe_settings.template_kinds."""
+    return curated_and_variants(
+        templates_frame(load_catalog()), probe_settings.perturbation_seeds, log=context.log.info
+    )
 
 
 @multi_asset(
@@ -151,10 +154,10 @@ def probe_instances(
 @asset(
     group_name=GROUP,
     partitions_def=relation_partitions,
-    code_version="3",
+    code_version="4",
     metadata=reads(
-        "probe.template_kinds", "probe.max_templates", "probe.seed", "probe.capitalize_statements",
-        "table:generated_templates",
+        "probe.template_kinds", "probe.max_templates", "probe.seed", "probe.perturbation_seeds",
+        "probe.capitalize_statements", "table:generated_templates",
     ),
 )  # fmt: skip
 def statements(
@@ -174,7 +177,7 @@ def statements(
         generated,
         probe_settings.template_kinds,
         probe_settings.template_limit,
-        probe_settings.seed,
+        probe_settings.perturbation_seeds,
         log=context.log.info,
     )
     frame = relation_statements(

@@ -2,9 +2,11 @@
 thresholds and the consistency of decisions, over every relation's estimates."""
 
 import polars as pl
-from dagster import AllPartitionMapping, AssetIn, asset
+from dagster import AllPartitionMapping, AssetExecutionContext, AssetIn, MetadataValue, asset
 
 from assets.partitions import model_partitions, one_dimension_of
+from kcal_pipeline.evaluation.families import family_comparison as compare_families
+from kcal_pipeline.evaluation.families import model_families
 from kcal_pipeline.evaluation.tables import (
     consistency_table,
     curves_table,
@@ -19,7 +21,7 @@ GROUP = "evaluation"
 ALL_RELATIONS = one_dimension_of("estimates", "model")
 ALL_OPTIONS = one_dimension_of("option_estimates", "model")
 EVERY_PROBE = {"probe_instances": AssetIn(partition_mapping=AllPartitionMapping())}
-CODE_VERSION = "4"  # 4: issue 14's metrics, breakdowns, intervals and curves
+CODE_VERSION = "5"  # 5: statements asserted at P > τ, template-kind τ recorded, seeded consistency
 
 
 @asset(
@@ -83,3 +85,39 @@ def consistency(
     template against each variant, paraphrase and answer-space subsample (intra), and every pair
     of estimators on the same prompt (cross), thresholds tuned on dev."""
     return consistency_table(estimates, templates, seed=probe_settings.seed)
+
+
+# Cross-model: every model's metrics, and the kind scoring resolved for each model (two columns of
+# every statement_scores file, not the scores).
+EVERY_MODEL = {
+    "metrics": AssetIn(partition_mapping=AllPartitionMapping()),
+    "statement_scores": AssetIn(
+        partition_mapping=AllPartitionMapping(), metadata={"columns": ["model_id", "model_kind"]}
+    ),
+}
+
+
+@asset(group_name=GROUP, ins=EVERY_MODEL, code_version="1")
+def family_comparison(
+    context: AssetExecutionContext, metrics: pl.DataFrame, statement_scores: pl.DataFrame
+) -> pl.DataFrame:
+    """Causal vs masked models, paired by similar accuracy (Base, test split, all relations): every
+    metric both models of a pair have, side by side, with masked − causal. Empty, with the reason
+    logged, until a causal and a masked model both have metrics."""
+    result = compare_families(metrics, model_families(statement_scores))
+    for row in result.unpaired.iter_rows(named=True):
+        context.log.info(f"{row['model_id']} ({row['family']}) is in no pair: {row['reason']}")
+    if result.pairs.is_empty():
+        context.log.info("family_comparison is empty: no causal model could be paired with a masked one")
+    pairs = [
+        f"- {c} ↔ {m}: accuracy {a:.3f} vs {b:.3f} (gap {g:.3f})"
+        for c, m, a, b, g in result.pairs.iter_rows()
+    ]
+    unpaired = [f"- {m} ({f}): {r}" for m, f, _, r in result.unpaired.iter_rows()]
+    context.add_output_metadata(
+        {
+            "pairs": MetadataValue.md("\n".join(pairs) or "none"),
+            "unpaired": MetadataValue.md("\n".join(unpaired) or "none"),
+        }
+    )
+    return result.table

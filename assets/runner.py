@@ -39,21 +39,26 @@ STAGES: list[tuple[str, tuple[str, ...]]] = [
         ("statement_scores", "estimates", "option_estimates", "estimator_fits", "estimator_status"),
     ),
     ("model", ("metrics", "metric_differences", "curves", "decision_thresholds", "consistency", "report")),
+    ("none", ("family_comparison",)),  # across models: after every model's metrics
 ]
+# Stages that read every model: their failure is recorded like a model's, never stops the run.
+CROSS_MODEL = {"family_comparison"}
 QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "INFO"}}}}
 
 
 @dataclass(frozen=True)
 class Failure:
-    """One stage of one model partition that failed; the run went on with the other models."""
+    """One stage of one model partition (or of a cross-model asset: model None) that failed; the
+    run went on with the other models."""
 
     assets: tuple[str, ...]
-    model: str
+    model: str | None
     relation: str | None
     error: str
 
     def __str__(self) -> str:
-        where = f"model {self.model}" + (f", relation {self.relation}" if self.relation else "")
+        where = "all models" if self.model is None else f"model {self.model}"
+        where += f", relation {self.relation}" if self.relation else ""
         return f"{', '.join(self.assets)} [{where}]: {self.error}"
 
 
@@ -124,10 +129,16 @@ KIND_OF = {
 
 def _upstream_files(home: Path, upstream: str, dims: dict) -> list[Path]:
     """The files of `upstream` that a partition with `dims` reads, as the IO manager maps them:
-    the same partition, or every materialized relation where the step spans relations."""
+    the same partition, or every materialized relation where the step spans relations, or every
+    materialized partition of every registered model where it spans models (no model in `dims`)."""
     kind = KIND_OF[upstream]
     if kind == "none":
         return [partition_path(home, upstream)]
+    if kind in ("model", "model_relation") and "model" not in dims:
+        models = [e.key for e in Registry(registry_path(home)).entries()]
+        relations = [{"relation": r} for r in relation_ids()] if kind == "model_relation" else [{}]
+        spanned = [partition_path(home, upstream, {"model": m, **r}) for m in models for r in relations]
+        return [path for path in spanned if path.exists()]
     if kind == "model":
         return [partition_path(home, upstream, {"model": dims["model"]})]
     if kind == "relation" and "relation" in dims:
@@ -230,6 +241,9 @@ def run_missing(
             if not todo:
                 continue
             model = dims.get("model")
+            if set(todo) <= CROSS_MODEL and not _upstream_files(home, "metrics", dims):
+                log(f"not materializing {', '.join(todo)}: no model has metrics")  # all failed
+                continue
             if model is not None and (reason := _blocked(summary, unloadable, kind, model)):
                 summary.failed.append(Failure(tuple(todo), model, dims.get("relation"), reason))
                 continue
@@ -244,7 +258,8 @@ def run_missing(
                     run_config=QUIET_LOGS,
                 )
             except Exception as error:
-                if model is None or _interrupted(error):  # shared dataset stages; Ctrl-C
+                cross_model = set(todo) <= CROSS_MODEL
+                if (model is None and not cross_model) or _interrupted(error):  # dataset stages; Ctrl-C
                     raise
                 # One model's failure (a broken folder, an OOM) fails that model's partitions only.
                 failure = Failure(tuple(todo), model, dims.get("relation"), _one_line(error))

@@ -14,7 +14,7 @@ from resources.settings import reads, scoring_reads
 @asset(
     group_name="scoring",
     partitions_def=model_relation_partitions,
-    code_version="3",  # 3: dropout/subject-mask record columns, mask tokens for masked LMs
+    code_version="4",  # 3: dropout/subject-mask record columns, mask tokens for masked LMs; 4: model_kind
     ins=one_dimension_of("statements", "relation"),
     metadata=reads("model", *scoring_reads()),
 )

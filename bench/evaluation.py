@@ -42,6 +42,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `bench` and kcal from this checkout
 from bench.estimators import counted_warnings, in_process, make_dataset, maxrss, mib
 from kcal_pipeline.evaluation.scopes import TEMPLATE_KINDS
 
@@ -350,14 +351,14 @@ def prr(c, y):
     return (pra - random) / (oracle - random)
 
 
-def decision(measure):
-    """Precision, recall, F1 or FPR of accept = C ≥ τ, positive = correct; NaN on an empty
-    denominator or a NaN τ."""
+def decision(measure, strict=False):
+    """Precision, recall, F1 or FPR of accept = C ≥ τ (statements: asserted = P > τ), positive =
+    correct; NaN on an empty denominator or a NaN τ."""
 
     def fn(c, y, tau):
         if math.isnan(tau):
             return math.nan
-        accept = c >= tau
+        accept = c > tau if strict else c >= tau
         tp, fp = int((accept & y).sum()), int((accept & ~y).sum())
         fn_, tn = int((~accept & y).sum()), int((~accept & ~y).sum())
         num, den = {
@@ -428,9 +429,11 @@ def metric_table() -> dict[str, Metric]:
     for prefix, input_ in (("", "threshold"), ("statement_", "statements")):
         for measure in ("precision", "recall", "f1", "fpr"):
             higher = measure != "fpr"
-            t[f"{prefix}{measure}_t050"] = Metric("probability", input_, higher, decision(measure), FIXED_TAU)
-            needs = "probability" if input_ == "statements" else "any"
-            t[f"{prefix}{measure}_tuned"] = Metric(needs, input_, higher, decision(measure), "tuned")
+            strict = input_ == "statements"
+            fn = decision(measure, strict)
+            t[f"{prefix}{measure}_t050"] = Metric("probability", input_, higher, fn, FIXED_TAU)
+            needs = "probability" if strict else "any"
+            t[f"{prefix}{measure}_tuned"] = Metric(needs, input_, higher, fn, "tuned")
     t["prediction_coverage"] = Metric("any", "predictions", None, prediction_coverage)
     t["answer_coverage"] = Metric("any", "predictions", None, answer_coverage)
     return t
@@ -439,8 +442,9 @@ def metric_table() -> dict[str, Metric]:
 METRIC_DEFS = metric_table()
 
 
-def tune_f1(c, y, kind):
-    """τ maximising dev F1 over the distinct dev confidences (ties: the largest); 0.5 for
+def tune_f1(c, y, kind, strict=False):
+    """τ maximising dev F1 over the distinct dev confidences (ties: the largest; accepting C ≥ τ,
+    or, strict, C > τ as statements are asserted); 0.5 for
     probabilities (NaN for scores) with no dev rows, no correct dev row, or a τ accepting or
     rejecting ≥ 95 % of the dev rows. → (τ, fallback, reason, n_dev)."""
     default = FIXED_TAU if kind == "probability" else math.nan
@@ -455,7 +459,7 @@ def tune_f1(c, y, kind):
     right_from = np.concatenate([np.cumsum(ys[::-1])[::-1], [0]])  # correct among rows i..n−1
     best, best_f1, best_accepted = None, -1.0, 0
     for v in np.unique(c):
-        i = np.searchsorted(cs, v, side="left")
+        i = np.searchsorted(cs, v, side="right" if strict else "left")
         accepted, tp = n - i, right_from[i]
         score = 2 * tp / (accepted + n_pos)
         if score >= best_f1:
@@ -534,13 +538,13 @@ def pd_scopes(g, attributes: bool):
         yield "n_options", str(k), np.flatnonzero(options == k)
 
 
-def pd_taus(df):
+def pd_taus(df, strict=False):
     """tune_f1 per TUNING group, on its dev rows (none: the fallback)."""
     out = {}
     for key, g in groups(df, TUNING):
         dev = g[g["split"] == "dev"]
         out[tuple(key.values())] = tune_f1(
-            dev["confidence"].to_numpy(float), dev["correct"].to_numpy(bool), key["output_kind"]
+            dev["confidence"].to_numpy(float), dev["correct"].to_numpy(bool), key["output_kind"], strict
         )
     return out
 
@@ -548,7 +552,8 @@ def pd_taus(df):
 def pd_metric_rows(df, names, attributes):
     """Rows (KEYS5…, scope, value, metric, value, n, higher) of every applicable metric in
     `names` per GROUP and scope; `df` sorted by GROUP, relation, instance."""
-    taus = pd_taus(df) if any(METRIC_DEFS[m].tau == "tuned" for m in names) else {}
+    strict = any(METRIC_DEFS[m].input == "statements" for m in names)
+    taus = pd_taus(df, strict) if any(METRIC_DEFS[m].tau == "tuned" for m in names) else {}
     rows = []
     for key, g in groups(df, GROUP):
         kind = key["output_kind"]
@@ -628,13 +633,8 @@ def tuple_col(df, keys):
 def pd_template_kind_metrics(est, templates):
     """Per template kind: the metrics (scope all) over every (instance, template) pair of templates
     of that kind, a pair counted once."""
-    t = templates[["relation_id", "template_id", "kind"]]
-    pairs = est[est["template_id"].notna()].merge(t, on=["relation_id", "template_id"])
-    pairs = pd_with_defaults(pairs)
-    pairs["template_kind"] = pairs["kind"].map(KIND_GROUPS)
-    pairs["instance_id"] = pairs["instance_id"] + "|" + pairs["template_id"]
     frames = []
-    for kind, g in pairs.groupby("template_kind", sort=False):
+    for kind, g in pd_kind_pairs(est, templates):
         names = [m for m, d in METRIC_DEFS.items() if d.input in ("confidence", "threshold")]
         rows = pd_metric_rows(sort_rows(g), names, attributes=False)
         df = pd_frame(rows, METRIC_COLUMNS)
@@ -848,17 +848,29 @@ def pd_curves(headline):
 # --- thresholds --------------------------------------------------------------------------------
 
 THRESHOLD_COLUMNS = ["model_id", "estimator", "reduction", "answer_space_k", "unit", "rule", "threshold",
-                     "fallback", "reason", "n_dev"]  # fmt: skip
+                     "fallback", "reason", "n_dev", "template_kind"]  # fmt: skip
 
 
-def pd_thresholds(headline, statements):
+def pd_kind_pairs(est, templates):
+    """(kind, its (instance, template) pairs, instance_id = "instance|template") per template kind."""
+    t = templates[["relation_id", "template_id", "kind"]]
+    pairs = est[est["template_id"].notna()].merge(t, on=["relation_id", "template_id"])
+    pairs = pd_with_defaults(pairs)
+    pairs["template_kind"] = pairs["kind"].map(KIND_GROUPS)
+    pairs["instance_id"] = pairs["instance_id"] + "|" + pairs["template_id"]
+    return list(pairs.groupby("template_kind", sort=False))
+
+
+def pd_thresholds(headline, statements, est, templates):
+    """The tuned τ of the instances (headline), the statements and each template kind's pairs."""
     rows = []
-    inputs = [("instances", headline)]
+    inputs = [("instances", None, headline)]
     if statements is not None and len(statements):
         st = pd_with_defaults(statements.rename(columns={"probability": "confidence", "is_gold": "correct"}))
-        inputs.append(("statements", st))
-    for unit, df in inputs:
-        for key, (tau, fallback, reason, n_dev) in pd_taus(df).items():
+        inputs.append(("statements", None, st))
+    inputs += [("pairs", kind, sort_rows(g)) for kind, g in pd_kind_pairs(est, templates)]
+    for unit, kind, df in inputs:
+        for key, (tau, fallback, reason, n_dev) in pd_taus(df, unit == "statements").items():
             k = dict(zip(TUNING, key, strict=True))
             if unit == "statements" and k["output_kind"] != "probability":
                 continue
@@ -869,11 +881,12 @@ def pd_thresholds(headline, statements):
                     k["reduction"],
                     k["answer_space_k"],
                     unit,
-                    "tune_f1",
+                    "tune_f1_strict" if unit == "statements" else "tune_f1",
                     tau,
                     fallback,
                     reason,
                     n_dev,
+                    kind,
                 )
             )
     return pd_frame(rows, THRESHOLD_COLUMNS)
@@ -882,9 +895,11 @@ def pd_thresholds(headline, statements):
 # --- consistency (Zhao et al. 2025) -------------------------------------------------------------
 
 RANDOM_SETUPS = ("extra-space", "typo", "one-shot")
+NO_SEED = -1  # the seed key of a setup that is not a seeded draw (seeds are non-negative)
 CONSISTENCY_COLUMNS = ["model_id", "kind", "setup_a", "setup_b", "estimator_a", "estimator_b", "reduction",
-                       "relation_id", "seed", "threshold_a", "threshold_b", "fallback_a", "fallback_b", "n",
-                       "iou_acc", "iou_rej", "iou_cons", "dec_cons", "agreement"]  # fmt: skip
+                       "relation_id", "seed", "statistic", "n_seeds", "threshold_a", "threshold_b",
+                       "fallback_a", "fallback_b", "n", "iou_acc", "iou_rej", "iou_cons", "dec_cons",
+                       "agreement"]  # fmt: skip
 
 
 def setup_of(row, roles):
@@ -901,7 +916,7 @@ def setup_of(row, roles):
         return "original" if k == 0 else f"answer_space_k={k}"
     if k != 0 or role is None:
         return None
-    kind, parent, variant = role
+    kind, parent, variant, _ = role
     if parent is not None and parent == head:
         return variant
     if parent is None and kind in ("curated", "generated") and head is not None:
@@ -942,13 +957,24 @@ def pd_consistency(est, templates, seed, marker_estimators):
     import pandas as pd
 
     t = templates.astype(object).where(templates.notna(), None)
-    roles = {(r.relation_id, r.template_id): (r.kind, r.parent_id, r.variant) for r in t.itertuples()}
+    if "perturbation_seed" not in t.columns:
+        t["perturbation_seed"] = None
+    roles = {
+        (r.relation_id, r.template_id): (r.kind, r.parent_id, r.variant, r.perturbation_seed)
+        for r in t.itertuples()
+    }
     for r in t.itertuples():
         if r.rank == 0 and r.kind == "curated":
             roles[r.relation_id] = r.template_id
     df = est.astype(object).where(est.notna(), None)
     df["setup"] = [setup_of(r, roles) for r in df.itertuples()]
     df = df[df["setup"].notna()].copy()
+    # a seeded perturbation's draw: its own setup (threshold, pairs), keyed by its seed (NO_SEED: none)
+    seeds = [
+        None if s in ("original", "paraphrase") or s.startswith("answer_space_k=") else roles[(rel, tid)][3]
+        for s, rel, tid in zip(df["setup"], df["relation_id"], df["template_id"], strict=True)
+    ]
+    df["seed"] = [NO_SEED if v is None or v != v else int(v) for v in seeds]
     df["instance"] = [
         i if not k else re.sub(r"#k\d+$", "", i)
         for i, k in zip(df["instance_id"], df["answer_space_k"], strict=True)
@@ -959,12 +985,14 @@ def pd_consistency(est, templates, seed, marker_estimators):
     ]
     df["anchor"] = df["anchor"].fillna("<instance grain>")
     thresholds = {}
-    for key, g in df.groupby(["model_id", "estimator", "reduction", "setup"], sort=False, dropna=False):
+    for key, g in df.groupby(
+        ["model_id", "estimator", "reduction", "setup", "seed"], sort=False, dropna=False
+    ):
         dev = g[g["split"] == "dev"]
         c, y = dev["confidence"].to_numpy(float), dev["correct"].to_numpy(bool)
         thresholds[key] = dev_threshold(c, y) if len(dev) else (FIXED_TAU, True)
     test = df[df["split"] == "test"].copy()
-    keyed = tuple_col(test, ["model_id", "estimator", "reduction", "setup"])
+    keyed = tuple_col(test, ["model_id", "estimator", "reduction", "setup", "seed"])
     test["tau"] = [thresholds[k][0] for k in keyed]
     test["fallback"] = [thresholds[k][1] for k in keyed]
     test["accept"] = test["confidence"].astype(float) >= test["tau"]
@@ -980,17 +1008,18 @@ def pd_consistency(est, templates, seed, marker_estimators):
         c[3] += int((~accept_a & accept_b).sum())
         c[4] += int((accept_a & accept_b & same).sum())
 
-    cols = [*item, "estimator", "setup", "tau", "fallback", "accept", "predicted_id"]
+    cols = [*item, "estimator", "setup", "seed", "tau", "fallback", "accept", "predicted_id"]
     a = test[test["setup"] == "original"][cols]
     b = test[test["setup"] != "original"][cols]
     intra = a.merge(b, on=[*item, "estimator"], suffixes=("", "_b"))
-    for (m, rel, red, e, sb, ta, tb, fa, fb), g in intra.groupby(
+    for (m, rel, red, e, sb, seed_b, ta, tb, fa, fb), g in intra.groupby(
         [
             "model_id",
             "relation_id",
             "reduction",
             "estimator",
             "setup_b",
+            "seed_b",
             "tau",
             "tau_b",
             "fallback",
@@ -998,7 +1027,8 @@ def pd_consistency(est, templates, seed, marker_estimators):
         ],
         sort=False,
     ):
-        add((m, "intra", "original", sb, e, e, red, ta, tb, fa, fb, rel), g["accept"].to_numpy(bool),
+        seed_b = None if seed_b == NO_SEED else int(seed_b)
+        add((m, "intra", "original", sb, e, e, red, seed_b, ta, tb, fa, fb, rel), g["accept"].to_numpy(bool),
             g["accept_b"].to_numpy(bool), g["predicted_id"].to_numpy(object),
             g["predicted_id_b"].to_numpy(object))  # fmt: skip
     cross = a[~a["estimator"].isin(marker_estimators)].copy()
@@ -1007,8 +1037,8 @@ def pd_consistency(est, templates, seed, marker_estimators):
         pairs = g.merge(g, on=["instance", "anchor"], suffixes=("", "_b"))
         pairs = pairs[pairs["estimator"] < pairs["estimator_b"]]
         for (ea, eb), p in pairs.groupby(["estimator", "estimator_b"], sort=False):
-            key = (m, "cross", "original", "original", ea, eb, red, p["tau"].iloc[0], p["tau_b"].iloc[0],
-                   p["fallback"].iloc[0], p["fallback_b"].iloc[0], rel)  # fmt: skip
+            key = (m, "cross", "original", "original", ea, eb, red, None, p["tau"].iloc[0],
+                   p["tau_b"].iloc[0], p["fallback"].iloc[0], p["fallback_b"].iloc[0], rel)  # fmt: skip
             add(key, p["accept"].to_numpy(bool), p["accept_b"].to_numpy(bool),
                 p["predicted_id"].to_numpy(object), p["predicted_id_b"].to_numpy(object))  # fmt: skip
     pooled = {}
@@ -1016,16 +1046,30 @@ def pd_consistency(est, templates, seed, marker_estimators):
         total = pooled.setdefault((*key[:-1], None), [0, 0, 0, 0, 0])
         for i in range(5):
             total[i] += c[i]
-    rows = []
+    rows, seeded = [], {}
     for key, c in [*counts.items(), *pooled.items()]:
         n = sum(c[:4])
         if n == 0:
             continue
-        m, kind, sa, sb, ea, eb, red, ta, tb, fa, fb, rel = key
+        m, kind, sa, sb, ea, eb, red, seed_b, ta, tb, fa, fb, rel = key
         random = kind == "intra" and (sb in RANDOM_SETUPS or sb.startswith("answer_space_k="))
-        rows.append(
-            (m, kind, sa, sb, ea, eb, red, rel, seed if random else None, ta, tb, fa, fb, n, *measures(*c))
-        )
+        seed_b = seed_b if seed_b is not None else seed if random else None
+        row = (m, kind, sa, sb, ea, eb, red, rel, seed_b, "value", None, ta, tb, fa, fb, n, *measures(*c))
+        rows.append(row)
+        if seed_b is not None:
+            seeded.setdefault((m, kind, sa, sb, ea, eb, red, rel), []).append(row)
+    for pair, group in seeded.items():  # the mean and sample std over the seeds, NaN left out
+        fa, fb = any(r[13] for r in group), any(r[14] for r in group)
+        columns = {i: [r[i] for r in group if not math.isnan(r[i])] for i in (11, 12, *range(16, 21))}
+        mean = {i: sum(v) / len(v) if v else math.nan for i, v in columns.items()}
+        std = {
+            i: math.sqrt(sum((x - mean[i]) ** 2 for x in v) / (len(v) - 1)) if len(v) > 1 else math.nan
+            for i, v in columns.items()
+        }
+        n_seeds = len({r[8] for r in group})
+        for name, values in (("mean", mean), ("std", std)):
+            rows.append((*pair, None, name, n_seeds, values[11], values[12], fa, fb, None,
+                         *(values[i] for i in range(16, 21))))  # fmt: skip
     return pd.DataFrame(rows, columns=CONSISTENCY_COLUMNS)
 
 
@@ -1071,7 +1115,7 @@ def pandas_stage(p: PandasInputs, models, n_resamples, seed, estimator_order, ma
         t3 = time.perf_counter()
         out["curves"].append(pd_curves(headline))
         t4 = time.perf_counter()
-        out["thresholds"].append(pd_thresholds(headline, options))
+        out["thresholds"].append(pd_thresholds(headline, options, est, p.templates))
         t5 = time.perf_counter()
         out["consistency"].append(pd_consistency(est, p.templates, seed, marker_estimators))
         t6 = time.perf_counter()
@@ -1126,10 +1170,11 @@ TABLES = {  # part → (keys, compared columns)
         ["difference", "ci_low", "ci_high", "n", "n_resamples"],
     ),
     "curves": ([*KEYS5, "scope", "scope_value", "curve", "point"], ["x", "y", "n", "bin", "threshold"]),
-    "thresholds": (THRESHOLD_COLUMNS[:6], ["threshold", "fallback", "reason", "n_dev"]),
+    "thresholds": ([*THRESHOLD_COLUMNS[:6], "template_kind"], ["threshold", "fallback", "reason", "n_dev"]),
     "consistency": (
-        ["model_id", "kind", "setup_a", "setup_b", "estimator_a", "estimator_b", "reduction", "relation_id"],
-        ["seed", "threshold_a", "threshold_b", "fallback_a", "fallback_b", "n", "iou_acc", "iou_rej",
+        ["model_id", "kind", "setup_a", "setup_b", "estimator_a", "estimator_b", "reduction", "relation_id",
+         "seed", "statistic"],
+        ["n_seeds", "threshold_a", "threshold_b", "fallback_a", "fallback_b", "n", "iou_acc", "iou_rej",
          "iou_cons", "dec_cons", "agreement"],
     ),
 }  # fmt: skip

@@ -82,7 +82,7 @@ def build_statements(n_instances: int, workdir: Path) -> pl.DataFrame:
         facts = {r: relation_facts(get_relation(r), cached, log=quiet).facts for r in RELATIONS}
     catalog = load_catalog()
     pools = object_pools(pl.concat(list(facts.values())), catalog)
-    templates = curated_and_variants(templates_frame(catalog), SEED)
+    templates = curated_and_variants(templates_frame(catalog), ProbeOptions().perturbation_seeds)
     parts = []
     for i, rid in enumerate(RELATIONS):
         per = n_instances // len(RELATIONS) + (i < n_instances % len(RELATIONS))
@@ -96,7 +96,7 @@ def build_statements(n_instances: int, workdir: Path) -> pl.DataFrame:
             None,
             ["curated", "marker_numeric", "perturbation"],
             3,
-            SEED,
+            ProbeOptions().perturbation_seeds,
         )
         chosen = chosen.filter(pl.col("template_id").is_in([f"{rid}:{p}" for p in TEMPLATE_PICKS]))
         parts.append(relation_statements(instances, chosen, SEED))

@@ -44,7 +44,9 @@ class ParquetIOManager(ConfigurableIOManager):
     """Atomic writes (temp file + rename); an unchanged partition keeps its file untouched.
 
     Inputs load the upstream partitions Dagster maps to the step (one relation, or every
-    materialized relation of one model), concatenated in key order.
+    materialized relation of one model), concatenated in key order. An input declared with
+    `AssetIn(metadata={"columns": [...]})` reads only those columns (a cross-model step that needs
+    two columns of every statement_scores file reads just them).
     """
 
     home: str = ""
@@ -99,9 +101,10 @@ class ParquetIOManager(ConfigurableIOManager):
         home = kcal_home(self.home or None)
         step = context.step_context
         read = self._read.setdefault((step.run_id, step.step.key), [])
+        columns = (context.definition_metadata or {}).get("columns")
         if not context.has_asset_partitions:
             read.append(partition_path(home, table_name(context)))
-            return read_partitions(home, table_name(context), [{}])
+            return read_partitions(home, table_name(context), [{}], columns)
         pdef, table = context.asset_partitions_def, table_name(context)
         dims = [partition_dims(pdef, k) for k in sorted(context.asset_partition_keys)]
         if len(dims) > 1:
@@ -116,4 +119,4 @@ class ParquetIOManager(ConfigurableIOManager):
                 )
                 dims = present
         read.extend(partition_path(home, table, d) for d in dims)
-        return read_partitions(home, table, dims)
+        return read_partitions(home, table, dims, columns)

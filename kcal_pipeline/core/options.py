@@ -77,7 +77,15 @@ class ProbeOptions(Options):
     n_negatives: int = Field(
         5, ge=1, description="distractors per instance for answer_space=sampled and MACE questions"
     )
-    seed: int = Field(13, description="seed of sampling, splits and template variants")
+    seed: int = Field(
+        13, description="seed of sampling, splits, one-shot demonstrations and answer-space subsamples"
+    )
+    perturbation_seeds: list[int] = Field(
+        default_factory=lambda: [4, 44, 99],
+        min_length=1,
+        description="seeds of the random perturbations (extra space, typo): each is drawn once per "
+        "seed, as Zhao et al. do (4, 44, 99), so consistency reports each seed and their mean and spread",
+    )
     max_instances: int = Field(
         100, ge=0, description="instances per relation (MACE: a quarter per gold count); 0 = all"
     )
@@ -114,6 +122,17 @@ class ProbeOptions(Options):
         if unknown:
             raise ValueError(f"unknown template kind(s) {unknown}; allowed: {', '.join(TEMPLATE_KINDS)}")
         return kinds
+
+    @field_validator("perturbation_seeds")
+    @classmethod
+    def _distinct_seeds(cls, seeds: list[int]) -> list[int]:
+        negative = [s for s in seeds if s < 0]
+        if negative:
+            raise ValueError(f"seeds must be non-negative, got {negative}")
+        repeated = sorted({s for s in seeds if seeds.count(s) > 1})
+        if repeated:
+            raise ValueError(f"seeds must be distinct, got {repeated} more than once")
+        return seeds
 
     @model_validator(mode="after")
     def _answer_space_k(self) -> ProbeOptions:

@@ -10,7 +10,7 @@ import filecmp
 import os
 import tempfile
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import polars as pl
@@ -143,27 +143,37 @@ def store_file_hint(home: Path, path: str | Path) -> str | None:
     return rebuild_hint(parts[0], dims)
 
 
-def read_parquet_named(path: Path, rebuild: str) -> pl.DataFrame:
+def read_parquet_named(path: Path, rebuild: str, columns: Sequence[str] | None = None) -> pl.DataFrame:
     """pl.read_parquet, except that a truncated or corrupted file is a BadFileError naming the file
-    and saying how to rebuild it (`rebuild`)."""
+    and saying how to rebuild it (`rebuild`). With `columns`, only those of them the file has: a
+    reader that needs a few columns of a wide table reads only them, and a column older files
+    lack is left for the reader to report (a concat fills it with nulls)."""
     try:
-        return pl.read_parquet(path)
+        if columns is None:
+            return pl.read_parquet(path)
+        present = pl.read_parquet_schema(path)
+        return pl.read_parquet(path, columns=[c for c in columns if c in present])
     except (OSError, pl.exceptions.PolarsError) as exc:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise BadFileError(f"{path}: not a readable Parquet file ({reason}); {rebuild}") from exc
 
 
-def read_partition(home: Path, table: str, partition: Mapping[str, str] | None = None) -> pl.DataFrame:
+def read_partition(
+    home: Path, table: str, partition: Mapping[str, str] | None = None, columns: Sequence[str] | None = None
+) -> pl.DataFrame:
     path = partition_path(home, table, partition)
     if not path.exists():
         where = ", ".join(f"{k}={v}" for k, v in (partition or {}).items()) or "unpartitioned"
         raise FileNotFoundError(f"table {table!r} has no data for partition ({where}): {path} is missing")
-    return read_parquet_named(path, rebuild_hint(table, partition))
+    return read_parquet_named(path, rebuild_hint(table, partition), columns)
 
 
-def read_partitions(home: Path, table: str, partitions: Iterable[Mapping[str, str]]) -> pl.DataFrame:
-    """Concatenate several partitions (e.g. every relation of one model), in the order given."""
-    frames = [read_partition(home, table, p) for p in partitions]
+def read_partitions(
+    home: Path, table: str, partitions: Iterable[Mapping[str, str]], columns: Sequence[str] | None = None
+) -> pl.DataFrame:
+    """Concatenate several partitions (e.g. every relation of one model), in the order given;
+    with `columns`, only those (see read_parquet_named)."""
+    frames = [read_partition(home, table, p, columns) for p in partitions]
     if not frames:
         raise ValueError(f"no partitions of table {table!r} requested")
     return pl.concat(frames, how="diagonal_relaxed")

@@ -11,6 +11,7 @@ from kcal_pipeline.evaluation import bias  # isort: skip
 from kcal_pipeline.evaluation.bootstrap import bootstrap_intervals, paired_differences
 from kcal_pipeline.evaluation.consistency import compute_consistency, seed_spread
 from kcal_pipeline.evaluation.curves import CURVES, compute_curves
+from kcal_pipeline.evaluation.families import family_comparison, model_families, pair_models_by_accuracy
 from kcal_pipeline.evaluation.registry import (
     METRICS,
     compute_metrics,
@@ -23,7 +24,6 @@ from kcal_pipeline.evaluation.scopes import (
     breakdown_scopes,
     macro_average,
     macro_average_mixtures,
-    pair_models_by_accuracy,
 )
 
 __all__ = [
@@ -40,8 +40,10 @@ __all__ = [
     "compute_metrics",
     "compute_template_metrics",
     "decisions",
+    "family_comparison",
     "macro_average",
     "macro_average_mixtures",
+    "model_families",
     "pair_models_by_accuracy",
     "paired_differences",
     "seed_spread",

@@ -11,8 +11,10 @@ better direction). compute_metrics reports them per relation (scope "relation") 
 
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
 
+from kcal_pipeline.evaluation.accuracy import per_segment
 from kcal_pipeline.evaluation.registry import register
 
 TOP_OBJECTS = 5
@@ -25,6 +27,37 @@ def top_predicted(predicted: pl.Series, k: int = TOP_OBJECTS) -> pl.Series:
     return counts.sort(["count", predicted.name], descending=[True, False]).head(k)[predicted.name]
 
 
+def _top_predicted_batched(frame: pl.DataFrame, k: int = TOP_OBJECTS) -> pl.DataFrame:
+    """top_predicted of every segment: (segment, predicted_id, in_top = True)."""
+    counts = frame.drop_nulls("predicted_id").group_by("segment", "predicted_id").len("count")
+    top = counts.sort(["segment", "count", "predicted_id"], descending=[False, True, False])
+    return (
+        top.group_by("segment", maintain_order=True)
+        .head(k)
+        .select("segment", "predicted_id", in_top=pl.lit(True))
+    )
+
+
+def _in_top(frame: pl.DataFrame, on: str) -> pl.DataFrame:
+    top = _top_predicted_batched(frame).rename({"predicted_id": on})
+    joined = frame.join(top, on=["segment", on], how="left", maintain_order="left")
+    return joined.with_columns(pl.col("in_top").fill_null(False))
+
+
+def _prediction_coverage_batched(frame: pl.DataFrame, count: int) -> np.ndarray:
+    return per_segment(_in_top(frame, "predicted_id"), pl.col("in_top").mean(), count)
+
+
+def _answer_coverage_batched(frame: pl.DataFrame, count: int) -> np.ndarray:
+    golds = frame.with_row_index("instance").explode("gold_ids")
+    top = _top_predicted_batched(frame).rename({"predicted_id": "gold_ids"})
+    hits = golds.join(top, on=["segment", "gold_ids"], how="left").with_columns(
+        pl.col("in_top").fill_null(False)
+    )
+    per_instance = hits.group_by("segment", "instance").agg(pl.col("in_top").mean())
+    return per_segment(per_instance, pl.col("in_top").mean(), count)
+
+
 @register(
     "prediction_coverage",
     label="Cov^P (template bias)",
@@ -32,6 +65,7 @@ def top_predicted(predicted: pl.Series, k: int = TOP_OBJECTS) -> pl.Series:
     needs="any",
     higher_is_better=None,
     input="predictions",
+    batched=_prediction_coverage_batched,
 )
 def prediction_coverage(predicted: pl.Series, gold: pl.Series) -> float:
     """Cov^P: share of the relation's instances whose prediction is one of its TOP_OBJECTS most
@@ -46,6 +80,7 @@ def prediction_coverage(predicted: pl.Series, gold: pl.Series) -> float:
     needs="any",
     higher_is_better=None,
     input="predictions",
+    batched=_answer_coverage_batched,
 )
 def answer_coverage(predicted: pl.Series, gold: pl.Series) -> float:
     """Cov^A: share of the relation's gold answers in its TOP_OBJECTS most predicted objects. An

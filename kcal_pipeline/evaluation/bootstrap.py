@@ -25,6 +25,7 @@ import polars as pl
 
 from kcal_pipeline.evaluation.calibration import BINS
 from kcal_pipeline.evaluation.registry import GROUP, METRICS, SCOPE_KEY_SCHEMA, as_arrays, with_defaults
+from kcal_pipeline.evaluation.segments import row_percentiles
 
 N_RESAMPLES = 1000
 LEVEL = 0.95
@@ -219,24 +220,6 @@ class _Chunk:
         return np.take_along_axis(self.y, np.sort(keys, axis=1) % m, axis=1)
 
 
-def _row_percentiles(ascending_at: Callable[[np.ndarray], np.ndarray], n: np.ndarray, percent) -> np.ndarray:
-    """np.percentile(method="linear") of each row's first n[b] sorted values, to the last bit.
-
-    `ascending_at(pos)` returns, per row, the values at ascending positions pos [b, q]. The
-    arithmetic is numpy's own (q/100, virtual index (n−1)·q, its two-sided lerp), so that quantile
-    bin edges, and hence the bins, equal those np.percentile gives the resample alone.
-    """
-    q = np.true_divide(np.asarray(percent, dtype=np.float64), 100)
-    virtual = (n - 1)[:, None] * q[None, :]
-    above = virtual >= (n - 1)[:, None]
-    prev = np.where(above, (n - 1)[:, None], np.floor(virtual)).astype(np.intp)
-    nxt = np.where(above, prev, prev + 1)
-    gamma = virtual - prev  # any finite value where a == b (above): the lerp returns a exactly
-    a, b = np.split(ascending_at(np.concatenate([prev, nxt], axis=1)), 2, axis=1)
-    diff = b - a
-    return np.where(gamma >= 0.5, b - diff * (1 - gamma), a + diff * gamma)
-
-
 def _accuracy(ch: _Chunk) -> np.ndarray:
     return ch.y.sum(axis=1) / ch.n
 
@@ -247,17 +230,13 @@ def _brier(ch: _Chunk) -> np.ndarray:
 
 def _ascending_value_index(cumulative: np.ndarray, pos: np.ndarray) -> np.ndarray:
     """Per row, the distinct value at ascending position pos [b, q] of the sample whose value
-    counts accumulate to `cumulative` [b, U]: the first v with cumulative[v] > pos, by a binary
-    search run on all rows and positions at once (log2 U steps)."""
-    lo = np.zeros(pos.shape, dtype=np.intp)
-    hi = np.full(pos.shape, cumulative.shape[1] - 1, dtype=np.intp)
-    rows = np.arange(pos.shape[0])[:, None]
-    for _ in range(int(cumulative.shape[1]).bit_length()):
-        mid = (lo + hi) // 2
-        beyond = cumulative[rows, mid] > pos
-        hi = np.where(beyond, mid, hi)
-        lo = np.where(beyond, lo, np.minimum(mid + 1, hi))
-    return lo
+    counts accumulate to `cumulative` [b, U]: the first v with cumulative[v] > pos. One
+    searchsorted over all rows at once: row r's cumulative counts are shifted by r·(N + 1), N the
+    largest sample, so the rows lie end to end in ascending order and never overlap."""
+    b, u = cumulative.shape
+    shift = (np.arange(b, dtype=np.int64) * (int(cumulative[:, -1].max()) + 1))[:, None]
+    found = np.searchsorted((cumulative + shift).ravel(), (pos + shift).ravel(), side="right")
+    return found.reshape(pos.shape) - (np.arange(b) * u)[:, None]
 
 
 def _ace(ch: _Chunk) -> np.ndarray:
@@ -268,13 +247,13 @@ def _ace(ch: _Chunk) -> np.ndarray:
     distinct values are ≤ inner edge k (one searchsorted on the sorted distinct values).
     """
     b, u = ch.count.shape
-    edges = _row_percentiles(
+    edges = row_percentiles(
         lambda pos: ch.distinct[_ascending_value_index(np.cumsum(ch.count, axis=1), pos)],
         ch.n,
         np.linspace(0, 1, BINS + 1)[1:-1] * 100,
     )
-    marks = np.zeros((b, u + 1), dtype=np.int64)
-    np.add.at(marks, (np.arange(b)[:, None], np.searchsorted(ch.distinct, edges, side="right")), 1)
+    at = np.searchsorted(ch.distinct, edges, side="right") + (u + 1) * np.arange(b)[:, None]
+    marks = np.bincount(at.ravel(), minlength=b * (u + 1)).reshape(b, u + 1)
     ids = (np.cumsum(marks[:, :u], axis=1) + BINS * np.arange(b)[:, None]).ravel()
     size = b * BINS
     count = np.bincount(ids, weights=ch.count.ravel(), minlength=size).reshape(b, BINS)
@@ -360,7 +339,7 @@ def percentile_interval(
     ascending = np.sort(values, axis=1)  # NaN sorts last
     used = np.isfinite(values).sum(axis=1)
     percent = interval_percentiles(level)
-    bounds = _row_percentiles(
+    bounds = row_percentiles(
         lambda pos: np.take_along_axis(ascending, pos, axis=1), np.maximum(used, 1), percent
     )
     bounds[used == 0] = np.nan
@@ -496,6 +475,9 @@ def paired_differences(
     present = set(df["estimator"].unique().to_list())
     plans = _Plans(n_resamples, seed)
     keys, points, stacked = [], [], []
+    # One estimator's resample values on given rows, computed once: every pair against Base reads
+    # Base's on the same instances. Keyed by the exact rows (relation, instance ids), never a hash.
+    resampled: dict[tuple, list[dict[str, np.ndarray]]] = {}
     for a, b in pairs:
         missing = [e for e in (a, b) if e not in present]
         if missing:
@@ -512,8 +494,12 @@ def paired_differences(
                 as_arrays(g[f"confidence{sfx}"].to_numpy(), g[f"correct{sfx}"].to_numpy(), kind)
                 for sfx, kind in zip(("", "_b"), kinds, strict=True)
             ]
-            for sc in plans(g["relation_id"].to_numpy()):
-                va, vb = (batched_metrics(usable, c, y, sc.resamples) for c, y in sides)
+            plan = plans(g["relation_id"].to_numpy())
+            rows_key = (tuple(group), tuple(usable), tuple(g["relation_id"]), tuple(g["instance_id"]))
+            if (b, *rows_key) not in resampled:
+                resampled[(b, *rows_key)] = [batched_metrics(usable, *sides[1], sc.resamples) for sc in plan]
+            for sc, vb in zip(plan, resampled[(b, *rows_key)], strict=True):
+                va = batched_metrics(usable, *sides[0], sc.resamples)
                 (ca, ya), (cb, yb) = ((c[sc.rows], y[sc.rows]) for c, y in sides)
                 for m in usable:
                     keys.append((*(key[k] for k in _PAIR_ON[:4]), sc.scope, sc.scope_value, a, b, m))

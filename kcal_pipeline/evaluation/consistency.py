@@ -29,6 +29,17 @@ Intra-method rows pair "original" with each other setup of the same estimator; c
 pair two estimators on "original" (template-grain ones on the same template, instance-grain ones
 together; the marker estimators, which read a marked variant on their parent's row, are left out:
 their prompt is not the row's). Rows are pooled over relations (relation_id null) and per relation.
+
+Random setups and seeds (Zhao et al. draw each random perturbation with seeds 4, 44 and 99 and
+report the mean and spread): the extra-space and typo variants exist once per perturbation seed
+(templates.perturbation_seed; ids `<parent>:typo-s44`), and each draw is its own setup with its
+own threshold; its rows have statistic "value" and that seed. The one-shot demonstration and the
+answer-space subsample are drawn with the probe seed: their rows carry it. Per pair and relation,
+every seeded setup also gets two summary rows over its seeds, seed null and statistic "mean" or
+"std" (sample standard deviation; NaN with one seed): the measures and thresholds are that
+statistic over the seeds (NaN values left out, NaN if none is left), fallback_a/b is true if any
+seed's is, n is null and n_seeds counts the seeds. Every other row has statistic "value", seed
+null. One number per pair: `seed is null and statistic <> 'std'`.
 """
 
 from __future__ import annotations
@@ -53,8 +64,9 @@ EVAL_SPLIT = HEADLINE_SPLIT
 FALLBACK_THRESHOLD = FIXED_THRESHOLD
 ORIGINAL = "original"
 PARAPHRASE = "paraphrase"
-# Perturbations drawn with the probe seed (dataset/instances/variants.py: the doubled space, the
-# typo, the one-shot demonstration's subject) and the answer-space subsample: their rows carry it.
+# Setups drawn with the probe seed (dataset/instances/variants.py: the one-shot demonstration's
+# subject, the answer-space subsample; the doubled space and the typo too in a templates table
+# without perturbation_seed): their rows carry it. A template's perturbation_seed wins over it.
 RANDOM_VARIANTS = ("extra-space", "typo", "one-shot")
 ANSWER_SPACE_SETUP = "answer_space_k="
 
@@ -68,6 +80,8 @@ CONSISTENCY_SCHEMA = {
     "reduction": pl.String,
     "relation_id": pl.String,
     "seed": pl.Int64,
+    "statistic": pl.String,
+    "n_seeds": pl.Int64,
     "threshold_a": pl.Float64,
     "threshold_b": pl.Float64,
     "fallback_a": pl.Boolean,
@@ -80,11 +94,13 @@ CONSISTENCY_SCHEMA = {
     "agreement": pl.Float64,
 }
 MEASURES = ("iou_acc", "iou_rej", "iou_cons", "dec_cons", "agreement")
+# `statistic` of a per-setup (per-seed) row, and of the summary rows over a setup's seeds.
+VALUE, SEED_STATISTICS = "value", ("mean", "std")
 # Counts of aligned items: accepted in both, rejected in both, accepted by a only, by b only, and
 # accepted by both with the same predicted option. Every measure is a function of them, so
 # relations pool by adding counts.
 COUNTS = ("n_aa", "n_rr", "n_ar", "n_ra", "n_agree")
-_THRESHOLD_KEYS = ("model_id", "estimator", "reduction", "setup")
+_THRESHOLD_KEYS = ("model_id", "estimator", "reduction", "setup", "seed")
 _ITEM = ("model_id", "relation_id", "instance", "reduction", "anchor")
 
 
@@ -233,11 +249,20 @@ def _check_estimates(estimates: pl.DataFrame) -> None:
 
 
 def _template_roles(templates: pl.DataFrame) -> pl.DataFrame:
-    """Per (relation, template): its kind, parent, variant and the relation's headline template."""
+    """Per (relation, template): its kind, parent, variant, perturbation seed and the relation's
+    headline template."""
     require_columns(templates, ["relation_id", "template_id", "kind", "rank"], "templates")
     extra = {c: pl.lit(None, pl.String) for c in ("parent_id", "variant") if c not in templates.columns}
+    if "perturbation_seed" not in templates.columns:
+        extra["perturbation_seed"] = pl.lit(None, pl.Int64)
     t = templates.with_columns(**extra).select(
-        "relation_id", "template_id", "kind", "rank", "parent_id", "variant"
+        "relation_id",
+        "template_id",
+        "kind",
+        "rank",
+        "parent_id",
+        "variant",
+        pl.col("perturbation_seed").cast(pl.Int64),
     )
     heads = t.filter((pl.col("rank") == 0) & (pl.col("kind") == "curated")).select(
         "relation_id", head_id=pl.col("template_id")
@@ -246,10 +271,11 @@ def _template_roles(templates: pl.DataFrame) -> pl.DataFrame:
 
 
 def setup_rows(estimates: pl.DataFrame, templates: pl.DataFrame) -> pl.DataFrame:
-    """The estimates that take part in a comparison, each with its `setup`, its `instance` (the
-    instance id without a `#k` subsample suffix) and its `anchor` (the relation's headline
-    template for template-grain rows, null for instance-grain ones): two rows of one estimator
-    with the same (model, relation, instance, reduction, anchor) are the same item in two setups.
+    """The estimates that take part in a comparison, each with its `setup`, its `seed` (the
+    perturbation seed of a seeded variant's draw, else null), its `instance` (the instance id
+    without a `#k` subsample suffix) and its `anchor` (the relation's headline template for
+    template-grain rows, null for instance-grain ones): two rows of one estimator with the same
+    (model, relation, instance, reduction, anchor) are the same item in two setups.
     Template-grain rows on a template the templates table does not list, on a variant of a
     non-headline template, or on a non-headline template of a subsample copy take no part."""
     _check_estimates(estimates)
@@ -288,21 +314,25 @@ def setup_rows(estimates: pl.DataFrame, templates: pl.DataFrame) -> pl.DataFrame
     instance = (
         pl.when(full).then(pl.col("instance_id")).otherwise(pl.col("instance_id").str.replace(r"#k\d+$", ""))
     )
+    variant_of_headline = full & ~instance_grain & ~headline & (pl.col("parent_id") == pl.col("head_id"))
     return (
         rows.with_columns(
             setup=setup,
+            seed=pl.when(variant_of_headline)
+            .then(pl.col("perturbation_seed"))
+            .otherwise(pl.lit(None, pl.Int64)),
             instance=instance,
             anchor=pl.when(instance_grain).then(pl.lit(None, pl.String)).otherwise(pl.col("head_id")),
         )
         .filter(pl.col("setup").is_not_null())
-        .drop("kind", "parent_id", "variant", "head_id", "k")
+        .drop("kind", "parent_id", "variant", "perturbation_seed", "head_id", "k")
     )
 
 
 def decision_thresholds(rows: pl.DataFrame) -> pl.DataFrame:
-    """Per (model, estimator, reduction, setup) of `setup_rows`: its dev-tuned threshold (tau,
-    fallback, n_dev, accepted_share, dev_accuracy), pooled over relations; a setup without dev
-    rows gets the fallback."""
+    """Per (model, estimator, reduction, setup, seed) of `setup_rows`: its dev-tuned threshold
+    (tau, fallback, n_dev, accepted_share, dev_accuracy), pooled over relations; a setup without
+    dev rows gets the fallback. Each seed's draw of a perturbation is tuned on its own dev rows."""
     keys = list(_THRESHOLD_KEYS)
     tuned = _tune(rows.filter(pl.col("split") == TUNE_SPLIT), keys)
     every = rows.select(keys).unique()
@@ -341,12 +371,12 @@ def _count_exprs(accept_a: pl.Expr, accept_b: pl.Expr, same: pl.Expr) -> list[pl
 
 
 _INTRA_KEYS = ("model_id", "relation_id", "reduction", "estimator_a", "estimator_b", "setup_a", "setup_b",
-               "threshold_a", "threshold_b", "fallback_a", "fallback_b")  # fmt: skip
+               "seed", "threshold_a", "threshold_b", "fallback_a", "fallback_b")  # fmt: skip
 
 
 def _intra_counts(decided: pl.DataFrame) -> pl.DataFrame:
-    """Per (model, estimator, reduction, setup_b, relation): counts of the items the estimator has
-    in "original" and in setup_b."""
+    """Per (model, estimator, reduction, setup_b, seed of setup_b, relation): counts of the items
+    the estimator has in "original" and in setup_b."""
     a = decided.filter(pl.col("setup") == ORIGINAL)
     b = decided.filter(pl.col("setup") != ORIGINAL)
     on = [*_ITEM, "estimator"]
@@ -357,6 +387,7 @@ def _intra_counts(decided: pl.DataFrame) -> pl.DataFrame:
             estimator_a=pl.col("estimator"),
             estimator_b=pl.col("estimator"),
             setup_a=pl.col("setup"),
+            seed=pl.col("seed_b"),
             threshold_a=pl.col("tau"),
             threshold_b=pl.col("tau_b"),
             fallback_a=pl.col("fallback"),
@@ -421,6 +452,7 @@ def _cross_group(g: pl.DataFrame) -> pl.DataFrame | None:
             "estimator_b": [names[k] for k in ib],
             "setup_a": ORIGINAL,
             "setup_b": ORIGINAL,
+            "seed": pl.Series([None] * len(ia), dtype=pl.Int64),
             "threshold_a": [per[names[k]]["tau"] for k in ia],
             "threshold_b": [per[names[k]]["tau"] for k in ib],
             "fallback_a": [per[names[k]]["fallback"] for k in ia],
@@ -439,6 +471,7 @@ def _cross_group(g: pl.DataFrame) -> pl.DataFrame | None:
 
 _PAIR = ("model_id", "kind", "setup_a", "setup_b", "estimator_a", "estimator_b", "reduction")
 _THRESHOLDS = ("threshold_a", "threshold_b", "fallback_a", "fallback_b")
+_ORDER = (*_PAIR[:2], *_PAIR[3:], "relation_id", "statistic", "seed")  # setup_a is always "original"
 
 
 def compute_consistency(
@@ -449,9 +482,10 @@ def compute_consistency(
     over relations (relation_id null), the thresholds with their fallback flags, the aligned test
     items n and the five measures. Pairs with no aligned test item are left out.
 
-    `seed` is the probe seed the random setups were drawn with (RANDOM_VARIANTS and the answer-space
-    subsamples); their rows carry it, every other row has null. Tables of several seeds stack, and
-    `seed_spread` summarises them.
+    A seeded perturbation's rows carry its templates.perturbation_seed, one row per seed; `seed`
+    is the probe seed, carried by the other random setups (RANDOM_VARIANTS without a perturbation
+    seed, the answer-space subsamples). Every seeded pair also gets its "mean" and "std" rows over
+    the seeds (module docstring).
     """
     rows = setup_rows(estimates, templates)
     decided = _decisions(rows, decision_thresholds(rows))
@@ -460,10 +494,10 @@ def compute_consistency(
     if cross is not None:
         parts.append(cross.with_columns(kind=pl.lit("cross")))
     counts = pl.concat(
-        [p.select(*_PAIR, "relation_id", *_THRESHOLDS, pl.col(COUNTS).cast(pl.Int64)) for p in parts]
+        [p.select(*_PAIR, "relation_id", "seed", *_THRESHOLDS, pl.col(COUNTS).cast(pl.Int64)) for p in parts]
     )
     pooled = (
-        counts.group_by(*_PAIR, *_THRESHOLDS)
+        counts.group_by(*_PAIR, "seed", *_THRESHOLDS)
         .agg(pl.col(COUNTS).sum())
         .with_columns(relation_id=pl.lit(None, pl.String))
     )
@@ -474,36 +508,46 @@ def compute_consistency(
     )
     values = measures_from_counts(*(table[c].to_numpy() for c in COUNTS))
     random = pl.col("setup_b").is_in(RANDOM_VARIANTS) | pl.col("setup_b").str.starts_with(ANSWER_SPACE_SETUP)
+    probe_seed = pl.when((pl.col("kind") == "intra") & random).then(pl.lit(seed, pl.Int64))
     table = table.with_columns(
         **{m: pl.Series(values[m], dtype=pl.Float64) for m in MEASURES},
-        seed=pl.when((pl.col("kind") == "intra") & random)
-        .then(pl.lit(seed, pl.Int64))
-        .otherwise(pl.lit(None, pl.Int64)),
-    )
-    return (
-        table.select(list(CONSISTENCY_SCHEMA))
-        .cast(CONSISTENCY_SCHEMA)
-        .sort(
-            "model_id",
-            "kind",
-            "setup_b",
-            "estimator_a",
-            "estimator_b",
-            "reduction",
-            "relation_id",
-            nulls_last=False,
+        seed=pl.coalesce(pl.col("seed"), probe_seed),
+        statistic=pl.lit(VALUE),
+        n_seeds=pl.lit(None, pl.Int64),
+    ).select(list(CONSISTENCY_SCHEMA))
+    return pl.concat([table, _over_seeds(table)]).cast(CONSISTENCY_SCHEMA).sort(_ORDER, nulls_last=False)
+
+
+def _over_seeds(table: pl.DataFrame) -> pl.DataFrame:
+    """The "mean" and "std" rows of every seeded pair and relation (module docstring)."""
+    floats = [*MEASURES, "threshold_a", "threshold_b"]
+    seeded = table.filter(pl.col("seed").is_not_null())
+    keys = [*_PAIR, "relation_id"]
+    summaries = []
+    for statistic in SEED_STATISTICS:
+        of = {"mean": pl.Expr.mean, "std": pl.Expr.std}[statistic]
+        summaries.append(
+            seeded.group_by(keys)
+            .agg(
+                *(of(pl.col(c).fill_nan(None)).fill_null(float("nan")).alias(c) for c in floats),
+                pl.col("fallback_a", "fallback_b").any(),
+                pl.col("seed").n_unique().cast(pl.Int64).alias("n_seeds"),
+            )
+            .with_columns(seed=pl.lit(None, pl.Int64), statistic=pl.lit(statistic), n=pl.lit(None, pl.Int64))
+            .select(table.columns)
         )
-    )
+    return pl.concat(summaries).cast(CONSISTENCY_SCHEMA)
 
 
 def seed_spread(tables: pl.DataFrame) -> pl.DataFrame:
-    """Mean and spread over seeds of the random setups' measures (stacked compute_consistency
-    tables of several seeds, e.g. 4, 44 and 99 as Zhao et al.): per pair and relation, `n_seeds`
-    and `<measure>_mean`, `<measure>_std` (sample standard deviation, null with one seed), NaN
-    values left out. Rows without a seed are not summarised."""
+    """Mean and spread over seeds, side by side: per pair and relation of the seeded "value" rows
+    (one table, whose perturbation seeds are rows already, or stacked tables of runs with other
+    probe seeds), `n_seeds` and `<measure>_mean`, `<measure>_std` (sample standard deviation,
+    null with one seed), NaN values left out. Rows without a seed are not summarised."""
     keys = [*_PAIR, "relation_id"]
+    values = tables.filter(pl.col("statistic") == VALUE) if "statistic" in tables.columns else tables
     return (
-        tables.filter(pl.col("seed").is_not_null())
+        values.filter(pl.col("seed").is_not_null())
         .group_by(keys)
         .agg(
             pl.col("seed").n_unique().alias("n_seeds"),

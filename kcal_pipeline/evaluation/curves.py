@@ -13,8 +13,9 @@ from collections.abc import Sequence
 import numpy as np
 import polars as pl
 
-from kcal_pipeline.evaluation.calibration import BINS, calibration_curve
-from kcal_pipeline.evaluation.registry import SCOPE_KEY_SCHEMA, as_arrays, scopes
+from kcal_pipeline.evaluation.calibration import BINS, bin_sums
+from kcal_pipeline.evaluation.registry import SCOPE_KEY_SCHEMA, MetricSamples, as_arrays, prepared
+from kcal_pipeline.evaluation.segments import Segments
 
 # Accuracy–rejection thresholds: τ = k/10 (k/10 is the float nearest the decimal, as the literal 0.3).
 REJECTION_THRESHOLDS = tuple(k / 10 for k in range(1, 10))
@@ -92,9 +93,65 @@ def roc_curve(confidence, correct, output_kind: str = "probability") -> pl.DataF
     return _points(fpr, tpr, accepted, threshold=np.concatenate([[np.inf], values[::-1]]))
 
 
-def _calibration(c: np.ndarray, y: np.ndarray, bins: int, strategy: str) -> pl.DataFrame:
-    curve = calibration_curve(c, y, bins, strategy)
-    return _points(curve["conf"], curve["acc"], curve["n"], bins=curve["bin"])
+# --- every sample at once (evaluation/segments.py): the same points, sample by sample ----------
+
+
+def _calibration_batched(seg: Segments, bins: int, strategy: str) -> dict[str, np.ndarray]:
+    n, conf, acc = bin_sums(seg, bins, strategy)
+    sample, k = np.nonzero(n)
+    return {"sample": sample, "x": conf[sample, k] / n[sample, k], "y": acc[sample, k] / n[sample, k],
+            "n": n[sample, k], "bin": k}  # fmt: skip
+
+
+def _rejection_batched(seg: Segments) -> dict[str, np.ndarray]:
+    tau = np.array(REJECTION_THRESHOLDS)
+    kept = np.stack([seg.sum(seg.c >= t) for t in tau], axis=1)
+    right = np.stack([seg.sum((seg.c >= t) & seg.y) for t in tau], axis=1)
+    total = seg.sizes[:, None].astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        acc = np.where(kept > 0, right / kept, np.nan)
+    sample = np.repeat(np.arange(seg.count), tau.size)
+    return {"sample": sample, "x": ((total - kept) / total).ravel(), "y": acc.ravel(),
+            "n": kept.ravel().astype(np.int64), "threshold": np.tile(tau, seg.count)}  # fmt: skip
+
+
+def _risk_coverage_batched(seg: Segments) -> dict[str, np.ndarray]:
+    k = (np.array(RISK_COVERAGE_PERCENTS)[None, :] * seg.sizes[:, None] + 99) // 100
+    first = np.ones(k.shape, dtype=np.bool_)
+    first[:, 1:] = k[:, 1:] != k[:, :-1]  # k is non-decreasing in q: each k once
+    sample, q = np.nonzero(first)
+    k = k[sample, q]
+    at = seg.starts[sample] + k - 1
+    errors = k - seg.correct_so_far[at]
+    return {"sample": sample, "x": k / seg.sizes[sample], "y": errors / k, "n": k}
+
+
+def _roc_batched(seg: Segments) -> dict[str, np.ndarray]:
+    run, sample, size, correct = seg.runs
+    value = seg.c_ascending[np.flatnonzero(np.r_[True, run[1:] != run[:-1]])]
+    # runs in descending order within each sample; a sample's own running sums restart at its start
+    order = np.lexsort((-np.arange(sample.size), sample))
+    sample, size, correct, value = sample[order], size[order], correct[order], value[order]
+    starts = np.flatnonzero(np.r_[True, sample[1:] != sample[:-1]])
+    restart = np.repeat(starts, np.diff(np.append(starts, sample.size)))
+    accepted = np.cumsum(size)
+    tp = np.cumsum(correct)
+    accepted = accepted - (accepted[restart] - size[restart])
+    tp = tp - (tp[restart] - correct[restart])
+    # a first point (0, 0) at t = +inf per sample
+    sample = np.concatenate([np.arange(seg.count), sample])
+    tp = np.concatenate([np.zeros(seg.count), tp])
+    accepted = np.concatenate([np.zeros(seg.count, dtype=np.int64), accepted])
+    threshold = np.concatenate([np.full(seg.count, np.inf), value])
+    first = np.r_[np.ones(seg.count, dtype=np.bool_), np.zeros(value.size, dtype=np.bool_)]
+    order = np.lexsort((~first, sample))  # by sample, its +inf point first, then descending
+    sample, tp, accepted, threshold = sample[order], tp[order], accepted[order], threshold[order]
+    n_pos = seg.sum(seg.y.astype(np.float64))[sample]
+    n_neg = seg.sizes[sample] - n_pos
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpr = np.where(n_pos > 0, tp / n_pos, np.nan)
+        fpr = np.where(n_neg > 0, (accepted - tp) / n_neg, np.nan)
+    return {"sample": sample, "x": fpr, "y": tpr, "n": accepted, "threshold": threshold}
 
 
 def compute_curves(
@@ -103,8 +160,9 @@ def compute_curves(
     strategy: str = "quantile",
     curves: Sequence[str] | None = None,
 ) -> pl.DataFrame:
-    """Every curve of every (model, estimator, reduction, split, answer space) × scope, long: keys,
-    curve, x, y, n, bin (calibration only), threshold (rejection: τ; roc: t; null otherwise).
+    """Every curve of every (model, estimator, reduction, split, answer space) × scope (all, each
+    relation), long: keys, curve, x, y, n, bin (calibration only), threshold (rejection: τ; roc: t;
+    null otherwise). Equal, sample by sample, to the per-sample functions above.
 
     Reliability curves are binned as ACE by default. Calibration and rejection curves read
     probabilities, so score-valued estimators have risk–coverage and ROC curves only.
@@ -113,32 +171,34 @@ def compute_curves(
     unknown = [name for name in names if name not in CURVES]
     if unknown:
         raise ValueError(f"unknown curve(s) {unknown}; known: {list(CURVES)}")
+    if strategy not in ("quantile", "uniform"):
+        raise ValueError(f"unknown binning strategy {strategy!r}; known: ['quantile', 'uniform']")
+    samples = MetricSamples.of(prepared(estimates), ["all", "relation"])
+    draw = {
+        "calibration": lambda seg: _calibration_batched(seg, bins, strategy),
+        "rejection": _rejection_batched,
+        "risk_coverage": _risk_coverage_batched,
+        "roc": _roc_batched,
+    }
     frames = []
-    for key, scope, value, c, y in scopes(estimates):
-        probability = key["output_kind"] == "probability"
-        for name in names:
-            if CURVES[name] and not probability:
-                continue
-            if name == "calibration":
-                points = _calibration(c, y, bins, strategy)
-            elif name == "rejection":
-                points = rejection_curve(c, y)
-            elif name == "risk_coverage":
-                points = risk_coverage_curve(c, y, key["output_kind"])
-            else:
-                points = roc_curve(c, y, key["output_kind"])
-            frames.append(
-                points.with_columns(
-                    model_id=pl.lit(key["model_id"], pl.String),
-                    estimator=pl.lit(key["estimator"], pl.String),
-                    reduction=pl.lit(key["reduction"], pl.String),
-                    split=pl.lit(key["split"], pl.String),
-                    answer_space_k=pl.lit(key["answer_space_k"], pl.Int32),
-                    scope=pl.lit(scope, pl.String),
-                    scope_value=pl.lit(value, pl.String),
-                    curve=pl.lit(name, pl.String),
-                )
-            )
+    for rank, name in enumerate(names):
+        chosen, seg = samples.view("probability" if CURVES[name] else "any")
+        if chosen is None:
+            continue
+        points = draw[name](seg)
+        size = points["sample"].size
+        frames.append(
+            pl.DataFrame(
+                {
+                    "segment": chosen[points["sample"]],
+                    "rank": np.full(size, rank),
+                    "point": np.arange(size),
+                    **{k: points.get(k, np.full(size, None)) for k in ("x", "y", "n", "bin", "threshold")},
+                },
+                schema={"segment": pl.Int64, "rank": pl.Int64, "point": pl.Int64, **_POINT_SCHEMA},
+            ).with_columns(curve=pl.lit(name))
+        )
     if not frames:
         raise ValueError(f"estimates: no probability-valued estimator to draw {', '.join(names)} curves for")
-    return pl.concat(frames).select(list(SCHEMA))
+    out = pl.concat(frames).join(samples.keys(), on="segment").sort("segment", "rank", "point")
+    return out.select(list(SCHEMA)).cast(SCHEMA)

@@ -22,13 +22,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Literal
 
 import numpy as np
 import polars as pl
 
 from kcal_pipeline.core.frames import require_columns
-from kcal_pipeline.evaluation.scopes import breakdown_scopes, macro_average_mixtures
+from kcal_pipeline.evaluation.scopes import breakdown_members, macro_average_mixtures
+from kcal_pipeline.evaluation.segments import Segments
 
 Needs = Literal["probability", "any"]
 InputKind = Literal["confidence", "threshold", "statements", "predictions"]
@@ -111,6 +113,10 @@ class MetricSpec:
     in_summary: bool = False
     input: InputKind = "confidence"
     threshold: float | TuningRule | None = None
+    # All samples at once (evaluation/segments.py): (Segments) -> [S] for input "confidence",
+    # (Segments, τ [S]) -> [S] for "threshold"/"statements", (frame with columns segment,
+    # predicted_id, gold_ids; S) -> [S] for "predictions". Must equal fn sample by sample.
+    batched: Callable[..., np.ndarray] | None = None
 
     @property
     def tuned(self) -> bool:
@@ -155,6 +161,7 @@ def register(
     in_summary: bool = False,
     input: InputKind = "confidence",
     threshold: float | TuningRule | None = None,
+    batched: Callable[..., np.ndarray] | None = None,
 ) -> Callable[[MetricFn], MetricSpec]:
     """Add a metric; a second one under the same name is a bug, not an override."""
 
@@ -171,7 +178,11 @@ def register(
                 f"metric {name!r}: a threshold (fixed τ or tuning rule) goes with input 'threshold' or "
                 f"'statements' and only with them; got input {input!r}, threshold {threshold!r}"
             )
-        spec = MetricSpec(name, label, family, fn, needs, higher_is_better, in_summary, input, threshold)
+        if batched is None:
+            raise ValueError(f"metric {name!r}: needs a batched implementation (evaluation/segments.py)")
+        spec = MetricSpec(
+            name, label, family, fn, needs, higher_is_better, in_summary, input, threshold, batched
+        )
         METRICS[name] = spec
         return spec
 
@@ -214,7 +225,7 @@ def _check_one_row_per_instance(df: pl.DataFrame, keys: Sequence[str], hint: str
         )
 
 
-def _prepared(estimates: pl.DataFrame) -> pl.DataFrame:
+def prepared(estimates: pl.DataFrame) -> pl.DataFrame:
     """with_defaults, one row per instance checked, sorted by GROUP then (relation_id, instance_id)."""
     df = with_defaults(estimates)
     _check_one_row_per_instance(
@@ -231,7 +242,7 @@ def scopes(estimates: pl.DataFrame) -> Iterator[tuple[dict, str, str, np.ndarray
     sorted by (relation_id, instance_id) first, so AURC's tie order (and the last bits of a binned
     sum) do not depend on how the caller's frame happened to be ordered.
     """
-    df = _prepared(estimates)
+    df = prepared(estimates)
     for group, g in df.group_by(GROUP, maintain_order=True):
         key = dict(zip(GROUP, group, strict=True))
         yield key, "all", "all", g["confidence"].to_numpy(), g["correct"].to_numpy()
@@ -319,57 +330,184 @@ def statement_frame(option_estimates: pl.DataFrame) -> pl.DataFrame:
     return df.sort(keys, nulls_last=True)
 
 
-def _tuned(df: pl.DataFrame, rule: TuningRule) -> dict[tuple, TunedThreshold]:
-    """rule applied to the TUNING_SPLIT rows of every TUNING_KEYS group of `df` (prepared: sorted),
-    and to empty arrays for a group with no dev rows."""
+def _tuned(
+    df: pl.DataFrame, rule: TuningRule, keys: Sequence[str] = TUNING_KEYS
+) -> dict[tuple, TunedThreshold]:
+    """rule applied to the TUNING_SPLIT rows of every `keys` group of `df` (prepared: sorted),
+    and to empty arrays for a group with no dev rows. keys[3] is the output kind."""
     out = {}
-    for values, g in df.filter(pl.col("split") == TUNING_SPLIT).group_by(TUNING_KEYS, maintain_order=True):
+    for values, g in df.filter(pl.col("split") == TUNING_SPLIT).group_by(keys, maintain_order=True):
         out[values] = rule(g["confidence"].to_numpy(), g["correct"].to_numpy(), values[3])
-    for values in df.select(TUNING_KEYS).unique(maintain_order=True).iter_rows():
+    for values in df.select(keys).unique(maintain_order=True).iter_rows():
         if values not in out:
             out[values] = rule(np.empty(0), np.empty(0, dtype=np.bool_), values[3])
     return out
 
 
-def _metric_rows(df: pl.DataFrame, specs: list[MetricSpec]) -> list[tuple]:
-    """Rows of OUTPUT_SCHEMA for `df` (prepared) per GROUP × breakdown scope (evaluation/scopes.py:
-    all and each relation always; domain, gold count, MACE mixture per domain, option count where
-    `df` has the attribute columns attach_attributes adds)."""
-    taus = {rule: _tuned(df, rule) for rule in dict.fromkeys(m.threshold for m in specs if m.tuned)}
-    rows = []
-    for group, g in df.group_by(GROUP, maintain_order=True):
-        key = dict(zip(GROUP, group, strict=True))
-        kind = key["output_kind"]
-        applicable = [m for m in specs if m.applies_to(kind)]
-        relations = [(rel, r) for (rel,), r in g.group_by("relation_id", maintain_order=True)]
-        by_relation = {  # a "predictions" metric is defined per relation; "all" is their mean
-            m.name: [m(r["predicted_id"], r["gold_ids"]) for _, r in relations]
-            for m in applicable
-            if m.input == "predictions"
-        }
-        tuning_key = tuple(key[k] for k in TUNING_KEYS)
-        relation_index = {rel: i for i, (rel, _) in enumerate(relations)}
-        c_all, y_all = g["confidence"].to_numpy(), g["correct"].to_numpy()
-        for scope, value, members in breakdown_scopes(g):  # all, relation, and what g's columns allow
-            c, y = c_all[members], y_all[members]
-            for m in applicable:
-                if m.input == "predictions":  # defined per relation; "all" is their mean; no other scope
-                    if scope not in ("all", "relation"):
-                        continue
-                    values = by_relation[m.name]
-                    v = values[relation_index[value]] if scope == "relation" else float(np.mean(values))
-                elif m.tuned:
-                    v = m(c, y, kind, tau=taus[m.threshold][tuning_key].threshold)
-                else:
-                    v = m(c, y, kind)
-                rows.append((*(key[k] for k in _KEYS), scope, value, m.name, v, len(c), m.higher_is_better))
-    return rows
+def _check_values(df: pl.DataFrame) -> None:
+    """as_arrays' checks on every row at once: probabilities in [0, 1], scores finite, correct
+    boolean or 0/1."""
+    probability = pl.col("output_kind") == "probability"
+    c = pl.col("confidence")
+    bad = df.filter(
+        pl.when(probability).then(~c.is_between(0.0, 1.0)).otherwise(~c.is_finite()) | c.is_null()
+    )
+    if not bad.is_empty():
+        row = bad.row(0, named=True)
+        what = "is outside [0, 1]" if row["output_kind"] == "probability" else "is not a finite score"
+        raise ValueError(f"confidence {row['confidence']!r} {what}")
+    if df.schema["correct"] != pl.Boolean:
+        odd = df.filter(~pl.col("correct").is_in([0, 1]) | pl.col("correct").is_null())
+        if not odd.is_empty():
+            raise ValueError(f"correct must be boolean or 0/1, got value {odd['correct'][0]!r}")
+
+
+_VALUES_SCHEMA = {"segment": pl.Int64, "rank": pl.Int64, "value": pl.Float64}
+
+
+class MetricSamples:
+    """The samples a metrics or curves table is computed on, laid end to end (Segments): one per
+    segment of `members` (row, group, segment, scope, scope_value, …; ascending segments, each a
+    run of rows of `frame`). `frame` is prepared (sorted by GROUP first) and checked."""
+
+    def __init__(self, frame: pl.DataFrame, members: pl.DataFrame):
+        self.frame, self.members = frame, members
+        rows = members["row"].to_numpy()
+        sizes = np.bincount(members["segment"].to_numpy())
+        self.segment_group = members["group"].to_numpy()[np.cumsum(sizes) - sizes]
+        self.groups = frame.select("group", *GROUP).unique("group", keep="first", maintain_order=True)
+        self.everything = Segments(
+            frame["confidence"].to_numpy()[rows], frame["correct"].to_numpy()[rows], sizes
+        )
+        self.probability = (self.groups["output_kind"] == "probability").to_numpy()[self.segment_group]
+
+    @classmethod
+    def of(cls, prepared_frame: pl.DataFrame, scopes: Sequence[str] | None = None) -> MetricSamples:
+        """One sample per GROUP × breakdown scope (scopes.breakdown_members)."""
+        _check_values(prepared_frame)
+        frame = with_group_numbers(prepared_frame)
+        return cls(frame, breakdown_members(frame, "group", scopes))
+
+    def view(self, needs: Needs) -> tuple[np.ndarray | None, Segments | None]:
+        """(segment numbers, their Segments) of the samples a metric or curve that `needs` this
+        applies to; (None, None) if none: probabilities only from probability-valued groups."""
+        if needs == "any":
+            return np.arange(self.everything.count), self.everything
+        chosen = np.flatnonzero(self.probability)
+        if chosen.size == 0:
+            return None, None
+        return chosen, self.everything if chosen.size == self.everything.count else self._probability_view
+
+    @cached_property
+    def _probability_view(self) -> Segments:
+        return self.everything.take(np.flatnonzero(self.probability))
+
+    def keys(self, carry: Sequence[str] = ()) -> pl.DataFrame:
+        """Per segment: its GROUP keys, scope, scope_value, n (rows) and `carry` columns of members."""
+        segments = self.members.group_by("segment", maintain_order=True).agg(
+            pl.col("group", "scope", "scope_value", *carry).first(), pl.len().alias("n")
+        )
+        return segments.join(self.groups, on="group", maintain_order="left")
+
+
+def with_group_numbers(df: pl.DataFrame) -> pl.DataFrame:
+    """df (sorted by GROUP first, so every group is one run) with a `group` column numbering them."""
+    return df.with_columns(group=pl.struct(GROUP).rle_id().cast(pl.Int64))
+
+
+def _values(samples: MetricSamples, specs: list[MetricSpec], tuning_keys: Sequence[str]) -> pl.DataFrame:
+    """Every applicable metric of `specs` but the "predictions" ones on every sample: (segment,
+    metric rank, value); one batched call per metric over all samples (evaluation/segments.py)."""
+    taus = {
+        rule: _tuned(samples.frame, rule, tuning_keys)
+        for rule in dict.fromkeys(m.threshold for m in specs if m.tuned)
+    }
+    group_tuning = list(
+        samples.frame.unique("group", keep="first", maintain_order=True).select(tuning_keys).iter_rows()
+    )
+    parts = []
+    for rank, m in enumerate(specs):
+        if m.input == "predictions":
+            continue  # per relation only: _prediction_values
+        chosen, seg = samples.view(m.needs)
+        if chosen is None:
+            continue  # a probability metric and no probability-valued group
+        if m.input == "confidence":
+            value = m.batched(seg)
+        else:
+            if m.tuned:
+                per_group = np.array([taus[m.threshold][key].threshold for key in group_tuning])
+                tau = per_group[samples.segment_group[chosen]]
+            else:
+                tau = np.full(chosen.size, float(m.threshold))
+            value = m.batched(seg, tau)
+        parts.append(pl.DataFrame({"segment": chosen, "rank": np.full(chosen.size, rank), "value": value}))
+    return pl.concat(parts).cast(_VALUES_SCHEMA) if parts else pl.DataFrame(schema=_VALUES_SCHEMA)
+
+
+def _prediction_values(samples: MetricSamples, specs: list[MetricSpec]) -> pl.DataFrame:
+    """The "predictions" metrics: on each relation sample (batched over all of them), and on each
+    "all" sample the unweighted mean of its group's relation values."""
+    chosen = [(rank, m) for rank, m in enumerate(specs) if m.input == "predictions"]
+    members = samples.members
+    relation = members.filter(pl.col("scope") == "relation")
+    if not chosen or relation.is_empty():
+        return pl.DataFrame(schema=_VALUES_SCHEMA)
+    frame = relation.select("segment", "group").with_columns(
+        samples.frame.select("predicted_id", "gold_ids")[relation["row"]],
+        local=pl.col("segment").rle_id().cast(pl.Int64),  # the relation samples numbered 0 … R−1
+    )
+    firsts = frame.unique("local", keep="first", maintain_order=True).select("local", "segment", "group")
+    alls = members.filter(pl.col("scope") == "all").unique("segment", keep="first").select("segment", "group")
+    parts = []
+    for rank, m in chosen:
+        values = m.batched(frame.drop("segment").rename({"local": "segment"}), firsts.height)
+        per_relation = firsts.with_columns(value=pl.Series(values, dtype=pl.Float64), rank=pl.lit(rank))
+        means = per_relation.group_by("group").agg(pl.col("value").mean())
+        parts.append(per_relation.select(list(_VALUES_SCHEMA)))
+        parts.append(
+            alls.join(means, on="group").with_columns(rank=pl.lit(rank)).select(list(_VALUES_SCHEMA))
+        )
+    return pl.concat([p.cast(_VALUES_SCHEMA) for p in parts])
+
+
+def _metric_rows(
+    df: pl.DataFrame,
+    specs: list[MetricSpec],
+    scopes: Sequence[str] | None = None,
+    tuning_keys: Sequence[str] = TUNING_KEYS,
+) -> pl.DataFrame:
+    """OUTPUT_SCHEMA rows for `df` (prepared) per GROUP × breakdown scope (evaluation/scopes.py:
+    all and each relation always; domain, gold count, MACE mixture per domain, option count,
+    template kind where `df` has the attribute columns attach_attributes adds), in the order group,
+    scope, value, metric (registry order)."""
+    samples = MetricSamples.of(df, scopes)
+    values = pl.concat([_values(samples, specs, tuning_keys), _prediction_values(samples, specs)])
+    return _with_keys(values, samples, specs).select(list(OUTPUT_SCHEMA)).cast(OUTPUT_SCHEMA)
+
+
+def _with_keys(
+    values: pl.DataFrame, samples: MetricSamples, specs: list[MetricSpec], carry: Sequence[str] = ()
+) -> pl.DataFrame:
+    """(segment, rank, value) rows with their sample's keys (MetricSamples.keys) and the metric's
+    name and direction; by segment, then metric."""
+    names = pl.DataFrame(
+        {
+            "rank": range(len(specs)),
+            "metric": [m.name for m in specs],
+            "higher_is_better": [m.higher_is_better for m in specs],
+        },
+        schema={"rank": pl.Int64, "metric": pl.String, "higher_is_better": pl.Boolean},
+    )
+    joined = values.join(samples.keys(carry), on="segment").join(names, on="rank")
+    return joined.sort("segment", "rank")
 
 
 def compute_metrics(
     estimates: pl.DataFrame,
     metrics: Sequence[str] | None = None,
     option_estimates: pl.DataFrame | None = None,
+    scopes: Sequence[str] | None = None,
 ) -> pl.DataFrame:
     """Long table (model_id, estimator, reduction, split, answer_space_k, scope, scope_value,
     metric, value, n, higher_is_better) for the scopes all and relation, within each split and
@@ -396,11 +534,11 @@ def compute_metrics(
                 f"estimates: no gold_ids for instance {row['instance_id']!r} of relation "
                 f"{row['relation_id']!r}"
             )
-    rows = _metric_rows(_prepared(estimates), [m for m in specs if m.input != "statements"])
+    frames = [_metric_rows(prepared(estimates), [m for m in specs if m.input != "statements"], scopes)]
     statement_specs = [m for m in specs if m.input == "statements"]
     if statement_specs and not option_estimates.is_empty():
-        rows += _metric_rows(statement_frame(option_estimates), statement_specs)
-    out = pl.DataFrame(rows, orient="row", schema=OUTPUT_SCHEMA)
+        frames.append(_metric_rows(statement_frame(option_estimates), statement_specs))
+    out = pl.concat(frames)
     return pl.concat([out, macro_average_mixtures(out).select(out.columns).cast(OUTPUT_SCHEMA)])
 
 
@@ -427,7 +565,7 @@ def tuned_thresholds(
     reduction, answer space, unit, rule): unit "instances" (estimates) or "statements"
     (option_estimates); `fallback` and `reason` say when the rule fell back to its default."""
     specs = [m for m in _specs(metrics) if m.tuned]
-    inputs = [("instances", "threshold", _prepared(estimates))]
+    inputs = [("instances", "threshold", prepared(estimates))]
     if option_estimates is not None and not option_estimates.is_empty():
         inputs.append(("statements", "statements", statement_frame(option_estimates)))
     rows = []
@@ -480,18 +618,21 @@ def compute_template_metrics(estimates: pl.DataFrame, metrics: Sequence[str] | N
     per = [*GROUP, "relation_id", "template_id"]
     _check_one_row_per_instance(df, [*per, "instance_id"], "expected one per template")
     df = df.sort(*per, "instance_id", nulls_last=True)
-    rows = [
-        (*(key[k] for k in _KEYS), key["relation_id"], key["template_id"], m.name,
-         m(g["confidence"].to_numpy(), g["correct"].to_numpy(), key["output_kind"]), g.height,
-         m.higher_is_better)
-        for values, g in df.group_by(per, maintain_order=True)
-        for key in [dict(zip(per, values, strict=True))]
-        for m in specs
-        if m.applies_to(key["output_kind"])
-    ]  # fmt: skip
-    schema = {**{k: OUTPUT_SCHEMA[k] for k in _KEYS}, "relation_id": pl.String, "template_id": pl.String}
-    schema |= {k: OUTPUT_SCHEMA[k] for k in ("metric", "value", "n", "higher_is_better")}
-    templates = pl.DataFrame(rows, orient="row", schema=schema)
+    _check_values(df)
+    df = with_group_numbers(df)
+    members = df.select(
+        pl.int_range(pl.len(), dtype=pl.Int64).alias("row"),
+        "group",
+        pl.struct(per).rle_id().cast(pl.Int64).alias("segment"),
+        pl.lit("template").alias("scope"),
+        pl.col("template_id").alias("scope_value"),
+        "relation_id",
+        "template_id",
+    )
+    samples = MetricSamples(df, members)
+    templates = _with_keys(
+        _values(samples, specs, TUNING_KEYS), samples, specs, ["relation_id", "template_id"]
+    )
     instances = df.group_by(*_KEYS, "relation_id").agg(pl.col("instance_id").n_unique().alias("n"))
     relation_mean = (
         templates.group_by(*_KEYS, "relation_id", "metric", "higher_is_better", maintain_order=True)

@@ -19,13 +19,12 @@ MACE mixtures (Wang et al., METHODS §5) pool the questions with 1, {1, 2}, {1, 
 relation of domain "mace" (scope "mixture_domain") and then macro-averaged (`macro_average`,
 `macro_average_mixtures`): every domain counts equally however many questions it has.
 
-Causal and masked models are compared on pairs of similar overall accuracy
-(`pair_models_by_accuracy`); a model's family is its registry kind (clm or mlm).
+Causal and masked models are compared on pairs of similar overall accuracy in families.py.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -57,8 +56,6 @@ TEMPLATE_KINDS = {
     "marker_numeric": "marker",
     "perturbation": "perturbation",
 }
-# Model families, in the model registry's words (ModelEntry.kind / LoadedModel.kind).
-CAUSAL, MASKED = "clm", "mlm"
 
 
 class ScopeRows(NamedTuple):
@@ -172,6 +169,64 @@ def breakdown_scopes(frame: pl.DataFrame, scopes: Sequence[str] | None = None) -
                 yield ScopeRows(scope, str(value), rows)
 
 
+def breakdown_members(frame: pl.DataFrame, group: str, scopes: Sequence[str] | None = None) -> pl.DataFrame:
+    """breakdown_scopes of every group of `frame` at once, as one long frame: (row, group, scope,
+    scope_value, segment), one row per (frame row, breakdown holding it), sorted by group, then
+    scope and value in breakdown_scopes' order, then row; `segment` numbers the breakdowns 0, 1, …
+    in that order. `group` names an integer column of `frame` numbering its metrics groups (scopes
+    never pool two groups). What the vectorised metrics read instead of one call per breakdown."""
+    wanted = _wanted(frame, scopes)
+    rows = frame.select(pl.col(group).cast(pl.Int64).alias("group")).with_row_index("row")
+    parts = []
+    for rank, scope in enumerate(wanted):
+        tagged = rows.with_columns(scope_rank=pl.lit(rank, pl.Int64), scope=pl.lit(scope))
+        if scope == "all":
+            parts.append(tagged.with_columns(value_rank=pl.lit(0, pl.Int64), scope_value=pl.lit("all")))
+        elif scope == "mixture_domain":
+            parts.append(_mixture_members(frame, tagged))
+        else:
+            value = frame[SCOPE_COLUMNS[scope]]
+            if scope == "template_kind":  # report order, then any other kind by name
+                order = {kind: i for i, kind in enumerate(dict.fromkeys(TEMPLATE_KINDS.values()))}
+                lookup = pl.DataFrame({"value": list(order), "rank": list(order.values())})
+                known = value.to_frame("value").join(lookup, on="value", how="left", maintain_order="left")
+                value_rank = known["rank"].fill_null(len(order) + value.rank("dense").cast(pl.Int64))
+            else:  # ascending in the column's own type (gold count 2 before 10)
+                value_rank = value.rank("dense").cast(pl.Int64)
+            parts.append(
+                tagged.with_columns(value_rank=value_rank, scope_value=value.cast(pl.String)).filter(
+                    value.is_not_null()
+                )
+            )
+    members = pl.concat(
+        [p.select("row", "group", "scope_rank", "value_rank", "scope", "scope_value") for p in parts]
+    )
+    members = members.sort("group", "scope_rank", "value_rank", "row")
+    return members.with_columns(
+        segment=pl.struct("group", "scope_rank", "value_rank").rle_id().cast(pl.Int64)
+    ).drop("scope_rank", "value_rank")
+
+
+def _mixture_members(frame: pl.DataFrame, tagged: pl.DataFrame) -> pl.DataFrame:
+    """The mixture_domain rows: per MACE mixture and relation of domain "mace", the rows whose gold
+    count is in the mixture; value_rank = mixture, then relation ascending."""
+    mace = tagged.with_columns(frame.select("relation_id", "n_gold", "domain")).filter(
+        pl.col("domain") == MACE_DOMAIN
+    )
+    relations = sorted(mace["relation_id"].drop_nulls().unique().to_list())
+    if not relations:  # no MACE domain among these rows
+        return tagged.clear().with_columns(value_rank=pl.lit(0, pl.Int64), scope_value=pl.lit(""))
+    rank = {r: i for i, r in enumerate(relations)}
+    parts = [
+        mace.filter(pl.col("n_gold").is_in(list(counts)) & pl.col("relation_id").is_not_null()).with_columns(
+            value_rank=j * len(relations) + pl.col("relation_id").replace_strict(rank, return_dtype=pl.Int64),
+            scope_value=pl.lit(mixture_value(counts) + "|") + pl.col("relation_id"),
+        )
+        for j, counts in enumerate(MACE_MIXTURES)
+    ]
+    return pl.concat(parts)
+
+
 def _wanted(frame: pl.DataFrame, scopes: Sequence[str] | None) -> list[str]:
     if scopes is None:
         present = [s for s in SCOPES if s == "all" or SCOPE_COLUMNS[s] in frame.columns]
@@ -257,49 +312,3 @@ def macro_average_mixtures(metrics: pl.DataFrame) -> pl.DataFrame:
         .with_columns(scope=pl.lit("mixture"), scope_value=pl.col("mixture"))
     )
     return averaged.select(metrics.columns).cast(metrics.schema)
-
-
-# --- causal vs masked ---------------------------------------------------------------------------
-
-PAIR_SCHEMA = {
-    "causal_model_id": pl.String,
-    "masked_model_id": pl.String,
-    "causal_accuracy": pl.Float64,
-    "masked_accuracy": pl.Float64,
-    "accuracy_gap": pl.Float64,
-}
-
-
-def pair_models_by_accuracy(accuracy: Mapping[str, float], family: Mapping[str, str]) -> pl.DataFrame:
-    """Causal and masked models paired one to one by nearest overall accuracy, so a comparison of
-    the two families is not a comparison of a strong model with a weak one.
-
-    Greedy: the closest (causal, masked) pair first, then the closest among the models left, and so
-    on; ties in the gap go to the lexicographically smaller (causal id, masked id). Models left over
-    in the larger family are unpaired. `accuracy`: model id → overall accuracy (scope all, one
-    estimator); `family`: model id → "clm" or "mlm" (the registry kind, resolved, never "auto").
-    Rows in pairing order, accuracy_gap = |causal − masked|.
-    """
-    for model_id, kind in family.items():
-        if kind not in (CAUSAL, MASKED):
-            raise ValueError(
-                f"model {model_id!r}: family {kind!r} is not {CAUSAL!r} or {MASKED!r} "
-                "(resolve 'auto' to the kind detected at load)"
-            )
-    for model_id, acc in accuracy.items():
-        if model_id not in family:
-            raise ValueError(f"model {model_id!r}: no family given (have {sorted(family)})")
-        if not np.isfinite(acc):
-            raise ValueError(f"model {model_id!r}: accuracy {acc!r} is not a finite number")
-    causal = sorted(m for m in accuracy if family[m] == CAUSAL)
-    masked = sorted(m for m in accuracy if family[m] == MASKED)
-    candidates = sorted(
-        (abs(accuracy[c] - accuracy[m]), c, m) for c in causal for m in masked
-    )  # all |C|·|M| pairs: a handful of models, not a hot path
-    used: set[str] = set()
-    rows = []
-    for gap, c, m in candidates:
-        if c not in used and m not in used:
-            used |= {c, m}
-            rows.append((c, m, float(accuracy[c]), float(accuracy[m]), float(gap)))
-    return pl.DataFrame(rows, schema=PAIR_SCHEMA, orient="row")

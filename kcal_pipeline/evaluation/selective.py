@@ -9,9 +9,45 @@ from __future__ import annotations
 import numpy as np
 
 from kcal_pipeline.evaluation.registry import register
+from kcal_pipeline.evaluation.segments import Segments
 
 
-@register("auroc", label="AUROC", family="selective", needs="any", higher_is_better=True)
+def _auroc_batched(seg: Segments) -> np.ndarray:
+    """auroc per sample from the runs of equal confidence (ascending): each correct answer counts the
+    wrong ones below its value and half those tied with it: the U statistic, exactly."""
+    _, sample, size, positives = seg.runs
+    negatives = size - positives
+    below = np.cumsum(negatives) - negatives
+    first_run = np.flatnonzero(np.r_[True, sample[1:] != sample[:-1]])
+    below -= np.repeat(below[first_run], np.diff(np.append(first_run, sample.size)))
+    u_stat = np.bincount(sample, weights=positives * (below + 0.5 * negatives), minlength=seg.count)
+    n_pos = np.bincount(sample, weights=positives, minlength=seg.count)
+    n_neg = seg.sizes - n_pos
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where((n_pos == 0) | (n_neg == 0), np.nan, u_stat / (n_pos * n_neg))
+
+
+def _aurc_batched(seg: Segments) -> np.ndarray:
+    wrong_so_far = seg.position + 1 - seg.correct_so_far
+    return seg.mean(wrong_so_far / seg.k)
+
+
+def _aupc_batched(seg: Segments) -> np.ndarray:
+    return seg.mean(seg.correct_so_far / seg.k)
+
+
+def _prr_batched(seg: Segments) -> np.ndarray:
+    n_pos = seg.sum(seg.y.astype(np.float64))
+    oracle = seg.mean(np.minimum(seg.k, n_pos[seg.segment]) / seg.k)
+    random = n_pos / seg.sizes
+    with np.errstate(divide="ignore", invalid="ignore"):
+        value = (_aupc_batched(seg) - random) / (oracle - random)
+    return np.where((n_pos == 0) | (n_pos == seg.sizes), np.nan, value)
+
+
+@register(
+    "auroc", label="AUROC", family="selective", needs="any", higher_is_better=True, batched=_auroc_batched
+)
 def auroc(c: np.ndarray, y: np.ndarray) -> float:
     """P(C_correct > C_wrong) + ½·P(tie) (Mann–Whitney U via average ranks); NaN with one class only."""
     n_pos = int(y.sum())
@@ -24,7 +60,9 @@ def auroc(c: np.ndarray, y: np.ndarray) -> float:
     return (rank_sum - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg)
 
 
-@register("aurc", label="AURC", family="selective", needs="any", higher_is_better=False)
+@register(
+    "aurc", label="AURC", family="selective", needs="any", higher_is_better=False, batched=_aurc_batched
+)
 def aurc(c: np.ndarray, y: np.ndarray) -> float:
     """Area under risk–coverage: mean over k=1..N of the error rate among the k most confident.
 
@@ -61,10 +99,17 @@ def _register_selective_accuracy() -> None:
         )
         return fn
 
+    def batched_at(percent: int):
+        def fn(seg: Segments) -> np.ndarray:
+            k = top_k(seg.sizes, percent)
+            return seg.correct_so_far[seg.starts + k - 1] / k
+
+        return fn
+
     for percent in SELECTIVE_COVERAGES:
         register(
             f"selective_accuracy_c{percent}", label=f"selective accuracy @ {percent} % coverage",
-            family="selective", needs="any", higher_is_better=True,
+            family="selective", needs="any", higher_is_better=True, batched=batched_at(percent),
         )(at(percent))  # fmt: skip
 
 
@@ -83,10 +128,18 @@ def _register_coverage_at_risk() -> None:
         )
         return fn
 
+    def batched_at(percent: int):
+        def fn(seg: Segments) -> np.ndarray:
+            k = seg.position + 1
+            errors = k - seg.correct_so_far
+            return np.maximum.reduceat(np.where(100 * errors <= percent * k, k, 0), seg.starts) / seg.sizes
+
+        return fn
+
     for percent in RISK_LEVELS:
         register(
             f"coverage_at_risk_r{percent:02d}", label=f"coverage @ {percent} % risk", family="selective",
-            needs="any", higher_is_better=True,
+            needs="any", higher_is_better=True, batched=batched_at(percent),
         )(at(percent))  # fmt: skip
 
 
@@ -94,7 +147,7 @@ _register_selective_accuracy()
 _register_coverage_at_risk()
 
 
-@register("prr", label="PRR", family="selective", needs="any", higher_is_better=True)
+@register("prr", label="PRR", family="selective", needs="any", higher_is_better=True, batched=_prr_batched)
 def prr(c: np.ndarray, y: np.ndarray) -> float:
     """Prediction rejection ratio as LM-Polygraph reports it (Fadeeva et al. 2023; Malinin et al. 2017;
     lm_polygraph/ue_metrics/pred_rej_area.py, normalised in utils/manager.py), quality = 1[correct]:
@@ -114,7 +167,7 @@ def prr(c: np.ndarray, y: np.ndarray) -> float:
     return (pra - random) / (oracle - random)
 
 
-@register("aupc", label="AUPC", family="selective", needs="any", higher_is_better=True)
+@register("aupc", label="AUPC", family="selective", needs="any", higher_is_better=True, batched=_aupc_batched)
 def aupc(c: np.ndarray, y: np.ndarray) -> float:
     """Area under precision vs coverage (Tinner; METHODS §3): mean over k = 1..N of the accuracy of
     the k most confident, i.e. 1 − AURC (Selective-LAMA's RC-AUC, lower better) and LM-Polygraph's

@@ -26,6 +26,7 @@ from kcal_pipeline.evaluation.consistency import compute_consistency
 from kcal_pipeline.evaluation.curves import compute_curves
 from kcal_pipeline.evaluation.registry import (
     OUTPUT_SCHEMA,
+    THRESHOLDS_SCHEMA,
     compute_metrics,
     compute_template_metrics,
     tuned_thresholds,
@@ -95,26 +96,35 @@ def metrics_table(
     return pl.concat([with_ci, per_template.select(with_ci.columns)])
 
 
-def template_kind_metrics(estimates: pl.DataFrame, templates: pl.DataFrame) -> pl.DataFrame:
-    """Scope `template_kind`: each metric over every (instance, template) pair of the templates of
-    one kind (curated, question, paraphrase = generated, marker, perturbation), each pair counted
-    once, per split and answer space. Template-grain estimates only; templates the table does not
-    list (generated paraphrases, read from their own table) are left out."""
+def _template_kind_pairs(estimates: pl.DataFrame, templates: pl.DataFrame) -> list[tuple[str, pl.DataFrame]]:
+    """(kind, its (instance, template) pairs as rows, instance_id = "instance|template") per template
+    kind, in TEMPLATE_KINDS order of appearance. Template-grain estimates only; templates the table
+    does not list (generated paraphrases, read from their own table) are left out."""
     per_template = estimates.filter(pl.col("template_id").is_not_null()).join(
         templates.select("relation_id", "template_id"), on=["relation_id", "template_id"], how="semi"
     )
     if per_template.is_empty():
-        return pl.DataFrame(schema=OUTPUT_SCHEMA)
+        return []
     pairs = attach_attributes(per_template, templates=templates).with_columns(
         instance_id=pl.col("instance_id") + "|" + pl.col("template_id")  # a pair is the unit
     )
-    frames = [
-        compute_metrics(g.drop("template_kind"))
-        .filter(pl.col("scope") == "all")
-        .with_columns(scope=pl.lit("template_kind"), scope_value=pl.lit(kind))
-        for (kind,), g in pairs.group_by("template_kind", maintain_order=True)
+    return [
+        (kind, g.drop("template_kind")) for (kind,), g in pairs.group_by("template_kind", maintain_order=True)
     ]
-    return pl.concat(frames)
+
+
+def template_kind_metrics(estimates: pl.DataFrame, templates: pl.DataFrame) -> pl.DataFrame:
+    """Scope `template_kind`: each metric over every (instance, template) pair of the templates of
+    one kind (curated, question, paraphrase = generated, marker, perturbation), each pair counted
+    once, per split and answer space; a tuned τ is tuned on the kind's own dev pairs (listed by
+    thresholds_table, unit "pairs")."""
+    frames = [
+        compute_metrics(g, scopes=["all"]).with_columns(
+            scope=pl.lit("template_kind"), scope_value=pl.lit(kind)
+        )
+        for kind, g in _template_kind_pairs(estimates, templates)
+    ]
+    return pl.concat(frames) if frames else pl.DataFrame(schema=OUTPUT_SCHEMA)
 
 
 def differences_table(
@@ -136,11 +146,21 @@ def curves_table(estimates: pl.DataFrame, templates: pl.DataFrame) -> pl.DataFra
     return compute_curves(headline_template_estimates(estimates, templates))
 
 
+# decision_thresholds: tuned_thresholds' columns plus the template kind of the "pairs" rows.
+DECISION_THRESHOLDS_SCHEMA = {**THRESHOLDS_SCHEMA, "template_kind": pl.String}
+
+
 def thresholds_table(
     estimates: pl.DataFrame, templates: pl.DataFrame, option_estimates: pl.DataFrame | None = None
 ) -> pl.DataFrame:
-    """The dev-tuned τ behind every `*_tuned` metric, with its fallback and reason."""
-    return tuned_thresholds(headline_template_estimates(estimates, templates), option_estimates)
+    """The dev-tuned τ behind every `*_tuned` metric, with its fallback and reason: units
+    "instances" (headline selection), "statements" (option estimates) and "pairs" (the
+    template_kind breakdown, one τ per kind, `template_kind` naming it; null on the others)."""
+    headline = tuned_thresholds(headline_template_estimates(estimates, templates), option_estimates)
+    frames = [headline.with_columns(template_kind=pl.lit(None, pl.String))]
+    for kind, pairs in _template_kind_pairs(estimates, templates):
+        frames.append(tuned_thresholds(pairs).with_columns(unit=pl.lit("pairs"), template_kind=pl.lit(kind)))
+    return pl.concat([f.cast(DECISION_THRESHOLDS_SCHEMA) for f in frames])
 
 
 def consistency_table(

@@ -35,6 +35,9 @@ CARRIED = [
     "is_gold",
 ]
 FINGERPRINT_COLUMN = "scoring_fingerprint"
+# The model's kind as loading resolved it ("clm" or "mlm", never the registry's "auto"): the only
+# record of a model's family (causal or masked) that evaluation/families.py can read.
+KIND_COLUMN = "model_kind"
 
 
 @dataclass
@@ -99,6 +102,8 @@ def score_partition(
     if previous is not None:
         discard(directory)  # the stored file already holds these scores: leftovers are redundant
         print_(f"{relation}: scores are up to date (fingerprint {fp}); nothing rescored")
+        # a partition stored before the kind was recorded gets it here, without rescoring
+        previous = _with_kind(previous.drop(KIND_COLUMN, strict=False), loaded.kind)
         return PartitionScores(
             previous, {**meta, "rescored": False, "tokens": int(previous["n_tokens"].sum())}
         )
@@ -126,6 +131,7 @@ def score_partition(
     frame = pl.concat(
         [statements.select(CARRIED), scores.drop("statement_id", strict=False)], how="horizontal"
     ).with_columns(model_id=pl.lit(model_id), **{FINGERPRINT_COLUMN: pl.lit(fp)})
+    frame = _with_kind(frame, loaded.kind)
     share = report.scored / max(report.chunks, 1)  # rates count this run's work, not resumed chunks
     tokens = int(frame["n_tokens"].sum())
     return PartitionScores(
@@ -141,6 +147,17 @@ def score_partition(
             "tokens_per_s": round(tokens * share / max(elapsed, 1e-9), 1),
             "checkpoints": str(directory),
         },
+    )
+
+
+def _with_kind(frame: pl.DataFrame, kind: str) -> pl.DataFrame:
+    """The frame with KIND_COLUMN right after model_id."""
+    if kind not in ("clm", "mlm"):
+        raise ValueError(f"model kind {kind!r}: scoring needs the resolved kind, 'clm' or 'mlm'")
+    columns = frame.columns
+    at = columns.index("model_id") + 1
+    return frame.with_columns(pl.lit(kind, pl.String).alias(KIND_COLUMN)).select(
+        *columns[:at], KIND_COLUMN, *columns[at:]
     )
 
 

@@ -23,6 +23,8 @@ from assets.definitions import all_assets, defs
 ESTIMATION = ("estimates", "option_estimates", "estimator_fits", "estimator_status")  # one multi-asset
 SCORING = ("statement_scores", *ESTIMATION)
 PER_MODEL = ("metrics", "metric_differences", "curves", "decision_thresholds", "consistency", "report")
+# family_comparison reads every model's metrics: requested the tick after they change
+CROSS_MODEL = {"family_comparison": {None}}
 
 
 def mr(model: str, relation: str) -> str:
@@ -54,7 +56,8 @@ class Automation:
         requested = {asset: parts for asset, parts in requested.items() if parts}
         if run:
             for asset in [k.to_user_string() for k in AUTOMATED]:  # dependency order
-                self.materialize(asset, *sorted(requested.get(asset, ())))
+                if asset in requested:  # (an unrequested unpartitioned asset must not "run")
+                    self.materialize(asset, *sorted(requested[asset], key=str))
         return requested
 
 
@@ -77,6 +80,7 @@ def up_to_date():
     auto.materialize("statements", "P36", "P30")
     assert auto.tick() == scoring(mr("A", "P36"), mr("A", "P30"))  # the backlog, on the first tick
     assert auto.tick() == per_model("A")  # after the scores exist, in a run of their own
+    assert auto.tick() == CROSS_MODEL  # after the metrics exist
     assert auto.tick() == {}
     return auto
 
@@ -84,7 +88,7 @@ def up_to_date():
 def test_only_assets_downstream_of_the_model_are_automated():
     graph = defs.resolve_asset_graph()
     automated = {k.to_user_string() for k in graph.get_all_asset_keys() if graph.get(k).automation_condition}
-    assert automated == set(SCORING + PER_MODEL)
+    assert automated == set(SCORING + PER_MODEL) | set(CROSS_MODEL)
 
 
 def test_nothing_is_requested_when_everything_is_up_to_date(up_to_date):
@@ -103,6 +107,7 @@ def test_a_first_tick_on_an_up_to_date_instance_requests_nothing():
         auto.materialize(asset, mr("A", "P36"))
     for asset in PER_MODEL:
         auto.materialize(asset, "A")
+    auto.materialize("family_comparison")
     assert auto.tick() == {}
 
 
@@ -111,15 +116,17 @@ def test_a_new_model_gets_exactly_its_missing_partitions_removed_ones_nothing(up
     up_to_date.instance.delete_dynamic_partition("model", "C")  # registered, then removed again
     assert up_to_date.tick() == scoring(mr("B", "P36"), mr("B", "P30"))
     assert up_to_date.tick() == per_model("B")
+    assert up_to_date.tick() == CROSS_MODEL
     assert up_to_date.tick() == {}
 
 
 def test_rebuilt_statements_rescore_that_relation_for_every_model(up_to_date):
     up_to_date.add_models("B")
-    up_to_date.tick(), up_to_date.tick()
+    up_to_date.tick(), up_to_date.tick(), up_to_date.tick()
     up_to_date.materialize("statements", "P36")  # e.g. new templates
     assert up_to_date.tick() == scoring(mr("A", "P36"), mr("B", "P36"))
     assert up_to_date.tick() == per_model("A", "B")
+    assert up_to_date.tick() == CROSS_MODEL  # once, for both models' new metrics
     assert up_to_date.tick() == {}
 
 
@@ -128,6 +135,7 @@ def test_new_statements_get_scored_relations_without_statements_never(up_to_date
     up_to_date.materialize("statements", "P37")
     assert up_to_date.tick() == scoring(mr("A", "P37"))
     assert up_to_date.tick() == per_model("A")
+    assert up_to_date.tick() == CROSS_MODEL
     assert up_to_date.tick() == {}
 
 
@@ -144,6 +152,7 @@ def test_requests_wait_for_inputs_and_are_not_repeated_while_unhandled():
     auto.materialize("templates")
     assert auto.tick() == {key: {mr("A", "P36")} for key in ESTIMATION}
     assert auto.tick() == per_model("A")
+    assert auto.tick() == CROSS_MODEL
     assert auto.tick() == {}
 
 
@@ -162,7 +171,11 @@ def test_a_code_version_change_refreshes_the_materialized_partitions_and_what_fo
     up_to_date.defs = bumped("statement_scores")
     assert up_to_date.tick() == scoring(mr("A", "P36"), mr("A", "P30"))
     assert up_to_date.tick() == per_model("A")
+    assert up_to_date.tick() == CROSS_MODEL
     assert up_to_date.tick() == {}
     up_to_date.defs = bumped("statement_scores", "report")
     assert up_to_date.tick() == {"report": {"A"}}
+    assert up_to_date.tick() == {}
+    up_to_date.defs = bumped("statement_scores", "report", "family_comparison")
+    assert up_to_date.tick() == CROSS_MODEL
     assert up_to_date.tick() == {}

@@ -140,12 +140,15 @@ def test_demo_flags_are_the_option_fields():
 
     args = build_parser().parse_args(
         ["demo", "--template-kinds", "curated,marker_verbal", "--no-fast-path", "--subject-mask",
-         "--dropout-rate", "0.25", "--max-instances", "7", "--mlm-variant", "original"]
+         "--dropout-rate", "0.25", "--max-instances", "7", "--mlm-variant", "original",
+         "--perturbation-seeds", "4,44"]
     )  # fmt: skip
     assert option_values(args, ProbeOptions) == {
         "template_kinds": ["curated", "marker_verbal"],
         "max_instances": 7,
+        "perturbation_seeds": ["4", "44"],
     }
+    assert ProbeOptions(**option_values(args, ProbeOptions)).perturbation_seeds == [4, 44]
     assert option_values(args, ScoringOptions) == {
         "fast_path": False, "subject_mask": True, "dropout_rate": 0.25, "mlm_variant": "original"
     }  # fmt: skip
@@ -166,6 +169,10 @@ def test_demo_flags_are_the_option_fields():
             "probe settings: answer_space_k=1: a one-option copy is always 'correct'",
         ),
         (["--template-kinds", "curated,bogus"], "probe setting template_kinds=['curated', 'bogus']"),
+        (
+            ["--perturbation-seeds", "4,44,4"],
+            "probe setting perturbation_seeds=['4', '44', '4']: seeds must be distinct, got [4]",
+        ),
         (["--dropout-passes", "-2"], "scoring setting dropout_passes=-2"),
         (["--dropout-rate", "1.5", "--n-negatives", "0"], "n_negatives=0"),
         (["--relation", "P36", "--relation", "P999"], "--relation P999: not in the catalog; known: P36,"),

@@ -73,6 +73,6 @@ def test_the_asset_keeps_filters_and_records_a_scripted_generation(tmp_path, mon
         check_template(row["text"])
         assert row["generator"].startswith("HuggingFaceTB/SmolLM2-135M-Instruct@")
         assert "<|im_start|>" in row["prompt"] and curated.templates[0] in row["prompt"]
-    templates = curated_and_variants(templates_frame({"P30": curated}), 13)
-    chosen = run_templates(templates, frame, ["curated", "generated"], 2, seed=13)
+    templates = curated_and_variants(templates_frame({"P30": curated}), [13])
+    chosen = run_templates(templates, frame, ["curated", "generated"], 2, [13])
     assert set(chosen["kind"]) == {"curated", "generated"}

@@ -34,6 +34,7 @@ TABLES = [
     "decision_thresholds",
     "consistency",
     "report",
+    "family_comparison",
 ]
 
 

@@ -77,3 +77,21 @@ def test_compare_flags_missing_rows_and_differences_but_not_equal_nans(tiny):
     assert agreements["metrics"].max_delta == pytest.approx(1e-8, rel=1e-3)
     assert agreements["curves"].mismatches.height == 1
     assert all(agreements[p].ok for p in ("intervals", "differences", "thresholds", "consistency"))
+
+
+def test_pandas_consistency_mirrors_each_perturbation_seed_and_the_summary_over_seeds():
+    """The tiny data has no seeded perturbations: the hand-worked three-seed example of
+    test_consistency, through both paths."""
+    from kcal_pipeline.evaluation.consistency import compute_consistency
+    from tests.evaluation.test_consistency import SEEDED, SEEDED_TEMPLATES, frame, rows
+
+    estimates = frame(*SEEDED, rows("margin", "P1:c0", "test", [0.5, 0.6, 0.9, 0.2]))
+    kcal = compute_consistency(estimates, SEEDED_TEMPLATES, seed=13)
+    pandas = bench.as_polars(
+        bench.pd_consistency(estimates.to_pandas(), SEEDED_TEMPLATES.to_pandas(), 13, []), "consistency"
+    )
+    agreement = bench.compare_part("consistency", kcal, pandas)
+    assert agreement.ok, "\n".join(bench.disagreement_lines({"consistency": agreement}))
+    assert agreement.rows == kcal.height == pandas.height
+    assert set(kcal["statistic"]) == {"value", "mean", "std"}
+    assert set(kcal["seed"].drop_nulls()) == {4, 44, 99, 13}

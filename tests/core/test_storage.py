@@ -67,3 +67,16 @@ def test_read_partitions_concatenates_and_names_missing(tmp_path):
     with pytest.raises(FileNotFoundError, match="relation=P37"):
         read_partitions(tmp_path, "t", [{"relation": "P37"}])
     assert storage.existing_tables(tmp_path) == ["t"]
+
+
+def test_read_partitions_reads_only_the_columns_asked_for_that_a_file_has(tmp_path):
+    # a newer file with column k, an older one without: the older reads as nulls, never an error
+    new = pl.DataFrame({"model_id": ["A"], "k": ["clm"], "wide": [[0.5, 0.25]]})
+    write_parquet_atomic(new, partition_path(tmp_path, "t", {"relation": "P36"}))
+    write_parquet_atomic(
+        pl.DataFrame({"model_id": ["B"]}), partition_path(tmp_path, "t", {"relation": "P30"})
+    )
+    both = read_partitions(
+        tmp_path, "t", [{"relation": "P36"}, {"relation": "P30"}], columns=["model_id", "k"]
+    )
+    assert both.columns == ["model_id", "k"] and both.rows() == [("A", "clm"), ("B", None)]

@@ -14,7 +14,8 @@ from kcal_pipeline.dataset.instances.relation_probe import (
 from kcal_pipeline.dataset.relations import get_relation, load_catalog
 
 CATALOG = load_catalog()
-TEMPLATES = curated_and_variants(templates_frame({"P36": CATALOG["P36"]}), seed=13)
+SEEDS = ProbeOptions().perturbation_seeds
+TEMPLATES = curated_and_variants(templates_frame({"P36": CATALOG["P36"]}), SEEDS)
 FACTS = pl.DataFrame(
     {
         "relation_id": ["P36"] * 5,
@@ -27,12 +28,12 @@ FACTS = pl.DataFrame(
 
 
 def test_default_run_scores_the_first_curated_templates_only():
-    chosen = run_templates(TEMPLATES, None, ["curated"], 3, seed=13)
+    chosen = run_templates(TEMPLATES, None, ["curated"], 3, SEEDS)
     assert chosen["template_id"].to_list() == ["P36:c0", "P36:c1", "P36:c2"]
 
 
 def test_variant_kinds_follow_exactly_the_chosen_parents():
-    chosen = run_templates(TEMPLATES, None, ["curated", "marker_numeric", "perturbation"], 2, seed=13)
+    chosen = run_templates(TEMPLATES, None, ["curated", "marker_numeric", "perturbation"], 2, SEEDS)
     variants = chosen.filter(pl.col("kind") != "curated")
     assert set(variants["parent_id"]) == {"P36:c0", "P36:c1"}
     assert set(variants["kind"]) == {"marker_numeric", "perturbation"}
@@ -41,14 +42,14 @@ def test_variant_kinds_follow_exactly_the_chosen_parents():
 
 def test_generated_kind_needs_generated_templates():
     with pytest.raises(ValueError, match="generated_templates is empty or not materialized"):
-        run_templates(TEMPLATES, None, ["generated"], 3, seed=13)
+        run_templates(TEMPLATES, None, ["generated"], 3, SEEDS)
 
 
 def test_one_shot_statements_demonstrate_with_another_subject_and_keep_spans():
     inst = relation_instances(
         CATALOG["P36"], FACTS, pl.DataFrame(), ProbeOptions(n_negatives=2, max_instances=0)
     )
-    chosen = run_templates(TEMPLATES, None, ["perturbation"], 1, seed=13).filter(
+    chosen = run_templates(TEMPLATES, None, ["perturbation"], 1, SEEDS).filter(
         pl.col("variant") == "one-shot"
     )
     st = relation_statements(inst, chosen, seed=13)
@@ -111,7 +112,7 @@ def test_generated_templates_join_the_run_with_their_variants():
     from kcal_pipeline.dataset.instances.paraphrases import Candidate, paraphrase_rows
 
     generated = paraphrase_rows([Candidate("P36", "[Y] serves as the capital of [X].", "m", "m@r", "prompt")])
-    chosen = run_templates(TEMPLATES, generated, ["curated", "generated", "marker_verbal"], 1, seed=13)
+    chosen = run_templates(TEMPLATES, generated, ["curated", "generated", "marker_verbal"], 1, SEEDS)
     assert set(chosen.filter(pl.col("kind") != "marker_verbal")["template_id"]) == {"P36:c0", "P36:g0"}
     assert set(chosen.filter(pl.col("kind") == "marker_verbal")["parent_id"]) == {"P36:c0", "P36:g0"}
     assert chosen.filter(pl.col("template_id") == "P36:g0")["generator"].to_list() == ["m@r"]
@@ -122,11 +123,11 @@ def test_a_default_run_scores_five_curated_templates_per_relation():
     demo = {rid: CATALOG[rid] for rid in ("P36", "P30", "P37")}
     options = ProbeOptions()
     chosen = run_templates(
-        curated_and_variants(templates_frame(demo), seed=13),
+        curated_and_variants(templates_frame(demo), options.perturbation_seeds),
         None,
         options.template_kinds,
         options.template_limit,
-        options.seed,
+        options.perturbation_seeds,
     )
     counts = dict(chosen.group_by("relation_id").len().iter_rows())
     assert counts == {"P36": 5, "P30": 5, "P37": 5}

@@ -107,12 +107,16 @@ def test_a_question_template_must_end_with_its_answer(questions, needle):
 
 def test_question_templates_are_scored_by_default_without_variants():
     catalog = load_catalog()
-    table = curated_and_variants(templates_frame(catalog), seed=13)
+    table = curated_and_variants(templates_frame(catalog), ProbeOptions().perturbation_seeds)
     questions = table.filter(pl.col("kind") == "question")
     assert sorted(questions["template_id"]) == sorted(f"{rid}:q0" for rid in DOMAINS)
     assert table.filter(pl.col("parent_id").str.contains(":q")).is_empty()  # no marker or typo copies
     chosen = run_templates(
-        table.filter(pl.col("relation_id") == "mace-award"), None, ProbeOptions().template_kinds, 3, 13
+        table.filter(pl.col("relation_id") == "mace-award"),
+        None,
+        ProbeOptions().template_kinds,
+        3,
+        ProbeOptions().perturbation_seeds,
     )
     assert chosen["template_id"].to_list() == [
         "mace-award:c0",
@@ -121,7 +125,11 @@ def test_question_templates_are_scored_by_default_without_variants():
         "mace-award:q0",
     ]
     closed = run_templates(
-        table.filter(pl.col("relation_id") == "P36"), None, ProbeOptions().template_kinds, 3, 13
+        table.filter(pl.col("relation_id") == "P36"),
+        None,
+        ProbeOptions().template_kinds,
+        3,
+        ProbeOptions().perturbation_seeds,
     )
     assert set(closed["kind"]) == {"curated"}  # closed-set relations have no questions
     einstein = {"gold_ids": ["a"], "gold_labels": ["Albert Einstein"], "n_gold": 1}

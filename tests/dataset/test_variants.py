@@ -56,8 +56,11 @@ MARKED = dict(TEMPLATES.select("template_id", "marked_text").iter_rows())
 N_BASE = TEMPLATES.filter(pl.col("kind").is_in(BASE_KINDS)).height
 
 
-def _all_variants(seed: int = 3) -> pl.DataFrame:
-    return pl.concat([marker_variants(TEMPLATES), perturbation_variants(TEMPLATES, seed)])
+SEEDS = (4, 44, 99)  # Zhao et al.'s, the default perturbation_seeds
+
+
+def _all_variants(seeds=SEEDS) -> pl.DataFrame:
+    return pl.concat([marker_variants(TEMPLATES), perturbation_variants(TEMPLATES, seeds)])
 
 
 def _skeleton(text: str) -> str:
@@ -73,7 +76,9 @@ def test_variant_table_shape_and_ids():
     assert set(variants["source"]) == {"variant"}
     for row in variants.iter_rows(named=True):
         check_template(row["text"], row["template_id"])
-        assert row["template_id"] == f"{row['parent_id']}:{row['variant']}"
+        seed = row["perturbation_seed"]  # the random perturbations: one draw per seed, its own id
+        assert row["template_id"] == f"{row['parent_id']}:{row['variant']}" + (f"-s{seed}" if seed else "")
+        assert (seed is not None) == (row["variant"] in ("extra-space", "typo"))
     # Every base template gets the numeric markers; the verbal ones go to every curated catalog
     # template (all have a marked form) and to 2 of the 7 extra ones, whose only place for a
     # marker is after "is" (PX:c0, PX:c6); the other 5 have no copula, modal or verb after a slot.
@@ -227,15 +232,56 @@ def test_rule_places_a_marker_after_a_copula_or_before_a_verb_after_a_slot_or_no
 
 
 def test_perturbations_are_deterministic_and_seeded():
-    a, b = perturbation_variants(TEMPLATES, 5), perturbation_variants(TEMPLATES, 5)
+    a, b = perturbation_variants(TEMPLATES, [5]), perturbation_variants(TEMPLATES, [5])
     assert a.equals(b)
-    assert not a.equals(perturbation_variants(TEMPLATES, 6))
-    alone = perturbation_variants(TEMPLATES.filter(pl.col("template_id") == "P36:c0"), 5)
+    assert not a.equals(perturbation_variants(TEMPLATES, [6]).with_columns(perturbation_seed=pl.lit(5)))
+    alone = perturbation_variants(TEMPLATES.filter(pl.col("template_id") == "P36:c0"), [5])
     assert alone.equals(a.filter(pl.col("parent_id") == "P36:c0"))  # independent of other templates
 
 
+def test_three_seeds_give_three_distinct_reproducible_draws_and_one_one_shot():
+    p17 = TEMPLATES.filter(pl.col("template_id") == "P17:c0")  # "[X] is a city in [Y]."
+    rows = perturbation_variants(p17, SEEDS)
+    assert rows.select("template_id", "variant", "perturbation_seed", "text").rows() == [
+        ("P17:c0:extra-space-s4", "extra-space", 4, "[X] is  a city in [Y]."),
+        ("P17:c0:typo-s4", "typo", 4, "[X] is a citt in [Y]."),
+        ("P17:c0:extra-space-s44", "extra-space", 44, "[X] is a city  in [Y]."),
+        ("P17:c0:typo-s44", "typo", 44, "[X] is a ciyy in [Y]."),
+        ("P17:c0:extra-space-s99", "extra-space", 99, "[X] is a  city in [Y]."),
+        ("P17:c0:typo-s99", "typo", 99, "[X] is a citu in [Y]."),
+        ("P17:c0:one-shot", "one-shot", None, "[D] [X] is a city in [Y]."),  # not drawn: one copy
+    ]
+    assert rows.equals(perturbation_variants(p17, SEEDS))
+    # two seeds may draw the same edit of a short template (P36:c0 has few letters to mistype);
+    # each draw keeps its own id all the same
+    p36 = perturbation_variants(TEMPLATES.filter(pl.col("template_id") == "P36:c0"), SEEDS)
+    assert p36.filter(pl.col("variant") == "typo")["template_id"].to_list() == [
+        "P36:c0:typo-s4", "P36:c0:typo-s44", "P36:c0:typo-s99",
+    ]  # fmt: skip
+    # each seed's draw is the one a run with that seed alone makes: seeds do not interact
+    every = perturbation_variants(TEMPLATES, SEEDS)
+    for seed in SEEDS:
+        alone = perturbation_variants(TEMPLATES, [seed]).filter(pl.col("perturbation_seed") == seed)
+        assert alone.equals(every.filter(pl.col("perturbation_seed") == seed))
+
+
+@pytest.mark.parametrize(
+    ("seeds", "message"),
+    [
+        (13, r"perturbation_seeds must be a list of ints, got 13"),
+        ([4, "44"], r"must be a list of ints, got \[4, '44'\]"),
+        ([4, 4], r"distinct non-negative ints \(at least one\), got \[4, 4\]"),
+        ([-1], r"got \[-1\]"),
+        ([], r"got \[\]"),
+    ],
+)
+def test_bad_perturbation_seeds_are_named(seeds, message):
+    with pytest.raises(ValueError, match=message):
+        perturbation_variants(TEMPLATES, seeds)
+
+
 def test_templates_without_room_get_no_typo_or_extra_space():
-    rows = perturbation_variants(TEMPLATES.filter(pl.col("template_id") == "PX:c1"), 0)  # "[X] [Y]."
+    rows = perturbation_variants(TEMPLATES.filter(pl.col("template_id") == "PX:c1"), [0])  # "[X] [Y]."
     assert rows["variant"].to_list() == ["extra-space", "one-shot"]
     assert rows["text"][0] == "[X]  [Y]."
 

@@ -38,7 +38,7 @@ def p36_templates(kinds=("curated",), max_templates=2) -> pl.DataFrame:
     [Y]." (the answer after the subject) and P36:c1 "[Y] is the capital of [X]." (answer first),
     plus their marker variants P36:c0:certainly, …, P36:c1:numeric-100 when those kinds are chosen."""
     templates = run_templates(
-        templates_frame(load_catalog(), max_templates), None, list(kinds), max_templates, 0
+        templates_frame(load_catalog(), max_templates), None, list(kinds), max_templates, [0]
     )
     return templates.filter(pl.col("relation_id") == "P36")
 

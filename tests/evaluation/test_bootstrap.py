@@ -20,6 +20,7 @@ from kcal_pipeline.evaluation.bootstrap import (
     percentile_interval,
     resample_plan,
 )
+from kcal_pipeline.evaluation.segments import row_percentiles
 
 
 def estimates(relations: dict[str, list[tuple[float, bool]]], estimator="e", **extra) -> pl.DataFrame:
@@ -198,7 +199,7 @@ def test_quantile_edges_equal_numpys_to_the_last_bit():
     rows[np.arange(60) >= n[:, None]] = np.inf
     rows = np.sort(rows, axis=1)
     percent = np.linspace(0, 1, 21)[1:-1] * 100
-    ours = bootstrap._row_percentiles(lambda pos: np.take_along_axis(rows, pos, axis=1), n, percent)
+    ours = row_percentiles(lambda pos: np.take_along_axis(rows, pos, axis=1), n, percent)
     numpys = np.array([np.percentile(r[:k], percent) for r, k in zip(rows, n, strict=True)])
     assert np.array_equal(ours, numpys)
 

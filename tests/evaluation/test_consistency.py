@@ -213,14 +213,16 @@ def test_intra_typo_pair_hand_worked():
     table = compute_consistency(frame(*DEV, *TEST), TEMPLATES, seed=44)
     assert table.schema == pl.Schema(CONSISTENCY_SCHEMA)
     for relation in (None, "P1"):  # one relation: the pooled row equals it
-        row = pick(table, kind="intra", setup_b="typo", relation_id=relation)
+        row = pick(table, kind="intra", setup_b="typo", relation_id=relation, statistic="value")
         assert (row["setup_a"], row["estimator_a"], row["estimator_b"]) == ("original", "base", "base")
         assert row["threshold_a"] == pytest.approx(0.55) and row["threshold_b"] == pytest.approx(0.45)
         assert (row["fallback_a"], row["fallback_b"], row["n"], row["seed"]) == (False, False, 4, 44)
         same({m: row[m] for m in TYPO}, TYPO)
 
 
-def test_each_setup_pairs_with_the_headline_and_only_random_ones_carry_the_seed():
+def test_each_setup_pairs_with_the_headline_and_only_random_ones_carry_the_probe_seed():
+    """A templates table without perturbation_seed (one draw): the typo and the subsample carry the
+    probe seed."""
     parts = [
         *DEV,
         *TEST,
@@ -230,7 +232,9 @@ def test_each_setup_pairs_with_the_headline_and_only_random_ones_carry_the_seed(
         rows("base", "P1:c0", "test", [0.6, 0.5], k=3),  # #k3 copies of e0, e1
         rows("base", "P1:c1", "test", [0.6], k=3),  # a non-headline template on a copy: no part
     ]
-    table = compute_consistency(frame(*parts), TEMPLATES, seed=4).filter(pl.col("relation_id").is_null())
+    table = compute_consistency(frame(*parts), TEMPLATES, seed=4).filter(
+        pl.col("relation_id").is_null(), pl.col("statistic") == "value"
+    )
     intra = {r["setup_b"]: r for r in table.filter(pl.col("kind") == "intra").iter_rows(named=True)}
     assert sorted(intra) == ["answer_space_k=3", "certainly", "paraphrase", "typo"]
     assert {s: r["seed"] for s, r in intra.items()} == {
@@ -338,6 +342,122 @@ def test_cross_counts_match_a_pairwise_alignment():
         )
         assert row["n"] == both.height
         same({m: row[m] for m in expected}, expected)
+
+
+# A run's templates: the typo of the headline drawn with seeds 4, 44 and 99 (variants.py ids and
+# perturbation_seed), one one-shot variant and a marker.
+SEEDED_TEMPLATES = pl.DataFrame(
+    {
+        "relation_id": "P1",
+        "template_id": [
+            "P1:c0",
+            *(f"P1:c0:typo-s{s}" for s in (4, 44, 99)),
+            "P1:c0:one-shot",
+            "P1:c0:certainly",
+        ],
+        "kind": ["curated", *["perturbation"] * 4, "marker_verbal"],
+        "rank": 0,
+        "parent_id": [None, *["P1:c0"] * 5],
+        "variant": [None, "typo", "typo", "typo", "one-shot", "certainly"],
+        "perturbation_seed": [None, 4, 44, 99, None, None],
+    },
+    schema_overrides={"rank": pl.Int32, "perturbation_seed": pl.Int64},
+)
+# The headline as in DEV/TEST: τ_a 0.55, A1 = {e0, e2}, R1 = {e1, e3}, answers Q1 Q1 Q2 Q1.
+# Each seed's typo is tuned on its own dev rows:
+#   s4:  dev 0.8 0.6 | 0.3 0.1 → τ 0.45; test 0.5 0.6 0.9 0.2 → A2 {e0, e1, e2}: the TYPO numbers
+#   s44: dev 0.9 0.8 | 0.2 0.1 → τ 0.5;  test 0.6 0.4 0.9 0.1 → A2 {e0, e2} = A1, same answers: 1s
+#   s99: dev 0.95 0.85 | 0.75 0.65 → τ 0.8; test 0.85 0.9 0.7 0.2 → A2 {e0, e1}: A∩ {e0}, A∪
+#        {e0, e1, e2} → 1/3; R2 {e2, e3}: R∩ {e3}, R∪ {e1, e2, e3} → 1/3; IoU_cons 1/3;
+#        DecCons |{e0, e3}|/4 = 1/2; Agreement e0 Q1 = Q1 → 1
+SEEDED = [
+    *DEV[:1],
+    *TEST[:1],
+    rows("base", "P1:c0:typo-s4", "dev", [0.8, 0.6, 0.3, 0.1], correct=[1, 1, 0, 0]),
+    rows("base", "P1:c0:typo-s4", "test", [0.5, 0.6, 0.9, 0.2], ["Q1", "Q1", "Q3", "Q1"]),
+    rows("base", "P1:c0:typo-s44", "dev", [0.9, 0.8, 0.2, 0.1], correct=[1, 1, 0, 0]),
+    rows("base", "P1:c0:typo-s44", "test", [0.6, 0.4, 0.9, 0.1], ["Q1", "Q1", "Q2", "Q1"]),
+    rows("base", "P1:c0:typo-s99", "dev", [0.95, 0.85, 0.75, 0.65], correct=[1, 1, 0, 0]),
+    rows("base", "P1:c0:typo-s99", "test", [0.85, 0.9, 0.7, 0.2], ["Q1", "Q1", "Q2", "Q1"]),
+    rows("base", "P1:c0:one-shot", "test", [0.5, 0.6, 0.9, 0.2], ["Q1", "Q1", "Q3", "Q1"]),
+    rows("base", "P1:c0:certainly", "test", [0.5, 0.6, 0.9, 0.2], ["Q1", "Q1", "Q3", "Q1"]),
+]
+PER_SEED = {
+    4: (0.45, TYPO),
+    44: (0.5, dict.fromkeys(TYPO, 1.0)),
+    99: (0.8, {"iou_acc": 1 / 3, "iou_rej": 1 / 3, "iou_cons": 1 / 3, "dec_cons": 1 / 2, "agreement": 1.0}),
+}
+
+
+def test_each_perturbation_seed_is_its_own_setup_with_its_own_threshold():
+    table = compute_consistency(frame(*SEEDED), SEEDED_TEMPLATES, seed=13)
+    typo = table.filter(pl.col("setup_b") == "typo", pl.col("statistic") == "value")
+    for pooled in (True, False):
+        got = typo.filter(pl.col("relation_id").is_null() == pooled)
+        assert got["seed"].to_list() == [4, 44, 99]
+        for row in got.iter_rows(named=True):
+            tau, expected = PER_SEED[row["seed"]]
+            assert row["threshold_a"] == pytest.approx(0.55) and row["threshold_b"] == pytest.approx(tau)
+            assert (row["n"], row["n_seeds"], row["fallback_b"]) == (4, None, False)
+            same({m: row[m] for m in TYPO}, expected)
+
+
+def test_mean_and_std_over_the_perturbation_seeds_hand_worked():
+    table = compute_consistency(frame(*SEEDED), SEEDED_TEMPLATES, seed=13)
+    mean = pick(table, setup_b="typo", relation_id=None, statistic="mean")
+    std = pick(table, setup_b="typo", relation_id=None, statistic="std")
+    # IoU_acc 2/3, 1, 1/3: mean 2/3, deviations 0, ±1/3 → sample variance (2/9)/2, std 1/3
+    # IoU_rej 1/2, 1, 1/3: mean 11/18, deviations −2/18, 7/18, −5/18 → variance (78/324)/2
+    # IoU_cons 4/7, 1, 1/3: mean (12 + 21 + 7)/63 = 40/63, deviations −4/63, 23/63, −19/63
+    # DecCons 3/4, 1, 1/2: mean 3/4, std 1/4; Agreement 1/2, 1, 1: mean 5/6, deviations −1/3,
+    # 1/6, 1/6 → variance (1/6)/2; τ_b 0.45, 0.5, 0.8: mean 1.75/3; τ_a 0.55 in every seed: std 0
+    same(
+        {m: mean[m] for m in TYPO},
+        {"iou_acc": 2 / 3, "iou_rej": 11 / 18, "iou_cons": 40 / 63, "dec_cons": 3 / 4, "agreement": 5 / 6},
+    )
+    same(
+        {m: std[m] for m in TYPO},
+        {
+            "iou_acc": 1 / 3,
+            "iou_rej": math.sqrt(78 / 324 / 2),
+            "iou_cons": math.sqrt((16 + 529 + 361) / 63**2 / 2),
+            "dec_cons": 1 / 4,
+            "agreement": math.sqrt(1 / 12),
+        },
+    )
+    assert (mean["threshold_a"], std["threshold_a"]) == (pytest.approx(0.55), 0.0)
+    assert mean["threshold_b"] == pytest.approx(1.75 / 3)
+    for row in (mean, std):
+        assert (row["seed"], row["n"], row["n_seeds"], row["fallback_a"], row["fallback_b"]) == (
+            None, None, 3, False, False,
+        )  # fmt: skip
+    # the same numbers as seed_spread's side-by-side summary of the per-seed rows
+    wide = pick(seed_spread(table), setup_b="typo", relation_id=None)
+    assert wide["n_seeds"] == 3
+    for m in TYPO:
+        assert (wide[f"{m}_mean"], wide[f"{m}_std"]) == (pytest.approx(mean[m]), pytest.approx(std[m]))
+
+
+def test_one_number_per_pair_is_seed_null_and_not_std():
+    """What a DuckDB user filters on: the one-shot (one draw, probe seed 13) gets a mean equal to
+    its value and a NaN std; the marker and the cross pairs have their value row only."""
+    parts = [*SEEDED, rows("margin", "P1:c0", "test", [0.5, 0.6, 0.9, 0.2])]
+    table = compute_consistency(frame(*parts), SEEDED_TEMPLATES, seed=13)
+    one_shot = table.filter(pl.col("setup_b") == "one-shot", pl.col("relation_id").is_null())
+    assert one_shot.select("statistic", "seed", "n_seeds").rows() == [("mean", None, 1), ("std", None, 1),
+                                                                     ("value", 13, None)]  # fmt: skip
+    mean, std, value = one_shot.iter_rows(named=True)
+    same({m: mean[m] for m in TYPO}, TYPO)  # the s4 typo's numbers: the same test confidences
+    same({m: value[m] for m in TYPO}, TYPO)
+    same({m: std[m] for m in TYPO}, dict.fromkeys(TYPO, NAN))
+    assert [r["fallback_b"] for r in (mean, std, value)] == [True] * 3  # no dev rows: τ 0.5
+    assert pick(table, setup_b="certainly", relation_id=None)["statistic"] == "value"
+    headline = table.filter(pl.col("seed").is_null(), pl.col("statistic") != "std")
+    keys = ["kind", "setup_b", "estimator_a", "estimator_b", "reduction", "relation_id"]
+    assert headline.select(keys).is_unique().all()
+    assert sorted(headline.filter(pl.col("relation_id").is_null())["setup_b"]) == [
+        "certainly", "one-shot", "original", "typo",
+    ]  # fmt: skip
 
 
 def test_seed_spread_is_mean_and_sample_std_over_seeds():

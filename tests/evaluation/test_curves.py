@@ -182,3 +182,45 @@ def test_compute_curves_selects_and_names_curves():
     assert out["curve"].unique().to_list() == ["roc"]
     with pytest.raises(ValueError, match=r"unknown curve\(s\) \['reliability'\]"):
         compute_curves(frame(C5.tolist(), Y5.tolist()), curves=["reliability"])
+
+
+def test_compute_curves_equals_the_per_sample_curves_on_every_scope():
+    """The vectorised table, scope by scope, equals the per-sample functions above (ties, one-class
+    relations, one-row relations, bin edges included)."""
+    from kcal_pipeline.evaluation.calibration import calibration_curve
+
+    rng = np.random.default_rng(3)
+    rows = []
+    for r in range(12):
+        n = int(rng.integers(1, 40))
+        c = rng.choice([0.0, 0.15, 0.5, 0.9, 1.0], n) if r % 3 == 0 else rng.random(n)
+        y = rng.random(n) < c if r % 4 else np.full(n, r % 8 == 0)
+        rows += [
+            (f"P{r:02d}", f"i{i:03d}", float(ci), bool(yi))
+            for i, (ci, yi) in enumerate(zip(c, y, strict=True))
+        ]
+    est = pl.DataFrame(rows, schema=["relation_id", "instance_id", "confidence", "correct"], orient="row")
+    est = est.with_columns(model_id=pl.lit("m"), estimator=pl.lit("base"))
+    out = compute_curves(est)
+    reference = {
+        "calibration": lambda c, y: calibration_curve(c, y).rename({"conf": "x", "acc": "y"}),
+        "rejection": rejection_curve,
+        "risk_coverage": risk_coverage_curve,
+        "roc": roc_curve,
+    }
+    scopes = [("all", "all", est)] + [
+        ("relation", rel, g)
+        for (rel,), g in est.sort("relation_id").group_by("relation_id", maintain_order=True)
+    ]
+    for scope, value, g in scopes:
+        g = g.sort("relation_id", "instance_id")
+        for curve, fn in reference.items():
+            want = fn(g["confidence"].to_numpy(), g["correct"].to_numpy())
+            got = out.filter(scope=scope, scope_value=value, curve=curve)
+            assert got.height == want.height, (scope, value, curve)
+            for col in ("x", "y", "n"):
+                np.testing.assert_allclose(got[col].to_numpy(), want[col].to_numpy(), rtol=0, atol=1e-12)
+            if "threshold" in want.columns and want["threshold"].null_count() < want.height:
+                assert got["threshold"].to_list() == want["threshold"].to_list()
+            if curve == "calibration":
+                assert got["bin"].to_list() == want["bin"].to_list()

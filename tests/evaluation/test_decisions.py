@@ -244,11 +244,12 @@ def option_estimates():
 
 
 def test_statement_decisions_over_asserted_statements():
-    # dev statements (0.7 ✓, 0.2, 0.1, 0.4 ✓, 0.6), P = 2: F1(τ) = 2·TP/(asserted + 2)
-    #   0.7: 2/3; 0.6: 2/4; 0.4: 4/5 (best, asserts 3 of 5); 0.2: 4/6; 0.1: 4/7 → τ = 0.4
+    # A statement is asserted when P > τ (strictly, METHODS §2).
+    # dev statements (0.7 ✓, 0.2, 0.1, 0.4 ✓, 0.6), P = 2: F1(τ) = 2·TP/(asserted + 2) asserting P > τ
+    #   0.7: 0; 0.6: 2/3; 0.4: 2/4; 0.2: 4/5 (best, asserts 3 of 5); 0.1: 4/6 → τ = 0.2
     # test statements (0.5 ✓, 0.3 ✓, 0.2, 0.45, 0.55 ✓):
-    #   at 0.5: asserted 0.5 ✓, 0.55 ✓ → TP 2, FP 0, FN 1, TN 2: P 1, R 2/3, F1 4/5, FPR 0
-    #   at 0.4: asserted 0.5 ✓, 0.45 ✗, 0.55 ✓ → TP 2, FP 1, FN 1, TN 1: P 2/3, R 2/3, F1 2/3, FPR 1/2
+    #   at 0.5: asserted 0.55 ✓ (0.5 is not above 0.5) → TP 1, FP 0, FN 2, TN 2: P 1, R 1/3, F1 1/2, FPR 0
+    #   at 0.2: asserted 0.5 ✓, 0.3 ✓, 0.45 ✗, 0.55 ✓ → TP 3, FP 1, FN 0, TN 1: P 3/4, R 1, F1 6/7, FPR 1/2
     names = [n for n in DECISION_METRICS if n.startswith("statement_")]
     out = compute_metrics(estimates(), names, option_estimates=option_estimates())
     assert set(out["estimator"]) == {"template_marginal"} and set(out["reduction"]) == {"sum"}
@@ -257,10 +258,10 @@ def test_statement_decisions_over_asserted_statements():
     got = dict(zip(test["metric"], test["value"], strict=True))
     assert got == pytest.approx(
         {
-            "statement_precision_t050": 1.0, "statement_recall_t050": 2 / 3,
-            "statement_f1_t050": 0.8, "statement_fpr_t050": 0.0,
-            "statement_precision_tuned": 2 / 3, "statement_recall_tuned": 2 / 3,
-            "statement_f1_tuned": 2 / 3, "statement_fpr_tuned": 0.5,
+            "statement_precision_t050": 1.0, "statement_recall_t050": 1 / 3,
+            "statement_f1_t050": 0.5, "statement_fpr_t050": 0.0,
+            "statement_precision_tuned": 3 / 4, "statement_recall_tuned": 1.0,
+            "statement_f1_tuned": 6 / 7, "statement_fpr_tuned": 0.5,
         }
     )  # fmt: skip
     assert (
@@ -269,7 +270,7 @@ def test_statement_decisions_over_asserted_statements():
     )
     table = tuned_thresholds(estimates(), option_estimates()).filter(unit="statements")
     assert table.rows() == [
-        ("m", "template_marginal", "sum", 0, "statements", "tune_f1", 0.4, False, None, 5)
+        ("m", "template_marginal", "sum", 0, "statements", "tune_f1_strict", 0.2, False, None, 5)
     ]
 
 

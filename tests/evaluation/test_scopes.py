@@ -11,7 +11,6 @@ from kcal_pipeline.evaluation.scopes import (
     breakdown_scopes,
     macro_average,
     macro_average_mixtures,
-    pair_models_by_accuracy,
 )
 
 RELATIONS = pl.DataFrame(
@@ -242,29 +241,6 @@ def test_macro_average_rule():
     np.testing.assert_array_equal(macro_average(np.array([[0.0, 1.0], [0.5, 0.25]])), [0.5, 0.375])
     with pytest.raises(ValueError, match="no domain values"):
         macro_average([])
-
-
-def test_models_paired_closest_first():
-    # gaps: (B, X) 0.0625, (A, X) 0.1875, (A, Y) 0.25, (B, Y) 0.5 → (B, X) first, then (A, Y);
-    # pairing A with its nearest (X) first would have left B with Y at 0.5.
-    acc = {"A": 0.5, "B": 0.75, "X": 0.6875, "Y": 0.25, "C": 1.0}
-    fam = {"A": "clm", "B": "clm", "C": "clm", "X": "mlm", "Y": "mlm"}
-    pairs = pair_models_by_accuracy(acc, fam)
-    assert pairs.rows() == [("B", "X", 0.75, 0.6875, 0.0625), ("A", "Y", 0.5, 0.25, 0.25)]  # C unpaired
-
-
-def test_model_pairing_ties_and_errors():
-    # (A, Y) and (B, X) both 0.125 apart: the smaller ids first
-    acc = {"A": 0.25, "B": 0.75, "X": 0.625, "Y": 0.375}
-    pairs = pair_models_by_accuracy(acc, {"A": "clm", "B": "clm", "X": "mlm", "Y": "mlm"})
-    assert pairs.select("causal_model_id", "masked_model_id").rows() == [("A", "Y"), ("B", "X")]
-    assert pair_models_by_accuracy({"A": 0.5}, {"A": "clm"}).is_empty()  # one family only: no pairs
-    with pytest.raises(ValueError, match=r"model 'A': family 'auto' is not 'clm' or 'mlm'"):
-        pair_models_by_accuracy({"A": 0.5}, {"A": "auto"})
-    with pytest.raises(ValueError, match=r"model 'B': no family given"):
-        pair_models_by_accuracy({"A": 0.5, "B": 0.4}, {"A": "clm"})
-    with pytest.raises(ValueError, match=r"model 'A': accuracy nan"):
-        pair_models_by_accuracy({"A": float("nan")}, {"A": "clm"})
 
 
 def test_each_scope_partitions_the_rows_in_ascending_order():

@@ -79,3 +79,29 @@ def test_differences_are_against_base_and_zero_for_an_identical_estimator():
     assert (out["difference"] == 0).all() and (out["ci_low"] == 0).all() and (out["ci_high"] == 0).all()
     # no Base in the data: an empty table, not an error
     assert differences_table(estimates([r for r in rows if r[2] == "margin"]), TEMPLATES).is_empty()
+
+
+def test_each_template_kind_tunes_its_own_threshold_and_the_table_lists_it():
+    # dev pairs, curated: 0.9 ✓, 0.8 ✓, 0.7 ✗, 0.6 ✗ (c0, c1 × a, b); marker: 0.5 ✓, 0.4 ✗ (m0).
+    # curated: F1 at τ=0.8 (accept 0.9, 0.8) = 2·2/(2+2) = 1 → τ 0.8, accepts 2 of 4 (not degenerate);
+    # marker: τ=0.5 accepts 1 of 2 → F1 1 → τ 0.5. The test pairs: curated 0.85 ✓, 0.75 ✗ → at 0.8
+    # accept {0.85}: precision 1; marker 0.45 ✓ → rejected at 0.5: recall 0.
+    rows = [
+        ("a", "c0", "base", "dev", 0.9, True), ("b", "c0", "base", "dev", 0.7, False),
+        ("a", "c1", "base", "dev", 0.8, True), ("b", "c1", "base", "dev", 0.6, False),
+        ("a", "m0", "base", "dev", 0.5, True), ("b", "m0", "base", "dev", 0.4, False),
+        ("t", "c0", "base", "test", 0.85, True), ("t", "c1", "base", "test", 0.75, False),
+        ("t", "m0", "base", "test", 0.45, True),
+    ]  # fmt: skip
+    from kcal_pipeline.evaluation.tables import thresholds_table
+
+    table = thresholds_table(estimates(rows), TEMPLATES).filter(unit="pairs")
+    assert dict(zip(table["template_kind"], table["threshold"], strict=True)) == {
+        "curated": 0.8,
+        "marker": 0.5,
+    }
+    assert table["fallback"].to_list() == [False, False] and table["n_dev"].to_list() == [4, 2]
+    out = template_kind_metrics(estimates(rows), TEMPLATES).filter(split="test")
+    got = {(r["scope_value"], r["metric"]): r["value"] for r in out.iter_rows(named=True)}
+    assert got[("curated", "precision_tuned")] == 1.0 and got[("curated", "recall_tuned")] == 1.0
+    assert got[("marker", "recall_tuned")] == 0.0

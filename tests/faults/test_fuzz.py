@@ -47,7 +47,7 @@ def test_settings_are_valid_or_one_error_naming_the_setting(options, values):
 
 
 FLAGS = ["--max-instances", "--answer-space-k", "--dropout-rate", "--template-kinds", "--mlm-variant",
-         "--chunk-size", "--dev-fraction", "--n-negatives"]  # fmt: skip
+         "--chunk-size", "--dev-fraction", "--n-negatives", "--perturbation-seeds"]  # fmt: skip
 
 
 @FUZZ

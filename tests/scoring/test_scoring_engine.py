@@ -314,6 +314,27 @@ def test_an_unchanged_partition_is_not_rescored(loaded, tmp_path, monkeypatch):
         assert key in again.metadata
 
 
+def test_the_partition_records_the_kind_loading_resolved(loaded, tmp_path, monkeypatch):
+    # SmolLM2 (kind "clm" in the registry): model_kind right after model_id
+    first = run_partition(loaded, tmp_path)
+    assert first.frame["model_kind"].unique().to_list() == ["clm"]
+    assert first.frame.columns[first.frame.columns.index("model_id") + 1] == "model_kind"
+    # a partition stored before the column existed gets it, and is not rescored
+    store(tmp_path, first.frame.drop("model_kind"), loaded.key)
+    monkeypatch.setattr(partition_mod, "score_statements", lambda *a, **k: pytest.fail("rescored"))
+    again = run_partition(loaded, tmp_path)
+    assert again.metadata["rescored"] is False and again.frame.equals(first.frame)
+    monkeypatch.undo()
+    # a masked LM registered with kind "auto": the kind detected at load, never "auto"
+    entry = ModelEntry(id="kcal-test/tiny-bert", source="local", path=str(build_tiny_mlm(tmp_path / "bert")))
+    assert entry.kind == "auto"
+    mlm = load_model(entry, tmp_path / "cache")
+    scored = score_partition(
+        mlm, entry.id, STATEMENTS.head(3), ScoringOptions(), tmp_path / "m", "P36", chunk_size=4
+    )
+    assert scored.frame["model_kind"].to_list() == ["mlm"] * 3
+
+
 def test_changed_statements_are_rescored(loaded, tmp_path):
     first = run_partition(loaded, tmp_path)
     store(tmp_path, first.frame, loaded.key)

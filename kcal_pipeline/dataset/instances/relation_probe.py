@@ -8,7 +8,7 @@ imports have; or MACE questions with 1/2/4/6 answers) and which templates a run 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import polars as pl
 
@@ -84,12 +84,12 @@ def relation_instances(
 
 
 def curated_and_variants(
-    curated: pl.DataFrame, seed: int, log: Callable[[str], None] | None = None
+    curated: pl.DataFrame, perturbation_seeds: Sequence[int], log: Callable[[str], None] | None = None
 ) -> pl.DataFrame:
     """The templates table: curated templates (with their marked forms, `marked_text`) plus their
-    marker and perturbation variants."""
+    marker and perturbation variants (the random ones once per perturbation seed)."""
     return pl.concat(
-        [curated, marker_variants(curated, log=log), perturbation_variants(curated, seed)],
+        [curated, marker_variants(curated, log=log), perturbation_variants(curated, perturbation_seeds)],
         how="diagonal_relaxed",
     )
 
@@ -99,7 +99,7 @@ def run_templates(
     generated: pl.DataFrame | None,
     kinds: list[str],
     max_templates: int | None,
-    seed: int,
+    perturbation_seeds: Sequence[int],
     log: Callable[[str], None] | None = None,
 ) -> pl.DataFrame:
     """The templates a run scores: of the first max_templates curated (and, if chosen, generated)
@@ -117,7 +117,8 @@ def run_templates(
     if max_templates:
         parents = parents.filter(pl.col("rank") < max_templates)
     variants = pl.concat(
-        [marker_variants(parents, log=log), perturbation_variants(parents, seed)], how="diagonal_relaxed"
+        [marker_variants(parents, log=log), perturbation_variants(parents, perturbation_seeds)],
+        how="diagonal_relaxed",
     )
     chosen = pl.concat([parents, variants], how="diagonal_relaxed").filter(pl.col("kind").is_in(kinds))
     return chosen.sort("relation_id", "template_id")

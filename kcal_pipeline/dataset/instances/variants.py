@@ -9,13 +9,15 @@ Perturbations
 Both must leave subject and object alone, so every edit works on the template text *outside*
 the `[X]`/`[Y]` slots, before filling: fill() then reports correct spans for the variant too.
 Seeded choices use derived_rng(seed, template_id, variant), so a variant never depends on which
-other templates are in the table.
+other templates are in the table. The random perturbations (extra space, typo) are drawn once per
+perturbation seed (Zhao et al. use 4, 44 and 99), so consistency can report their mean and spread:
+each draw is its own template, `<parent>:<variant>-s<seed>`, with the seed in `perturbation_seed`.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import polars as pl
 
@@ -23,7 +25,7 @@ from kcal_pipeline.dataset.instances.sampling import derived_rng
 from kcal_pipeline.dataset.templates import MARKER_SLOT, OBJECT_SLOT, SUBJECT_SLOT, check_template, fill
 
 TEMPLATE_COLUMNS = ["relation_id", "template_id", "text", "kind", "source", "rank"]
-VARIANT_COLUMNS = [*TEMPLATE_COLUMNS, "parent_id", "variant"]
+VARIANT_COLUMNS = [*TEMPLATE_COLUMNS, "parent_id", "variant", "perturbation_seed"]
 VERBAL_MARKERS = ("certainly", "possibly")
 NUMERIC_LEVELS = (0, 25, 50, 75, 100)
 DEMO_SLOT = "[D]"
@@ -146,8 +148,9 @@ def _base_rows(templates: pl.DataFrame) -> list[dict]:
     )
 
 
-def _variant_row(parent: dict, variant: str, kind: str, text: str) -> dict:
-    template_id = f"{parent['template_id']}:{variant}"
+def _variant_row(parent: dict, variant: str, kind: str, text: str, seed: int | None = None) -> dict:
+    """The variant's row; a seeded draw's id ends in `-s<seed>` so every draw has its own id."""
+    template_id = f"{parent['template_id']}:{variant}" + ("" if seed is None else f"-s{seed}")
     check_template(text, f"variant {template_id}")
     parent = {k: v for k, v in parent.items() if k != "marked_text"}
     return {
@@ -158,11 +161,12 @@ def _variant_row(parent: dict, variant: str, kind: str, text: str) -> dict:
         "source": "variant",
         "parent_id": parent["template_id"],
         "variant": variant,
+        "perturbation_seed": seed,
     }
 
 
 def _frame(rows: list[dict]) -> pl.DataFrame:
-    schema = dict.fromkeys(VARIANT_COLUMNS, pl.Utf8) | {"rank": pl.Int32}
+    schema = dict.fromkeys(VARIANT_COLUMNS, pl.Utf8) | {"rank": pl.Int32, "perturbation_seed": pl.Int64}
     return pl.DataFrame(rows, schema=schema)
 
 
@@ -194,18 +198,32 @@ def marker_variants(templates: pl.DataFrame, log: Callable[[str], None] | None =
     return _frame(rows)
 
 
-def perturbation_variants(templates: pl.DataFrame, seed: int) -> pl.DataFrame:
-    """Extra-space, typo and one-shot variants; a template without a space or a long enough word
-    simply has no extra-space or typo variant."""
+def check_perturbation_seeds(seeds: Sequence[int]) -> list[int]:
+    """The seeds as a list; refuses a bare int, a negative or a repeated seed (two draws with one
+    seed would be the same draw counted twice), naming the value."""
+    if isinstance(seeds, int | str) or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):
+        raise ValueError(f"perturbation_seeds must be a list of ints, got {seeds!r}")
+    seeds = list(seeds)
+    if not seeds or any(s < 0 for s in seeds) or len(set(seeds)) < len(seeds):
+        raise ValueError(f"perturbation_seeds must be distinct non-negative ints (at least one), got {seeds}")
+    return seeds
+
+
+def perturbation_variants(templates: pl.DataFrame, seeds: Sequence[int]) -> pl.DataFrame:
+    """Extra-space and typo variants once per seed in `seeds` (ids `<parent>:typo-s<seed>`, the
+    seed in `perturbation_seed`), and one one-shot variant (its demonstration is drawn per instance
+    when statements are built). A template without a space or a long enough word simply has no
+    extra-space or typo variant."""
+    seeds = check_perturbation_seeds(seeds)
     rows = []
     for parent in _base_rows(templates):
         text, tid = parent["text"], parent["template_id"]
-        edits = {
-            "extra-space": extra_space(text, seed, tid),
-            "typo": typo(text, seed, tid),
-            "one-shot": one_shot(text),
-        }
-        rows += [_variant_row(parent, name, "perturbation", new) for name, new in edits.items() if new]
+        for seed in seeds:
+            edits = {"extra-space": extra_space(text, seed, tid), "typo": typo(text, seed, tid)}
+            rows += [
+                _variant_row(parent, name, "perturbation", new, seed) for name, new in edits.items() if new
+            ]
+        rows.append(_variant_row(parent, "one-shot", "perturbation", one_shot(text)))
     return _frame(rows)
 
 

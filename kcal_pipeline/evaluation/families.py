@@ -1,0 +1,247 @@
+"""Causal vs masked language models, compared on pairs of similar accuracy (issue 14's last breakdown).
+
+A causal model that is better calibrated than a masked one may just be the stronger model, so the
+families are compared pair by pair: each causal model with the masked model of nearest accuracy
+(`pair_models_by_accuracy`), then every metric both have side by side (`family_comparison`).
+
+A model's family is its kind as scoring resolved it ("clm" or "mlm"; a registry entry's "auto" is
+decided from the checkpoint at load), recorded in statement_scores.model_kind; `model_families`
+reads it back from there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import NamedTuple
+
+import numpy as np
+import polars as pl
+
+# Model families, in the model registry's words (ModelEntry.kind / LoadedModel.kind).
+CAUSAL, MASKED = "clm", "mlm"
+FAMILY_NAMES = {CAUSAL: "causal", MASKED: "masked"}
+
+# The accuracy models are paired on: Base (the seed's estimator) under its headline reduction,
+# on the test split, over all relations, on full answer spaces.
+PAIRING = {
+    "estimator": "base",
+    "reduction": "sum",
+    "split": "test",
+    "answer_space_k": 0,
+    "scope": "all",
+    "metric": "accuracy",
+}
+# What identifies one number of one model in the metrics table.
+METRIC_KEYS = ("estimator", "reduction", "split", "answer_space_k", "scope", "scope_value", "metric")
+METRICS_COLUMNS = ["model_id", *METRIC_KEYS, "value", "n", "higher_is_better", "ci_low", "ci_high"]
+
+PAIR_SCHEMA = {
+    "causal_model_id": pl.String,
+    "masked_model_id": pl.String,
+    "causal_accuracy": pl.Float64,
+    "masked_accuracy": pl.Float64,
+    "accuracy_gap": pl.Float64,
+}
+COMPARISON_SCHEMA = {
+    "causal_model_id": pl.String,
+    "masked_model_id": pl.String,
+    "accuracy_gap": pl.Float64,
+    "estimator": pl.String,
+    "reduction": pl.String,
+    "split": pl.String,
+    "answer_space_k": pl.Int32,
+    "scope": pl.String,
+    "scope_value": pl.String,
+    "metric": pl.String,
+    "higher_is_better": pl.Boolean,
+    "causal_value": pl.Float64,
+    "masked_value": pl.Float64,
+    "masked_minus_causal": pl.Float64,
+    "causal_ci_low": pl.Float64,
+    "causal_ci_high": pl.Float64,
+    "masked_ci_low": pl.Float64,
+    "masked_ci_high": pl.Float64,
+    "causal_n": pl.Int64,
+    "masked_n": pl.Int64,
+}
+UNPAIRED_SCHEMA = {
+    "model_id": pl.String,
+    "family": pl.String,
+    "pairing_accuracy": pl.Float64,
+    "reason": pl.String,
+}
+
+
+class FamilyComparison(NamedTuple):
+    """The comparison table (COMPARISON_SCHEMA), the pairs it is built from (PAIR_SCHEMA) and the
+    models left out of it, one row each with the reason (UNPAIRED_SCHEMA)."""
+
+    table: pl.DataFrame
+    pairs: pl.DataFrame
+    unpaired: pl.DataFrame
+
+
+def pair_models_by_accuracy(accuracy: Mapping[str, float], family: Mapping[str, str]) -> pl.DataFrame:
+    """Causal and masked models paired one to one by nearest overall accuracy, so a comparison of
+    the two families is not a comparison of a strong model with a weak one.
+
+    Greedy: the closest (causal, masked) pair first, then the closest among the models left, and so
+    on; ties in the gap go to the lexicographically smaller (causal id, masked id). Models left over
+    in the larger family are unpaired. `accuracy`: model id → overall accuracy (scope all, one
+    estimator); `family`: model id → "clm" or "mlm" (the registry kind, resolved, never "auto").
+    Rows in pairing order, accuracy_gap = |causal − masked|.
+    """
+    _check_families(family)
+    for model_id, acc in accuracy.items():
+        if model_id not in family:
+            raise ValueError(f"model {model_id!r}: no family given (have {sorted(family)})")
+        if not np.isfinite(acc):
+            raise ValueError(f"model {model_id!r}: accuracy {acc!r} is not a finite number")
+    causal = sorted(m for m in accuracy if family[m] == CAUSAL)
+    masked = sorted(m for m in accuracy if family[m] == MASKED)
+    candidates = sorted(
+        (abs(accuracy[c] - accuracy[m]), c, m) for c in causal for m in masked
+    )  # all |C|·|M| pairs: a handful of models, not a hot path
+    used: set[str] = set()
+    rows = []
+    for gap, c, m in candidates:
+        if c not in used and m not in used:
+            used |= {c, m}
+            rows.append((c, m, float(accuracy[c]), float(accuracy[m]), float(gap)))
+    return pl.DataFrame(rows, schema=PAIR_SCHEMA, orient="row")
+
+
+def _check_families(family: Mapping[str, str]) -> None:
+    for model_id, kind in family.items():
+        if kind not in (CAUSAL, MASKED):
+            raise ValueError(
+                f"model {model_id!r}: family {kind!r} is not {CAUSAL!r} or {MASKED!r} "
+                "(resolve 'auto' to the kind detected at load)"
+            )
+
+
+def model_families(scores: pl.DataFrame) -> dict[str, str]:
+    """model id → family, from statement_scores' model_id and model_kind (any number of rows per
+    model). A model with no kind recorded (scored before kcal recorded it) or with two kinds is an
+    error naming it."""
+    _has_columns(scores, ["model_id"], "statement_scores")
+    if "model_kind" not in scores.columns:
+        scores = scores.with_columns(model_kind=pl.lit(None, pl.String))
+    kinds = scores.group_by("model_id").agg(pl.col("model_kind").unique().sort(nulls_last=False))
+    out = {}
+    for model_id, found in kinds.sort("model_id").iter_rows():
+        if None in found:
+            raise ValueError(
+                f"statement_scores of model {model_id!r}: no model_kind recorded (scored before "
+                "kcal recorded it); re-materialize statement_scores (`kcal demo` does, without rescoring)"
+            )
+        if len(found) > 1:
+            raise ValueError(f"statement_scores of model {model_id!r}: several model kinds {found}")
+        out[model_id] = found[0]
+    _check_families(out)
+    return out
+
+
+def family_comparison(metrics: pl.DataFrame, families: Mapping[str, str]) -> FamilyComparison:
+    """Causal vs masked models, pair by pair, on every metric both models of a pair have.
+
+    `metrics`: the metrics tables of all models stacked (the metrics asset's columns);
+    `families`: model id → "clm" or "mlm" (model_families). Models are paired with
+    pair_models_by_accuracy on PAIRING: Base's test-split accuracy under reduction "sum", scope
+    "all", answer_space_k 0. Then, per pair and per (estimator, reduction, split, answer_space_k,
+    scope, scope_value, metric) that BOTH models have (an inner join: a relation only one of them
+    was scored on is left out): causal_value, masked_value, masked_minus_causal (masked − causal:
+    positive means the masked model scores higher, better or worse as higher_is_better says),
+    both models' interval and n, and the pair's accuracy_gap. Rows in pairing order, then by key.
+
+    A model of `families` that is in no pair is in `unpaired` with the reason: no metrics, no
+    pairing accuracy, no model of the other family, or all of them paired with closer models.
+    Errors: a family other than "clm"/"mlm"; a model in `metrics` without a family; two rows for
+    one model and key.
+    """
+    _has_columns(metrics, METRICS_COLUMNS, "metrics")
+    _check_families(families)
+    models = metrics["model_id"].unique().sort().to_list()
+    missing = [m for m in models if m not in families]
+    if missing:
+        raise ValueError(
+            f"metrics: model {missing[0]!r} has no family (families given for {sorted(families)})"
+        )
+    duplicated = metrics.filter(pl.struct("model_id", *METRIC_KEYS).is_duplicated())
+    if not duplicated.is_empty():
+        key = duplicated.select("model_id", *METRIC_KEYS).row(0, named=True)
+        raise ValueError(f"metrics: several rows for {key}")
+
+    accuracy, unpaired = _pairing_accuracy(metrics, families)
+    pairs = pair_models_by_accuracy(accuracy, {m: families[m] for m in accuracy})
+    unpaired += _left_over(accuracy, families, pairs)
+    unpaired_frame = pl.DataFrame(unpaired, schema=UNPAIRED_SCHEMA, orient="row").sort("model_id")
+    return FamilyComparison(_side_by_side(metrics, pairs), pairs, unpaired_frame)
+
+
+def _has_columns(frame: pl.DataFrame, columns: list[str], what: str) -> None:
+    """Presence only: nulls are expected (an interval the bootstrap does not compute)."""
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise ValueError(f"{what}: missing column {missing[0]!r} (have {frame.columns})")
+
+
+def _pairing_accuracy(metrics: pl.DataFrame, families: Mapping[str, str]) -> tuple[dict[str, float], list]:
+    """(model id → pairing accuracy, unpaired rows for models without a finite one)."""
+    rows = metrics.filter(pl.all_horizontal(pl.col(k) == v for k, v in PAIRING.items()))
+    found = dict(zip(rows["model_id"].to_list(), rows["value"].to_list(), strict=True))
+    present = set(metrics["model_id"].to_list())
+    accuracy, unpaired = {}, []
+    where = ", ".join(f"{k} {v}" for k, v in PAIRING.items() if k != "metric")
+    for model_id in sorted(families):
+        value = found.get(model_id)
+        if model_id not in present:
+            unpaired.append((model_id, families[model_id], None, "no metrics"))
+        elif value is None:
+            unpaired.append((model_id, families[model_id], None, f"no accuracy at {where}"))
+        elif not np.isfinite(value):
+            unpaired.append((model_id, families[model_id], value, f"accuracy at {where} is {value}"))
+        else:
+            accuracy[model_id] = float(value)
+    return accuracy, unpaired
+
+
+def _left_over(accuracy: Mapping[str, float], families: Mapping[str, str], pairs: pl.DataFrame) -> list:
+    paired = set(pairs["causal_model_id"].to_list()) | set(pairs["masked_model_id"].to_list())
+    rows = []
+    for model_id in sorted(set(accuracy) - paired):
+        family = families[model_id]
+        other = MASKED if family == CAUSAL else CAUSAL
+        others = sum(1 for m in accuracy if families[m] == other)
+        reason = (
+            f"no {FAMILY_NAMES[other]} model ({other}) to pair with"
+            if others == 0
+            else f"all {others} {FAMILY_NAMES[other]} model(s) paired with closer {FAMILY_NAMES[family]} ones"
+        )
+        rows.append((model_id, family, accuracy[model_id], reason))
+    return rows
+
+
+def _side_by_side(metrics: pl.DataFrame, pairs: pl.DataFrame) -> pl.DataFrame:
+    if pairs.is_empty():
+        return pl.DataFrame(schema=COMPARISON_SCHEMA)
+    keys = list(METRIC_KEYS)
+    values = metrics.select("model_id", *keys, "higher_is_better", "value", "ci_low", "ci_high", "n")
+
+    def side(name: str) -> pl.DataFrame:
+        renamed = {c: f"{name}_{c}" for c in ("value", "ci_low", "ci_high", "n")}
+        return values.rename({"model_id": f"{name}_model_id", **renamed})
+
+    order = pairs.select("causal_model_id", "masked_model_id", "accuracy_gap").with_row_index("pair")
+    table = (
+        order.join(side("causal"), on="causal_model_id", how="inner")
+        .join(
+            side("masked").drop("higher_is_better"),
+            on=["masked_model_id", *keys],
+            how="inner",
+            nulls_equal=True,
+        )
+        .with_columns(masked_minus_causal=pl.col("masked_value") - pl.col("causal_value"))
+        .sort("pair", *keys)
+    )
+    return table.select(list(COMPARISON_SCHEMA)).cast(COMPARISON_SCHEMA)
