@@ -17,6 +17,8 @@ from typing import NamedTuple
 import numpy as np
 import polars as pl
 
+from kcal_pipeline.evaluation.registry import SCOPE_KEY_SCHEMA
+
 # Model families, in the model registry's words (ModelEntry.kind / LoadedModel.kind).
 CAUSAL, MASKED = "clm", "mlm"
 FAMILY_NAMES = {CAUSAL: "causal", MASKED: "masked"}
@@ -46,12 +48,7 @@ COMPARISON_SCHEMA = {
     "causal_model_id": pl.String,
     "masked_model_id": pl.String,
     "accuracy_gap": pl.Float64,
-    "estimator": pl.String,
-    "reduction": pl.String,
-    "split": pl.String,
-    "answer_space_k": pl.Int32,
-    "scope": pl.String,
-    "scope_value": pl.String,
+    **{k: v for k, v in SCOPE_KEY_SCHEMA.items() if k != "model_id"},
     "metric": pl.String,
     "higher_is_better": pl.Boolean,
     "causal_value": pl.Float64,

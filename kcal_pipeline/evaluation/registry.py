@@ -20,7 +20,7 @@ A spec's `input` says what its function reads (INPUT_KINDS):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Literal
@@ -232,22 +232,6 @@ def prepared(estimates: pl.DataFrame) -> pl.DataFrame:
         df, [*GROUP, "relation_id", "instance_id"], "filter to one template or aggregation first"
     )
     return df.sort(*GROUP, "relation_id", "instance_id", nulls_last=True)
-
-
-def scopes(estimates: pl.DataFrame) -> Iterator[tuple[dict, str, str, np.ndarray, np.ndarray]]:
-    """Yield (group keys, scope, scope_value, confidence, correct) in a deterministic order.
-
-    One GROUP (split and answer space included) at a time: scope "all" is all relations of that
-    group, never dev and test together, never a full answer space with its subsamples. Rows are
-    sorted by (relation_id, instance_id) first, so AURC's tie order (and the last bits of a binned
-    sum) do not depend on how the caller's frame happened to be ordered.
-    """
-    df = prepared(estimates)
-    for group, g in df.group_by(GROUP, maintain_order=True):
-        key = dict(zip(GROUP, group, strict=True))
-        yield key, "all", "all", g["confidence"].to_numpy(), g["correct"].to_numpy()
-        for (rel,), r in g.group_by("relation_id", maintain_order=True):
-            yield key, "relation", rel, r["confidence"].to_numpy(), r["correct"].to_numpy()
 
 
 # The key columns every evaluation table shares (metrics, intervals, curves).

@@ -5,7 +5,6 @@ import polars as pl
 import pytest
 
 from kcal_pipeline.evaluation import METRICS
-from kcal_pipeline.evaluation.registry import scopes as registry_scopes
 from kcal_pipeline.evaluation.scopes import (
     attach_attributes,
     breakdown_scopes,
@@ -196,15 +195,6 @@ def test_bad_attribute_tables_name_the_row():
         ValueError, match=r"templates: no row for \{'relation_id': 'mace-river', 'template_id'"
     ):
         attach_attributes(estimates(), templates=odd.with_columns(kind=pl.lit("curated")))
-
-
-def test_all_and_relation_match_the_registry_scopes():
-    # Sorted as the registry sorts a group, the rows give the very arrays registry.scopes yields.
-    frame = estimates().sort("relation_id", "instance_id")
-    theirs = [(scope, value, c.tolist(), y.tolist()) for _, scope, value, c, y in registry_scopes(frame)]
-    c, y = frame["confidence"].to_numpy(), frame["correct"].to_numpy()
-    ours = [(s.scope, s.scope_value, c[s.rows].tolist(), y[s.rows].tolist()) for s in breakdown_scopes(frame)]
-    assert ours == theirs
 
 
 def test_mixtures_are_macro_averaged_over_domains():
