@@ -13,6 +13,7 @@ from kcal_pipeline.estimation.registry import Estimate, OptionScoreCube
 from kcal_pipeline.estimation.registry import register as register_estimator
 from kcal_pipeline.evaluation import METRICS, compute_metrics
 from kcal_pipeline.evaluation.registry import register as register_metric
+from kcal_pipeline.evaluation.segments import Segments
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
 
@@ -56,7 +57,7 @@ def test_the_estimator_recipe(registered):
 
 
 def test_the_metric_recipe(registered):
-    namespace = {"np": np, "register": register_metric}
+    namespace = {"np": np, "register": register_metric, "Segments": Segments}
     exec(recipe("Add a metric"), namespace)
     # 5 predictions: mean confidence (0.9 + 0.8 + 0.7 + 0.6 + 0.1)/5 = 0.62, accuracy 3/5 = 0.6 → 0.02;
     # P2 alone: mean 0.35 below its accuracy 0.5 → 0

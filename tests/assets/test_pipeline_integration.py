@@ -170,7 +170,8 @@ def test_evaluation_tables_hold_intervals_breakdowns_differences_and_consistency
     assert set(c["kind"]) == {"intra", "cross"}
     assert c["iou_cons"].drop_nans().is_between(0, 1).all()
     t = pl.read_parquet(partition_path(home, "decision_thresholds", model))
-    assert t.height > 0 and set(t["unit"]) <= {"instances", "statements"}
+    assert t.height > 0 and set(t["unit"]) <= {"instances", "statements", "pairs"}
+    assert (t["unit"] == "pairs").to_list() == t["template_kind"].is_not_null().to_list()
 
 
 def test_duckdb_views_equal_parquet(run):
