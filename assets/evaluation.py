@@ -1,5 +1,6 @@
 """Per-model evaluation: metrics with intervals and breakdowns, paired differences, curves, tuned
-thresholds and the consistency of decisions, over every relation's estimates."""
+thresholds and the consistency of decisions, over every relation's estimates; and, across models,
+causal vs masked models paired by accuracy (family_comparison)."""
 
 import polars as pl
 from dagster import AllPartitionMapping, AssetExecutionContext, AssetIn, MetadataValue, asset
