@@ -15,8 +15,10 @@ resample by resample.
 
 from __future__ import annotations
 
+import os
 import zlib
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -383,6 +385,13 @@ OUTPUT_SCHEMA = {
 }
 
 
+def _in_threads(tasks: list[tuple]) -> list[dict[str, np.ndarray]]:
+    """batched_metrics(*task) for every task, in order, on one thread per CPU: the work is numpy
+    on arrays of resamples, which runs outside the GIL."""
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        return list(pool.map(lambda task: batched_metrics(*task), tasks))
+
+
 def bootstrap_intervals(
     frame: pl.DataFrame,
     metrics: Sequence[str] = DEFAULT_METRICS,
@@ -402,7 +411,7 @@ def bootstrap_intervals(
     interval_percentiles(level)  # a bad level fails before any resampling
     df = _sorted_estimates(frame, GROUP, "estimates")
     plans = _Plans(n_resamples, seed)
-    keys, stacked = [], []
+    keys, tasks = [], []
     for group, g in df.group_by(GROUP, maintain_order=True):
         key = dict(zip(GROUP, group, strict=True))
         usable = [m for m in names if METRICS[m].applies_to(key["output_kind"])]
@@ -410,10 +419,9 @@ def bootstrap_intervals(
             continue
         c, y = as_arrays(g["confidence"].to_numpy(), g["correct"].to_numpy(), key["output_kind"])
         for sc in plans(g["relation_id"].to_numpy()):
-            values = batched_metrics(usable, c, y, sc.resamples)
-            for m in usable:
-                keys.append((*(key[k] for k in _KEYS), sc.scope, sc.scope_value, m))
-                stacked.append(values[m])
+            keys += [(*(key[k] for k in _KEYS), sc.scope, sc.scope_value, m) for m in usable]
+            tasks.append((usable, c, y, sc.resamples))
+    stacked = [v[m] for (usable, *_), v in zip(tasks, _in_threads(tasks), strict=True) for m in usable]
     if not keys:
         return pl.DataFrame(schema=OUTPUT_SCHEMA)
     low, high, used = percentile_interval(np.vstack(stacked), level)
@@ -474,10 +482,10 @@ def paired_differences(
     df = _sorted_estimates(frame, GROUP, "estimates")
     present = set(df["estimator"].unique().to_list())
     plans = _Plans(n_resamples, seed)
-    keys, points, stacked = [], [], []
+    keys, points, tasks, operands = [], [], [], []  # operands: (task of A, task of B, metric)
     # One estimator's resample values on given rows, computed once: every pair against Base reads
     # Base's on the same instances. Keyed by the exact rows (relation, instance ids), never a hash.
-    resampled: dict[tuple, list[dict[str, np.ndarray]]] = {}
+    resampled: dict[tuple, list[int]] = {}
     for a, b in pairs:
         missing = [e for e in (a, b) if e not in present]
         if missing:
@@ -497,17 +505,20 @@ def paired_differences(
             plan = plans(g["relation_id"].to_numpy())
             rows_key = (tuple(group), tuple(usable), tuple(g["relation_id"]), tuple(g["instance_id"]))
             if (b, *rows_key) not in resampled:
-                resampled[(b, *rows_key)] = [batched_metrics(usable, *sides[1], sc.resamples) for sc in plan]
-            for sc, vb in zip(plan, resampled[(b, *rows_key)], strict=True):
-                va = batched_metrics(usable, *sides[0], sc.resamples)
+                resampled[(b, *rows_key)] = list(range(len(tasks), len(tasks) + len(plan)))
+                tasks += [(usable, *sides[1], sc.resamples) for sc in plan]
+            for sc, task_b in zip(plan, resampled[(b, *rows_key)], strict=True):
+                tasks.append((usable, *sides[0], sc.resamples))
                 (ca, ya), (cb, yb) = ((c[sc.rows], y[sc.rows]) for c, y in sides)
                 for m in usable:
                     keys.append((*(key[k] for k in _PAIR_ON[:4]), sc.scope, sc.scope_value, a, b, m))
                     point = METRICS[m](ca, ya, kinds[0]) - METRICS[m](cb, yb, kinds[1])
                     points.append((point, ca.size))
-                    stacked.append(va[m] - vb[m])
+                    operands.append((len(tasks) - 1, task_b, m))
     if not keys:
         return pl.DataFrame(schema=PAIRED_SCHEMA)
+    values = _in_threads(tasks)
+    stacked = [values[task_a][m] - values[task_b][m] for task_a, task_b, m in operands]
     low, high, used = percentile_interval(np.vstack(stacked), level)
     rows = [
         (*k, d, lo, hi, n, u)
