@@ -38,22 +38,22 @@ def _top_predicted_batched(frame: pl.DataFrame, k: int = TOP_OBJECTS) -> pl.Data
     )
 
 
-def _in_top(frame: pl.DataFrame, on: str) -> pl.DataFrame:
-    top = _top_predicted_batched(frame).rename({"predicted_id": on})
-    joined = frame.join(top, on=["segment", on], how="left", maintain_order="left")
+def _in_top(rows: pl.DataFrame, top: pl.DataFrame, on: str) -> pl.DataFrame:
+    """`rows` with in_top: whether its `on` id is among its segment's `top` predicted ids."""
+    joined = rows.join(
+        top.rename({"predicted_id": on}), on=["segment", on], how="left", maintain_order="left"
+    )
     return joined.with_columns(pl.col("in_top").fill_null(False))
 
 
 def _prediction_coverage_batched(frame: pl.DataFrame, count: int) -> np.ndarray:
-    return per_segment(_in_top(frame, "predicted_id"), pl.col("in_top").mean(), count)
+    hits = _in_top(frame, _top_predicted_batched(frame), "predicted_id")
+    return per_segment(hits, pl.col("in_top").mean(), count)
 
 
 def _answer_coverage_batched(frame: pl.DataFrame, count: int) -> np.ndarray:
     golds = frame.with_row_index("instance").explode("gold_ids")
-    top = _top_predicted_batched(frame).rename({"predicted_id": "gold_ids"})
-    hits = golds.join(top, on=["segment", "gold_ids"], how="left").with_columns(
-        pl.col("in_top").fill_null(False)
-    )
+    hits = _in_top(golds, _top_predicted_batched(frame), "gold_ids")
     per_instance = hits.group_by("segment", "instance").agg(pl.col("in_top").mean())
     return per_segment(per_instance, pl.col("in_top").mean(), count)
 

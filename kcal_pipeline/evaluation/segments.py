@@ -37,10 +37,6 @@ class Segments:
             raise ValueError(f"sizes must be positive and sum to {self.c.size}, got sum {self.sizes.sum()}")
         self.starts = np.cumsum(self.sizes) - self.sizes
 
-    @classmethod
-    def empty(cls) -> Segments:
-        return cls(np.empty(0), np.empty(0, dtype=np.bool_), np.empty(0, dtype=np.int64))
-
     @property
     def count(self) -> int:
         """How many samples."""
