@@ -26,8 +26,8 @@ and nothing blocks it:
   * neither the partition nor an input is being computed; metrics and curves also wait while an
     input is requested in the same tick (their runs are separate from the scoring runs, so they
     follow on the next tick instead of reading half-written estimates). The cross-model
-    family_comparison follows the same rule one level up: the tick after any model's metrics
-    change, once no model's metrics or scores are requested or running.
+    family_comparison and cross_model_report follow the same rule one level up: the tick after any
+    model's metrics change, once no model's metrics or scores are requested or running.
 Requested-then-failed partitions are not retried in a loop: a request counts as handling a
 trigger, so a failed partition waits for its next trigger (or a manual run).
 
@@ -117,6 +117,7 @@ CONDITIONS: dict[str, AutomationCondition] = {
     "report": missing_or_stale(),
     # across models: every model's metrics (and the model kinds in statement_scores)
     "family_comparison": missing_or_stale_across("metrics", "statement_scores"),
+    "cross_model_report": missing_or_stale_across("metrics"),
 }
 AUTOMATED = [AssetKey(name) for name in CONDITIONS]
 

@@ -21,7 +21,13 @@ from typing import Literal, get_args, get_origin
 import duckdb
 
 from kcal_pipeline.core.options import Options, OptionsError, ProbeOptions, ScoringOptions
-from kcal_pipeline.core.paths import duckdb_path, kcal_home, registry_path, report_path
+from kcal_pipeline.core.paths import (
+    cross_model_report_path,
+    duckdb_path,
+    kcal_home,
+    registry_path,
+    report_path,
+)
 from kcal_pipeline.scoring.models import ModelEntry, Registry
 
 
@@ -139,7 +145,9 @@ def cmd_demo(args) -> int:
         if status:
             print("\n".join(estimator_coverage(read_partitions(home, "estimator_status", status))))
         print(f"report: {report_path(home, entry.key)}")
-    print(f'duckdb: {duckdb_path(home)}   e.g. kcal sql "select * from metrics limit 5"')
+    if cross_model_report_path(home).exists():
+        print(f"all models: {cross_model_report_path(home)}")
+    print(f"duckdb: {duckdb_path(home)}   e.g. kcal sql --query leaderboard (every report: kcal sql --list)")
     for failure in summary.failed:
         print(f"kcal: failed: {failure}", file=sys.stderr)
     if summary.failed:
@@ -192,7 +200,7 @@ def cmd_dataset_quality(args) -> int:
 
     home = kcal_home(args.home)
     refresh_views(home)
-    cols, rows = query(home, named_query("quality"), trusted=True)  # a PIVOT: several statements
+    cols, rows = query(home, named_query("data_quality"))
     _print_table(cols, rows)
     return 0
 
@@ -281,23 +289,50 @@ def cmd_models_remove(args) -> int:
     return 0
 
 
+def cmd_findings(args) -> int:
+    # Reads the store only (no lock); the document is written atomically, wherever --out points.
+    from kcal_pipeline.core.storage import write_text_atomic
+    from kcal_pipeline.reporting.findings import (
+        VERDICTS,
+        describe_sample,
+        evaluate_claims,
+        read_store_tables,
+        render_findings,
+    )
+
+    tables = read_store_tables(kcal_home(args.home), args.model)
+    findings = evaluate_claims(tables)
+    models = [t.model_id for t in tables]
+    document = render_findings(findings, models, {t.model_id: describe_sample(t) for t in tables})
+    path = write_text_atomic(Path(args.out), document)
+    counts = ", ".join(f"{sum(f.verdict == v for f in findings)} {v}" for v in VERDICTS)
+    print(f"findings: {path} ({len(findings)} verdicts on {len(models)} model(s): {counts})")
+    return 0
+
+
 def cmd_sql(args) -> int:
     # Read-only door: one SELECT, files only inside KCAL_HOME, views recreated if the store moved.
-    from kcal_pipeline.core.warehouse import named_queries, named_query, one_line, query
+    from kcal_pipeline.core.warehouse import named_queries, named_query, one_line, query, query_descriptions
 
-    if (args.query is None) == (args.named is None):
+    choices = (("a SELECT", args.select), ("--query", args.query), ("--list", args.list or None))
+    given = [what for what, value in choices if value is not None]  # "" is an (empty) SELECT
+    if len(given) != 1:
         known = ", ".join(named_queries())
-        print(f"kcal: error: give a SELECT or --named NAME (one of: {known}), not both", file=sys.stderr)
-        return 2
-    if args.named is not None and args.named not in named_queries():
         print(
-            f"kcal: error: no query named {args.named!r}; known: {', '.join(named_queries())}",
+            f"kcal: error: give one of a SELECT, --query NAME (one of: {known}) or --list; got "
+            f"{' and '.join(given) or 'none'}",
             file=sys.stderr,
         )
         return 2
-    sql = args.query if args.named is None else named_query(args.named)
+    if args.list:
+        descriptions = query_descriptions()  # a query file without its description line: an error
+        width = max(map(len, descriptions), default=0)
+        for name, description in descriptions.items():
+            print(f"{name:<{width}}  {description}")
+        return 0
+    sql = args.select if args.query is None else named_query(args.query)  # unknown name: error
     try:
-        cols, rows = query(kcal_home(args.home), sql, trusted=args.named is not None)  # our own files
+        cols, rows = query(kcal_home(args.home), sql)  # report queries are one SELECT each too
     except duckdb.Error as exc:
         print(f"kcal: error: {one_line(exc)}", file=sys.stderr)
         return 2
@@ -384,10 +419,19 @@ def build_parser() -> argparse.ArgumentParser:
     dsub.add_parser("quality", help="print the data-quality table").set_defaults(func=cmd_dataset_quality)
 
     q = sub.add_parser("sql", help="run a read-only SQL query over the DuckDB views")
-    q.add_argument("query", nargs="?", help="one SELECT over the views")
-    q.add_argument("--named", metavar="NAME", help="run the project's query sql/queries/NAME.sql instead")
+    q.add_argument("select", nargs="?", metavar="SELECT", help="one SELECT over the views")
+    q.add_argument("--query", metavar="NAME", help="run the report query sql/queries/NAME.sql instead")
+    q.add_argument("--named", dest="query", help=argparse.SUPPRESS)  # the old spelling of --query
+    q.add_argument("--list", action="store_true", help="list the report queries, one line each")
     q.add_argument("--csv", action="store_true", help="CSV output")
     q.set_defaults(func=cmd_sql)
+
+    fd = sub.add_parser("findings", help="re-test the seed papers' claims on the store's models (Markdown)")
+    fd.add_argument("--out", default="docs/findings.md", help="the document to write (default: %(default)s)")
+    fd.add_argument(
+        "--model", action="append", help="model key or id (repeatable; default: every model with metrics)"
+    )
+    fd.set_defaults(func=cmd_findings)
     return p
 
 

@@ -29,7 +29,7 @@ CODE_VERSION = "5"  # 5: statements asserted at P > τ, template-kind τ recorde
     group_name=GROUP,
     partitions_def=model_partitions,
     ins={**ALL_RELATIONS, **ALL_OPTIONS, **EVERY_PROBE},
-    code_version=CODE_VERSION,
+    code_version="6",  # 6: the mean_confidence metric
 )
 def metrics(
     estimates: pl.DataFrame,
@@ -52,10 +52,11 @@ def metric_differences(estimates: pl.DataFrame, templates: pl.DataFrame) -> pl.D
     return differences_table(estimates, templates)
 
 
-@asset(group_name=GROUP, partitions_def=model_partitions, ins=ALL_RELATIONS, code_version=CODE_VERSION)
+@asset(group_name=GROUP, partitions_def=model_partitions, ins=ALL_RELATIONS, code_version="6")  # 6: the band
 def curves(estimates: pl.DataFrame, templates: pl.DataFrame) -> pl.DataFrame:
-    """Reliability, accuracy–rejection, risk–coverage and ROC curves on the headline selection,
-    per split and answer space."""
+    """Reliability (each bin with its 95 % bootstrap band, on the metrics' resamples),
+    accuracy–rejection, risk–coverage and ROC curves on the headline selection, per split and answer
+    space."""
     return curves_table(estimates, templates)
 
 

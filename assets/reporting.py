@@ -1,27 +1,46 @@
-"""Per-model report: the summary table and the HTML page, from the metrics and curves."""
+"""The report pages: one per model (the summary table, and report.html with its figures) and one
+across every model (the leaderboard, and reports/index.html)."""
 
 import polars as pl
-from dagster import AssetExecutionContext, MetadataValue, asset
+from dagster import AllPartitionMapping, AssetExecutionContext, AssetIn, MetadataValue, asset
 
 from assets.partitions import model_partitions
-from kcal_pipeline.core.paths import kcal_home, report_path
+from kcal_pipeline.core.paths import cross_model_report_path, kcal_home, report_path
 from kcal_pipeline.core.storage import partition_path
-from kcal_pipeline.reporting.html import format_summary, render_html, summary_table, write_report
+from kcal_pipeline.reporting.html import markdown_table, summary_table, write_report
+from kcal_pipeline.reporting.pages import (
+    cross_model_figures,
+    cross_model_page,
+    intervals_table,
+    leaderboard,
+    model_page,
+    preview_figures,
+)
+from kcal_pipeline.reporting.plots import png_data_uri
 from resources import DuckDBWarehouse, ModelProvider
 from resources.settings import reads
 
 GROUP = "reporting"
 
 
-@asset(group_name=GROUP, partitions_def=model_partitions, code_version="4", metadata=reads("model"))
+def _images(figures: dict) -> str:
+    """Markdown images with PNG data: URIs (100 dpi: a few tens of kB each in the run database)."""
+    return "\n\n".join(f"![{name}]({png_data_uri(fig, name)})" for name, fig in figures.items())
+
+
+@asset(group_name=GROUP, partitions_def=model_partitions, code_version="5", metadata=reads("model"))
 def report(
     context: AssetExecutionContext,
     metrics: pl.DataFrame,
     curves: pl.DataFrame,
+    consistency: pl.DataFrame,
+    templates: pl.DataFrame,
     models: ModelProvider,
     warehouse: DuckDBWarehouse,
 ) -> pl.DataFrame:
-    """The per-relation summary table; also writes the HTML report."""
+    """The per-relation summary table; also writes the model's HTML report (summary, intervals,
+    reliability diagrams with bootstrap bands, selective-prediction curves, marker effects,
+    consistency and the gold-count effect)."""
     key = context.partition_key
     entry = models.entry(key)
     home = kcal_home(warehouse.home or None)
@@ -34,12 +53,48 @@ def report(
         "duckdb": warehouse.path,
         "metrics": str(partition_path(home, "metrics", {"model": key})),
     }
-    write_report(html_path, render_html(summary, metrics, curves, meta))
+    write_report(html_path, model_page(summary, metrics, curves, templates, consistency, meta))
     context.add_output_metadata(
         {
-            "report": MetadataValue.path(str(html_path)),
+            "report": MetadataValue.url(html_path.as_uri()),
+            "report_path": MetadataValue.path(str(html_path)),
             "duckdb": MetadataValue.path(warehouse.path),
-            "summary": MetadataValue.md(f"```\n{format_summary(summary)}\n```"),
+            "summary": MetadataValue.md(markdown_table(summary)),
+            "intervals": MetadataValue.md(markdown_table(intervals_table(metrics))),
+            "plots": MetadataValue.md(_images(preview_figures(metrics, curves))),
         }
     )
     return summary.with_columns(model_id=pl.lit(entry.id))
+
+
+@asset(
+    group_name=GROUP,
+    ins={"metrics": AssetIn(partition_mapping=AllPartitionMapping())},
+    code_version="1",
+)
+def cross_model_report(
+    context: AssetExecutionContext, metrics: pl.DataFrame, warehouse: DuckDBWarehouse
+) -> pl.DataFrame:
+    """The leaderboard across every model (Base's accuracy and the best-calibrated estimator, with
+    intervals); also writes reports/index.html: the leaderboard linking each model's report, ACE
+    against accuracy, and the main estimators compared across models."""
+    home = kcal_home(warehouse.home or None)
+    html_path = cross_model_report_path(home)
+    board = leaderboard(metrics)
+    models = metrics["model_id"].n_unique() if "model_id" in metrics.columns else 0
+    meta = {"models": models, "KCAL_HOME": str(home), "duckdb": warehouse.path}
+    write_report(html_path, cross_model_page(metrics, meta))
+    figures = {
+        k: v
+        for k, v in cross_model_figures(metrics).items()
+        if k == "ace-accuracy" and not isinstance(v, str)
+    }
+    context.add_output_metadata(
+        {
+            "report": MetadataValue.url(html_path.as_uri()),
+            "report_path": MetadataValue.path(str(html_path)),
+            "leaderboard": MetadataValue.md(markdown_table(board)),
+            "plots": MetadataValue.md(_images(figures) or "no model has metrics yet"),
+        }
+    )
+    return board

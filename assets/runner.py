@@ -40,9 +40,10 @@ STAGES: list[tuple[str, tuple[str, ...]]] = [
     ),
     ("model", ("metrics", "metric_differences", "curves", "decision_thresholds", "consistency", "report")),
     ("none", ("family_comparison",)),  # across models: after every model's metrics
+    ("none", ("cross_model_report",)),
 ]
 # Stages that read every model: their failure is recorded like a model's, never stops the run.
-CROSS_MODEL = {"family_comparison"}
+CROSS_MODEL = {"family_comparison", "cross_model_report"}
 QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "INFO"}}}}
 
 

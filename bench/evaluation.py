@@ -13,10 +13,10 @@ own spawned process on those files, per model as the evaluation assets call them
        B = 1,000 bootstrap intervals), differences_table (paired intervals against Base),
        curves_table, thresholds_table and consistency_table, timed, with its peak memory;
   (ii) pandas: the same definitions (METHODS §3–4, the kcal modules' docstrings) written the way a
-       researcher would: groupby, a loop over the groups, numpy per group; the bootstrap evaluates
-       each resample in a Python loop with this file's metric code, on the SAME resample index
-       matrices (kcal's resample_plan). Nothing here calls kcal's metric, curve, bootstrap,
-       threshold or consistency functions.
+       researcher would: groupby, a loop over the groups, numpy per group; the bootstrap (intervals,
+       paired differences, the reliability band) evaluates each resample in a Python loop with this
+       file's metric code, on the SAME resample index matrices (kcal's resample_plan). Nothing here
+       calls kcal's metric, curve, bootstrap, threshold or consistency functions.
 
 Every table is joined on its keys; numbers must agree to 1e-9 (NaN = NaN, ±inf equal), flags and
 counts exactly. Per part it prints kcal seconds, pandas seconds, the ratio and the rows, the total
@@ -180,7 +180,7 @@ def kcal_stage(inputs: Inputs, models: list[str], n_resamples: int, seed: int) -
         t1 = time.perf_counter()
         out["differences"].append(differences_table(m.estimates, m.templates, n_resamples, 0))
         t2 = time.perf_counter()
-        out["curves"].append(curves_table(m.estimates, m.templates))
+        out["curves"].append(curves_table(m.estimates, m.templates, n_resamples, 0))
         t3 = time.perf_counter()
         out["thresholds"].append(thresholds_table(m.estimates, m.templates, m.option_estimates))
         t4 = time.perf_counter()
@@ -221,13 +221,19 @@ PERCENTILES = (2.5, 97.5)  # the 95 % percentile interval
 # --- metrics over (c, y) -----------------------------------------------------------------------
 
 
+def quantile_bins(c, bins):
+    """The bin of each confidence: sklearn's calibration_curve quantile bins (edges at np.percentile,
+    searchsorted on the inner edges)."""
+    edges = np.percentile(c, np.linspace(0, 1, bins + 1) * 100)
+    return np.searchsorted(edges[1:-1], c)
+
+
 def bin_stats(c, y, bins, strategy):
     """Non-empty bins: (bin, mean confidence, accuracy, count). quantile: sklearn's
     calibration_curve bins (edges at np.percentile, searchsorted on the inner edges); uniform:
     floor(B·c), the last bin closed at 1."""
     if strategy == "quantile":
-        edges = np.percentile(c, np.linspace(0, 1, bins + 1) * 100)
-        ids = np.searchsorted(edges[1:-1], c)
+        ids = quantile_bins(c, bins)
     else:
         ids = np.minimum(np.floor(c * bins).astype(int), bins - 1)
     n = np.bincount(ids, minlength=bins)
@@ -412,6 +418,7 @@ def metric_table() -> dict[str, Metric]:
     t["brier"] = Metric("probability", "confidence", False, brier)
     t["smooth_ece"] = Metric("probability", "confidence", False, smooth_ece)
     t["h_score"] = Metric("probability", "confidence", True, h_score)
+    t["mean_confidence"] = Metric("probability", "confidence", None, lambda c, y: c.mean())
     t |= {f"ace_b{b}": Metric("probability", "confidence", False, ace_at(b)) for b in SWEEP}
     t |= {f"ece_b{b}": Metric("probability", "confidence", False, ece_at(b)) for b in SWEEP}
     t["auroc"] = Metric("any", "confidence", True, auroc)
@@ -808,40 +815,74 @@ DIFFERENCE_COLUMNS = ["model_id", "reduction", "split", "answer_space_k", "scope
 
 # --- curves ------------------------------------------------------------------------------------
 
-CURVE_COLUMNS = [*KEYS5, "scope", "scope_value", "curve", "x", "y", "n", "bin", "threshold"]
+BAND = ["y_low", "y_high"]  # the reliability rows' per-bin interval; null on the other curves
+NO_BAND = (None, None)
+CURVE_COLUMNS = [*KEYS5, "scope", "scope_value", "curve", "x", "y", "n", "bin", "threshold", *BAND]
 
 
-def pd_curves(headline):
+def pd_band(bin_of, y, resamples):
+    """Each bin's accuracy on every resample [B, BINS], one resample at a time: a resampled row keeps
+    the bin of the point sample; NaN where a resample has no row of the bin."""
+    accuracy = np.full((resamples.n_resamples, BINS), np.nan)
+    for b in range(resamples.n_resamples):
+        rows = resamples.rows(b)
+        n = np.bincount(bin_of[rows], minlength=BINS)
+        right = np.bincount(bin_of[rows], weights=y[rows].astype(float), minlength=BINS)
+        accuracy[b, n > 0] = right[n > 0] / n[n > 0]
+    return accuracy
+
+
+def pd_curves(headline, plans):
     rows = []
     for key, g in groups(sort_rows(headline), GROUP):
         prob = key["output_kind"] == "probability"
         c_all, y_all = g["confidence"].to_numpy(float), g["correct"].to_numpy(bool)
+        plan = (
+            {(s.scope, s.scope_value): s.resamples for s in plans(g["relation_id"].to_numpy())}
+            if prob
+            else {}
+        )
         for scope, value, idx in pd_scopes(g, attributes=False):
             c, y = c_all[idx], y_all[idx]
             head = (*(key[k] for k in KEYS5), scope, value)
             n = len(c)
             if prob:
+                bin_of = np.zeros(len(g), dtype=np.int64)
+                bin_of[idx] = quantile_bins(c, BINS)
+                band = pd_band(bin_of, y_all, plan[(scope, value)])
                 for b, conf, acc, count in zip(*bin_stats(c, y, BINS, "quantile"), strict=True):
-                    rows.append((*head, "calibration", conf, acc, count, b, None))
+                    low, high, _ = percentile_interval(band[:, b])
+                    rows.append((*head, "calibration", conf, acc, count, b, None, low, high))
                 for k in range(1, 10):
                     tau = k / 10
                     kept = c >= tau
                     right = int((kept & y).sum())
                     acc = right / kept.sum() if kept.sum() else math.nan
-                    rows.append((*head, "rejection", (n - kept.sum()) / n, acc, int(kept.sum()), None, tau))
+                    rows.append(
+                        (*head, "rejection", (n - kept.sum()) / n, acc, int(kept.sum()), None, tau, *NO_BAND)
+                    )
             errors = np.cumsum(~by_confidence(c, y))
             for k in sorted({math.ceil(q * n / 100) for q in range(1, 101)}):
-                rows.append((*head, "risk_coverage", k / n, errors[k - 1] / k, k, None, None))
+                rows.append((*head, "risk_coverage", k / n, errors[k - 1] / k, k, None, None, *NO_BAND))
             n_pos, n_neg = int(y.sum()), int((~y).sum())
             rows.append(
-                (*head, "roc", 0.0 if n_neg else math.nan, 0.0 if n_pos else math.nan, 0, None, math.inf)
+                (
+                    *head,
+                    "roc",
+                    0.0 if n_neg else math.nan,
+                    0.0 if n_pos else math.nan,
+                    0,
+                    None,
+                    math.inf,
+                    *NO_BAND,
+                )
             )
             for t in np.unique(c)[::-1]:
                 accept = c >= t
                 tp, fp = int((accept & y).sum()), int((accept & ~y).sum())
                 fpr = fp / n_neg if n_neg else math.nan
                 tpr = tp / n_pos if n_pos else math.nan
-                rows.append((*head, "roc", fpr, tpr, int(accept.sum()), None, float(t)))
+                rows.append((*head, "roc", fpr, tpr, int(accept.sum()), None, float(t), *NO_BAND))
     return pd_frame(rows, CURVE_COLUMNS)
 
 
@@ -1113,7 +1154,7 @@ def pandas_stage(p: PandasInputs, models, n_resamples, seed, estimator_order, ma
             pd_differences(headline[headline["split"] == "test"], plans, estimator_order)
         )
         t3 = time.perf_counter()
-        out["curves"].append(pd_curves(headline))
+        out["curves"].append(pd_curves(headline, plans))
         t4 = time.perf_counter()
         out["thresholds"].append(pd_thresholds(headline, options, est, p.templates))
         t5 = time.perf_counter()
@@ -1169,7 +1210,9 @@ TABLES = {  # part → (keys, compared columns)
          "estimator_b", "metric"],
         ["difference", "ci_low", "ci_high", "n", "n_resamples"],
     ),
-    "curves": ([*KEYS5, "scope", "scope_value", "curve", "point"], ["x", "y", "n", "bin", "threshold"]),
+    "curves": (
+        [*KEYS5, "scope", "scope_value", "curve", "point"], ["x", "y", "n", "bin", "threshold", *BAND]
+    ),
     "thresholds": ([*THRESHOLD_COLUMNS[:6], "template_kind"], ["threshold", "fallback", "reason", "n_dev"]),
     "consistency": (
         ["model_id", "kind", "setup_a", "setup_b", "estimator_a", "estimator_b", "reduction", "relation_id",

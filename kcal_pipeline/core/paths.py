@@ -39,6 +39,12 @@ def report_path(home: Path, model_key: str) -> Path:
     return home / "reports" / f"model={model_key}" / "report.html"
 
 
+def cross_model_report_path(home: Path) -> Path:
+    """The page across every model (written by the cross_model_report asset); it links to each
+    model's report_path, beside it."""
+    return home / "reports" / "index.html"
+
+
 def repo_sql_dir() -> Path:
     """The project's sql/ folder (beside kcal_pipeline/ in a checkout or editable install)."""
     return Path(__file__).resolve().parents[2] / "sql"

@@ -12,7 +12,9 @@ or whose tables or view files changed, gets its views recreated before it is rea
 reads another folder's files.
 
 `query` is the read-only door of `kcal sql`: one SELECT (or EXPLAIN of one), every other statement
-refused by its type, on a connection that may open files only inside KCAL_HOME.
+refused by its type, on a connection that may open files only inside KCAL_HOME. The report
+queries (sql/queries/<name>.sql, `kcal sql --query NAME`) are plain SELECTs over the views, each
+opening with a one-line description (`kcal sql --list`).
 """
 
 from __future__ import annotations
@@ -29,8 +31,13 @@ from kcal_pipeline.core.paths import duckdb_path, repo_sql_dir
 from kcal_pipeline.core.storage import existing_tables, store_file_hint
 
 TABLE_VIEW = "_table.sql"
-# Views built on other views, created after the table views they read.
-DERIVED_VIEWS = {"headline_estimates": ("estimates", "templates")}
+# Views built on other views, created after the table views they read and in this order (a view
+# may read the ones before it); each with the tables it needs.
+DERIVED_VIEWS = {
+    "headline_estimates": ("estimates", "templates"),
+    "headline_reductions": ("metrics",),
+    "headline_metrics": ("metrics",),  # reads headline_reductions
+}
 # Where the file records what its views were made for (not a table of results).
 META_TABLE = "kcal_meta.views"
 # DuckDB's glob characters; each is escaped as a bracket that holds only itself.
@@ -41,6 +48,8 @@ WRITABLE_SESSION = (
     "for a writable session open KCAL_HOME/kcal.duckdb with the duckdb CLI or duckdb.connect() "
     "(README, 'Using it')"
 )
+# A report query's first line: `-- <what it answers>` (kcal sql --list prints the text).
+_DESCRIPTION = re.compile(r"--[ \t]*(?P<text>\S.*)")
 _EXPLAIN = re.compile(r"\s*EXPLAIN\s+(?:ANALY[SZ]E\s+)?(?P<inner>.*)", re.IGNORECASE | re.DOTALL)
 
 
@@ -231,12 +240,11 @@ def one_line(message: object) -> str:
     return " ".join(kept)
 
 
-def query(home: Path, sql: str, *, trusted: bool = False):
-    """Run one statement on a read-only connection confined to KCAL_HOME; returns (column names,
-    rows). Unless `trusted` (the project's own sql/queries, e.g. a PIVOT that DuckDB runs as
-    several statements), the statement must be a reading one (check_reading)."""
-    if not trusted:
-        check_reading(sql)
+def query(home: Path, sql: str):
+    """Run one reading statement (check_reading) on a read-only connection confined to KCAL_HOME;
+    returns (column names, rows). The project's report queries pass the same check: each is one
+    SELECT, so the DuckDB CLI and any client run them as they are."""
+    check_reading(sql)
     con = connect_readonly(home)
     try:
         cur = con.execute(sql)
@@ -263,7 +271,31 @@ def named_queries(sql_dir: Path | None = None) -> list[str]:
     return sorted(p.stem for p in ((sql_dir or repo_sql_dir()) / "queries").glob("*.sql"))
 
 
+def query_description(path: Path) -> str:
+    """The line a report query opens with, `-- <what it answers>`: what `kcal sql --list` prints.
+    A file without it is an error naming the file, so no query is listed without a description."""
+    first = path.read_text("utf-8").split("\n", 1)[0].strip()
+    match = _DESCRIPTION.fullmatch(first)
+    if match is None:
+        raise ValueError(
+            f"{path}: a report query's first line must be '-- <what it answers, one line>', got {first!r}"
+        )
+    return match["text"].strip()
+
+
+def query_descriptions(sql_dir: Path | None = None) -> dict[str, str]:
+    """Every report query's name and one-line description, by name."""
+    folder = (sql_dir or repo_sql_dir()) / "queries"
+    return {name: query_description(folder / f"{name}.sql") for name in named_queries(sql_dir)}
+
+
 def named_query(name: str, sql_dir: Path | None = None) -> str:
-    """A report query from sql/queries/<name>.sql."""
+    """A report query from sql/queries/<name>.sql; an unknown name is an error listing the known
+    ones (a name is never read as a path)."""
     sql_dir = sql_dir or repo_sql_dir()
-    return (sql_dir / "queries" / f"{name}.sql").read_text("utf-8")
+    known = named_queries(sql_dir)
+    if name not in known:
+        raise ValueError(f"no query named {name!r}; known: {', '.join(known)}")
+    path = sql_dir / "queries" / f"{name}.sql"
+    query_description(path)
+    return path.read_text("utf-8")

@@ -1,4 +1,4 @@
-"""Calibration metrics (METHODS §3): ACE, ECE, Brier, smooth ECE, H, the ACE/ECE bin-count sweep,
+"""Calibration metrics (METHODS §3): ACE, ECE, Brier, smooth ECE, H, mean confidence, the ACE/ECE sweep,
 and the reliability curve they are read from.
 
 They compare a confidence with a frequency, so they need probabilities in [0, 1]. Binned metrics
@@ -17,7 +17,7 @@ import scipy.fft
 from scipy.optimize import brentq
 
 from kcal_pipeline.evaluation.registry import as_arrays, register
-from kcal_pipeline.evaluation.segments import Segments
+from kcal_pipeline.evaluation.segments import Segments, in_threads
 
 BINS = 20
 # How each binned metric bins (quantile: edges at the confidence quantiles; uniform: equal width on
@@ -91,6 +91,16 @@ def bin_sums(seg: Segments, bins: int, strategy: str) -> tuple[np.ndarray, np.nd
     conf = np.bincount(key, weights=c, minlength=size).reshape(seg.count, bins)
     acc = np.bincount(key, weights=y.astype(np.float64), minlength=size).reshape(seg.count, bins)
     return n, conf, acc
+
+
+def row_bins(seg: Segments, bins: int, strategy: str) -> np.ndarray:
+    """The bin of every row of every sample, in row order: the bins bin_sums counts (what the
+    reliability band resamples keep; curves.py)."""
+    if strategy != "quantile":
+        return _bin_ids(seg.c, bins, strategy)
+    ids = np.empty(seg.c.size, dtype=np.int64)
+    ids[seg.ascending] = _quantile_bin_ids(seg, bins)
+    return ids
 
 
 def _bin_gaps(seg: Segments, bins: int, strategy: str) -> tuple[np.ndarray, np.ndarray]:
@@ -294,27 +304,34 @@ def _solve_fixed_points(smece, sigma, slope, tol_abs):
 
 
 def _smooth_ece_batched(seg: Segments) -> np.ndarray:
-    """smooth_ece of every sample: coarse fixed point, then the fine one from there (see above)."""
+    """smooth_ece of every sample: coarse fixed point, then the fine one from there (see above).
+    Blocks are independent and their transforms run outside the GIL, so they run in threads."""
     out = np.empty(seg.count)
     # blocks of similar sizes: similar bandwidths, so a block's transforms read similar columns
     by_size = np.argsort(seg.sizes, kind="stable")
-    for first in range(0, seg.count, SMECE_BLOCK):
-        chosen = np.sort(by_size[first : first + SMECE_BLOCK])
-        block = seg.take(chosen)
-        n = block.sizes.astype(np.float64)
-        coarse = _block_spectra(block, SMECE_COARSE_GRID)
-        fine = _block_spectra(block, SMECE_GRID)
-        start, _, slope = _solve_fixed_points(
-            partial(_smece_rows, coarse, n, SMECE_COARSE_GRID),
-            np.full(block.count, SMECE_SIGMA_MIN),
-            -1.0,  # from σ = 0.001 a first step to smece(0.001): an upper bound of the fixed point
-            SMECE_COARSE_TOL,
-        )
-        _, value, _ = _solve_fixed_points(
-            partial(_smece_rows, fine, n, SMECE_GRID), start, slope, SMECE_SIGMA_TOL
-        )
+    blocks = [np.sort(by_size[first : first + SMECE_BLOCK]) for first in range(0, seg.count, SMECE_BLOCK)]
+    for chosen, value in zip(
+        blocks, in_threads(lambda c: _smooth_ece_block(seg.take(c)), blocks), strict=True
+    ):
         out[chosen] = value
     return out
+
+
+def _smooth_ece_block(block: Segments) -> np.ndarray:
+    """smooth_ece of the samples of one block."""
+    n = block.sizes.astype(np.float64)
+    coarse = _block_spectra(block, SMECE_COARSE_GRID)
+    fine = _block_spectra(block, SMECE_GRID)
+    start, _, slope = _solve_fixed_points(
+        partial(_smece_rows, coarse, n, SMECE_COARSE_GRID),
+        np.full(block.count, SMECE_SIGMA_MIN),
+        -1.0,  # from σ = 0.001 a first step to smece(0.001): an upper bound of the fixed point
+        SMECE_COARSE_TOL,
+    )
+    _, value, _ = _solve_fixed_points(
+        partial(_smece_rows, fine, n, SMECE_GRID), start, slope, SMECE_SIGMA_TOL
+    )
+    return value
 
 
 @register(
@@ -369,6 +386,24 @@ def h_score(c: np.ndarray, y: np.ndarray) -> float:
     used to choose a reduction); 0 when Acc = 0 and ACE = 1."""
     acc, good = y.mean(), 1.0 - _ace(c, y, BINS)
     return 0.0 if acc + good == 0.0 else 2.0 * acc * good / (acc + good)
+
+
+def _mean_confidence_batched(seg: Segments) -> np.ndarray:
+    return seg.mean(seg.c)
+
+
+@register(
+    "mean_confidence",
+    label="mean confidence",
+    family="calibration",
+    needs="probability",
+    higher_is_better=None,
+    batched=_mean_confidence_batched,
+)
+def mean_confidence(c: np.ndarray, y: np.ndarray) -> float:
+    """Mean C: what the estimator claims on average, read beside the accuracy (above it:
+    overconfident); descriptive. Per gold count it shows MACE's cardinality effect."""
+    return c.mean()
 
 
 # The bin-count sweep: ACE and ECE at 5–50 bins (20 is `ace`/`ece` itself), so a reader sees how much

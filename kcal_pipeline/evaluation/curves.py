@@ -8,12 +8,21 @@ use only the order, so score-valued estimators have them too.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import polars as pl
 
-from kcal_pipeline.evaluation.calibration import BINS, bin_sums
+from kcal_pipeline.evaluation.bootstrap import (
+    LEVEL,
+    N_RESAMPLES,
+    Resamples,
+    percentile_interval,
+    resample_plan,
+)
+from kcal_pipeline.evaluation.calibration import BINS, bin_sums, row_bins
 from kcal_pipeline.evaluation.registry import SCOPE_KEY_SCHEMA, MetricSamples, as_arrays, prepared
 from kcal_pipeline.evaluation.segments import Segments
 
@@ -34,8 +43,11 @@ SCHEMA = {
     "n": pl.Int64,
     "bin": pl.Int64,
     "threshold": pl.Float64,
+    "y_low": pl.Float64,
+    "y_high": pl.Float64,
 }
 _POINT_SCHEMA = {k: SCHEMA[k] for k in ("x", "y", "n", "bin", "threshold")}
+BAND = ("y_low", "y_high")
 
 
 def _points(x, y, n, threshold=None, bins=None) -> pl.DataFrame:
@@ -159,10 +171,16 @@ def compute_curves(
     bins: int = BINS,
     strategy: str = "quantile",
     curves: Sequence[str] | None = None,
+    n_resamples: int = N_RESAMPLES,
+    seed: int = 0,
+    level: float = LEVEL,
 ) -> pl.DataFrame:
     """Every curve of every (model, estimator, reduction, split, answer space) × scope (all, each
     relation), long: keys, curve, x, y, n, bin (calibration only), threshold (rejection: τ; roc: t;
-    null otherwise). Equal, sample by sample, to the per-sample functions above.
+    null otherwise), and on reliability rows the band y_low, y_high: the bin's accuracy's `level`
+    percentile interval over `n_resamples` bootstrap resamples drawn as the metrics' intervals draw
+    them (bootstrap.resample_plan with `seed`; null on the other curves). Equal, sample by sample,
+    to the per-sample functions above.
 
     Reliability curves are binned as ACE by default. Calibration and rejection curves read
     probabilities, so score-valued estimators have risk–coverage and ROC curves only.
@@ -187,18 +205,101 @@ def compute_curves(
             continue
         points = draw[name](seg)
         size = points["sample"].size
+        if name == "calibration":
+            keys = samples.keys().filter(pl.col("segment").is_in(chosen)).sort("segment")
+            low, high = _calibration_band(keys, seg, bins, strategy, n_resamples, seed, level)
+            points["y_low"] = low[points["sample"], points["bin"]]
+            points["y_high"] = high[points["sample"], points["bin"]]
         frames.append(
             pl.DataFrame(
                 {
                     "segment": chosen[points["sample"]],
                     "rank": np.full(size, rank),
                     "point": np.arange(size),
-                    **{k: points.get(k, np.full(size, None)) for k in ("x", "y", "n", "bin", "threshold")},
+                    **{k: points.get(k, np.full(size, None)) for k in (*_POINT_SCHEMA, *BAND)},
                 },
-                schema={"segment": pl.Int64, "rank": pl.Int64, "point": pl.Int64, **_POINT_SCHEMA},
+                schema={
+                    "segment": pl.Int64,
+                    "rank": pl.Int64,
+                    "point": pl.Int64,
+                    **_POINT_SCHEMA,
+                    **{k: SCHEMA[k] for k in BAND},
+                },
             ).with_columns(curve=pl.lit(name))
         )
     if not frames:
         raise ValueError(f"estimates: no probability-valued estimator to draw {', '.join(names)} curves for")
     out = pl.concat(frames).join(samples.keys(), on="segment").sort("segment", "rank", "point")
     return out.select(list(SCHEMA)).cast(SCHEMA)
+
+
+# --- the reliability band: per-bin bootstrap intervals of the accuracy ---------------------------
+
+# Resamples per chunk: about this many cells [b, M] at once, as bootstrap.py bounds its chunks.
+_BAND_CHUNK_CELLS = 1 << 21
+
+
+def bin_accuracy_band(
+    bin_of_row, correct, resamples: Resamples, bins: int = BINS, level: float = LEVEL
+) -> tuple[np.ndarray, np.ndarray]:
+    """(low, high) [bins]: per bin, the percentile interval over the resamples of the bin's accuracy.
+
+    A resampled row keeps the bin the point sample put it in (`bin_of_row`, one per row the
+    resamples index), so the band is drawn around the curve's own points; a bin that a resample
+    does not touch has no accuracy there and is left out of that bin's interval, as
+    percentile_interval leaves out NaN (NaN where no resample touches it). Counts and correct
+    counts of every resample × bin come from one bincount per chunk of resamples.
+    """
+    bin_of_row = np.asarray(bin_of_row, dtype=np.int64)
+    y = np.asarray(correct, dtype=np.float64)
+    indices, sizes = resamples.indices, resamples.sizes
+    count = np.empty((resamples.n_resamples, bins))
+    right = np.empty((resamples.n_resamples, bins))
+    step = max(1, _BAND_CHUNK_CELLS // max(indices.shape[1], 1))
+    for lo in range(0, resamples.n_resamples, step):
+        chunk, chunk_sizes = indices[lo : lo + step], sizes[lo : lo + step]
+        b = chunk.shape[0]
+        rows = chunk[np.arange(chunk.shape[1]) < chunk_sizes[:, None]]  # row-major: resample by resample
+        cell = np.repeat(np.arange(b), chunk_sizes) * bins + bin_of_row[rows]
+        count[lo : lo + b] = np.bincount(cell, minlength=b * bins).reshape(b, bins)
+        right[lo : lo + b] = np.bincount(cell, weights=y[rows], minlength=b * bins).reshape(b, bins)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        accuracy = np.where(count > 0, right / count, np.nan)
+    low, high, _ = percentile_interval(accuracy.T, level)
+    return low, high
+
+
+def _calibration_band(
+    keys: pl.DataFrame, seg: Segments, bins: int, strategy: str, n_resamples: int, seed: int, level: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """(low, high) [samples, bins] of the samples of `seg` (keys: their group, scope, scope_value,
+    in order): each group's resample plan as the metrics' intervals draw it (bootstrap.resample_plan:
+    scope "all" resamples relations, then instances within them; a relation its own instances),
+    memoised by row layout; the groups and scopes on one thread per CPU (numpy outside the GIL)."""
+    bin_of = row_bins(seg, bins, strategy)
+    plans: dict[tuple, list] = {}
+    tasks, targets = [], []
+    for _, g in keys.with_row_index("sample").group_by("group", maintain_order=True):
+        samples = dict(zip(zip(g["scope"], g["scope_value"], strict=True), g["sample"], strict=True))
+        everything = samples[("all", "all")]
+        start, size = seg.starts[everything], seg.sizes[everything]
+        relations = g.filter(pl.col("scope") == "relation")
+        names = relations["scope_value"].to_list()
+        counts = seg.sizes[relations["sample"].to_numpy()].tolist()
+        layout = (tuple(names), tuple(counts))
+        if layout not in plans:
+            plans[layout] = resample_plan(np.repeat(np.array(names, dtype=object), counts), n_resamples, seed)
+        y = seg.y[start : start + size]
+        for scope in plans[layout]:
+            sample = samples[(scope.scope, scope.scope_value)]
+            own = np.zeros(size, dtype=np.int64)
+            own[scope.rows] = bin_of[seg.starts[sample] : seg.starts[sample] + seg.sizes[sample]]
+            tasks.append((own, y, scope.resamples))
+            targets.append(sample)
+    low = np.full((seg.count, bins), np.nan)
+    high = np.full((seg.count, bins), np.nan)
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        bands = list(pool.map(lambda task: bin_accuracy_band(*task, bins=bins, level=level), tasks))
+    for sample, (lo, hi) in zip(targets, bands, strict=True):
+        low[sample], high[sample] = lo, hi
+    return low, high

@@ -14,10 +14,23 @@ the tie order a stable sort gives and the exact quantile bin edges np.percentile
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from functools import cached_property
+from typing import TypeVar
 
 import numpy as np
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def in_threads(fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
+    """fn(item) for every item, in order, on one thread per CPU: for work that is numpy or scipy.fft
+    on large arrays, which runs outside the GIL (a pure-Python fn gains nothing)."""
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        return list(pool.map(fn, items))
 
 
 class Segments:

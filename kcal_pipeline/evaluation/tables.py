@@ -141,9 +141,14 @@ def differences_table(
     return paired_differences(test, pairs, n_resamples=n_resamples, seed=seed)
 
 
-def curves_table(estimates: pl.DataFrame, templates: pl.DataFrame) -> pl.DataFrame:
-    """Reliability, accuracy–rejection, risk–coverage and ROC curves on the headline selection."""
-    return compute_curves(headline_template_estimates(estimates, templates))
+def curves_table(
+    estimates: pl.DataFrame, templates: pl.DataFrame, n_resamples: int = N_RESAMPLES, seed: int = 0
+) -> pl.DataFrame:
+    """Reliability, accuracy–rejection, risk–coverage and ROC curves on the headline selection; the
+    reliability band on the resamples metrics_table's intervals draw (same B and seed)."""
+    return compute_curves(
+        headline_template_estimates(estimates, templates), n_resamples=n_resamples, seed=seed
+    )
 
 
 # decision_thresholds: tuned_thresholds' columns plus the template kind of the "pairs" rows.

@@ -1,7 +1,8 @@
-"""Summary tables and a self-contained HTML report (inline CSS and SVG, no JS, no external assets).
+"""The report's tables: the summary (terminal and page), accuracy by split, the cut answer spaces,
+and their HTML and Markdown forms; the atomic write of a page (the pages themselves: pages.py).
 
-Everything shown comes from the metrics and curves tables; the report only selects and formats, so
-a number on the page can always be traced to one row of `compute_metrics`.
+Everything shown comes from the metrics table; a table only selects and formats, so a number on
+the page can always be traced to one row of `compute_metrics`.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from kcal_pipeline.estimation.registry import (
     HEADLINE_SPLIT,
     summary_estimators,
 )
-from kcal_pipeline.evaluation.calibration import BINNING, METRIC_BINNING
+from kcal_pipeline.evaluation.calibration import BINNING
 from kcal_pipeline.evaluation.registry import METRICS, summary_metrics
 
 LEGEND = "; ".join(f"{METRICS[m].label}: {text}" for m, text in BINNING.items())
@@ -203,158 +204,60 @@ def format_summary(summary: pl.DataFrame) -> str:
     return "\n".join([line(summary.columns), rule, *(line(r) for r in cells)])
 
 
-def _html_table(df: pl.DataFrame) -> str:
+def esc(value: object) -> str:
+    """HTML-escaped text (quotes too: safe inside an attribute)."""
+    return _esc(value)
+
+
+def html_table(df: pl.DataFrame, caption: str = "", links: dict[str, Sequence[str]] | None = None) -> str:
+    """The frame as an HTML table inside a horizontally scrollable box (a wide table is never
+    clipped): text left, numbers right with 3 decimals, every cell escaped. `links` makes the cells
+    of a column links (one href per row)."""
+    links = links or {}
     head = "".join(f"<th>{_esc(c)}</th>" for c in df.columns)
+
+    def cell(column: str, i: int, v: object) -> str:
+        text = _esc(_fmt(v))
+        if column in links:
+            text = f'<a href="{_esc(links[column][i])}">{text}</a>'
+        return f'<td class="{"num" if not isinstance(v, str) else "txt"}">{text}</td>'
+
     body = "".join(
-        "<tr>"
-        + "".join(
-            f'<td class="{"num" if not isinstance(v, str) else "txt"}">{_esc(_fmt(v))}</td>' for v in row
-        )
-        + "</tr>"
-        for row in df.iter_rows()
+        "<tr>" + "".join(cell(c, i, v) for c, v in zip(df.columns, row, strict=True)) + "</tr>"
+        for i, row in enumerate(df.iter_rows())
     )
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    cap = f"<caption>{_esc(caption)}</caption>" if caption else ""
+    return (
+        f'<div class="scroll"><table>{cap}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
+    )
 
 
-def reliability_svg(curve: pl.DataFrame, title: str, note: str = "", size: int = 380) -> str:
-    """Inline SVG reliability diagram: one circle per bin at (conf_b, acc_b), sized by n_b.
+def markdown_table(df: pl.DataFrame) -> str:
+    """The frame as a Markdown table (Dagster renders it as a table, not a clipped code block):
+    numbers with 3 decimals, numeric columns right-aligned, '|' in a cell escaped."""
+    numeric = [df[c].dtype.is_numeric() for c in df.columns]
 
-    A red segment joins each point to the diagonal, so the drawn length is the bin's |acc − conf|
-    that ACE averages. Hover text (SVG <title>) gives the bin's exact numbers and n.
-    """
-    left, right, top, bottom = 52, 14, 28, 100
-    pw = ph = size - left - right
-    height = top + ph + bottom
+    def cell(v: object) -> str:
+        return _fmt(v).replace("|", "\\|").replace("\n", " ")
 
-    def sx(v: float) -> float:
-        return left + v * pw
-
-    def sy(v: float) -> float:
-        return top + (1.0 - v) * ph
-
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{size}" height="{height}" '
-        f'viewBox="0 0 {size} {height}" role="img" aria-label="{_esc(title)}">',
-        f'<text x="{size / 2}" y="16" text-anchor="middle" font-weight="bold">{_esc(title)}</text>',
-        f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="none" stroke="#333"/>',
+    lines = [
+        "| " + " | ".join(cell(c) for c in df.columns) + " |",
+        "|" + "|".join("---:" if num else ":---" for num in numeric) + "|",
     ]
-    for i in range(6):
-        t = i / 5
-        parts += [
-            f'<line x1="{sx(t):.1f}" y1="{sy(0)}" x2="{sx(t):.1f}" y2="{sy(0) + 4}" stroke="#333"/>',
-            f'<text x="{sx(t):.1f}" y="{sy(0) + 16}" text-anchor="middle" font-size="11">{t:.1f}</text>',
-            f'<line x1="{left - 4}" y1="{sy(t):.1f}" x2="{left}" y2="{sy(t):.1f}" stroke="#333"/>',
-            f'<text x="{left - 7}" y="{sy(t) + 4:.1f}" text-anchor="end" font-size="11">{t:.1f}</text>',
-        ]
-    parts += [
-        f'<text x="{sx(0.5):.1f}" y="{sy(0) + 32}" text-anchor="middle" font-size="12">'
-        f"confidence (mean per bin)</text>",
-        f'<text x="14" y="{sy(0.5):.1f}" text-anchor="middle" font-size="12" '
-        f'transform="rotate(-90 14 {sy(0.5):.1f})">accuracy (per bin)</text>',
-        f'<line x1="{sx(0)}" y1="{sy(0)}" x2="{sx(1)}" y2="{sy(1)}" stroke="#888" stroke-dasharray="4 3"/>',
-    ]
-    n_max = max(curve["n"].max() or 1, 1)
-    for b, x, y, n in curve.select("bin", "x", "y", "n").iter_rows():
-        r = 1.5 + 4.5 * math.sqrt(n / n_max)
-        cx = f"{sx(x):.1f}"
-        parts += [
-            f'<line x1="{cx}" y1="{sy(x):.1f}" x2="{cx}" y2="{sy(y):.1f}" stroke="#c33"/>',
-            f'<circle cx="{cx}" cy="{sy(y):.1f}" r="{r:.1f}" fill="#2a6fb0" fill-opacity="0.75">'
-            f"<title>bin {b}: conf {x:.3f}, acc {y:.3f}, n {n}</title></circle>",
-        ]
-    sizes = f"n_b {curve['n'].min()}–{curve['n'].max()}" if curve.height else "no bins"
-    lines = [LEGEND, f"points: quantile bins; circle size grows with n_b ({sizes})", note]
-    parts += [
-        f'<text x="8" y="{sy(0) + 52 + 15 * i}" font-size="11">{_esc(t)}</text>' for i, t in enumerate(lines)
-    ] + ["</svg>"]
-    return "\n".join(parts)
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in df.iter_rows()]
+    return "\n".join(lines)
 
 
-_CSS = """body{font-family:system-ui,sans-serif;margin:2em;color:#222}
-table{border-collapse:collapse;margin:.5em 0 1.5em}th,td{border:1px solid #ccc;padding:.2em .6em}
-th{background:#f0f0f0}td.num{text-align:right;font-variant-numeric:tabular-nums}
-.diagrams{display:flex;flex-wrap:wrap;gap:1.5em}.note{color:#555;font-size:.9em}"""
-
-
-def _scalar(metrics: pl.DataFrame, model: str, est: str, metric: str) -> str:
-    v = _in_split(metrics, HEADLINE_SPLIT, FULL_ANSWER_SPACE).filter(
-        (pl.col("model_id") == model)
-        & (pl.col("estimator") == est)
-        & (pl.col("scope") == "all")
-        & (pl.col("metric") == metric)
-    )["value"]
-    return _fmt(v[0]) if len(v) else "n/a"
-
-
-def _first_line(doc: str | None) -> str:
+def first_line(doc: str | None) -> str:
     return (doc or "").strip().splitlines()[0] if doc else ""
 
 
-def _diagrams(metrics: pl.DataFrame, curves: pl.DataFrame) -> str:
-    """One reliability diagram per estimator: all relations, test split, full answer spaces."""
-    headline = _in_split(curves, HEADLINE_SPLIT, FULL_ANSWER_SPACE)
-    overall = headline.filter((pl.col("scope") == "all") & (pl.col("curve") == "calibration")).sort(
-        "model_id", "estimator", "bin"
-    )
-    svgs = []
-    for (model, est), g in overall.group_by("model_id", "estimator", maintain_order=True):
-        binned = ", ".join(f"{METRICS[m].label} {_scalar(metrics, model, est, m)}" for m in BINNING)
-        note = f"{binned}, n = {g['n'].sum()}"
-        # The page is per model (its title says which); a diagram title names the estimator only,
-        # so it fits the drawing whatever the model id's length.
-        svgs.append(reliability_svg(g, f"{_label(est)} confidence", note))
-    return f'<div class="diagrams">{"".join(svgs)}</div>'
-
-
-def _subsample_sections(metrics: pl.DataFrame) -> str:
-    """A summary per cut answer space (kcal demo --answer-space-k), on the test split, to read
-    beside the full-space summary; nothing when the probe has no `#k` copies."""
+def subsample_tables(metrics: pl.DataFrame) -> list[tuple[str, pl.DataFrame]]:
+    """(title, summary) per cut answer space (kcal demo --answer-space-k), test split: the
+    options-count study, read beside the full-space summary; empty when the probe has no `#k`
+    copies."""
     ks = sorted(k for k in metrics["answer_space_k"].unique().to_list() if k != FULL_ANSWER_SPACE)
-    if not ks:
-        return ""
-    tables = "".join(
-        f"<h3>{_esc(_space(k))}</h3>{_html_table(summary_table(metrics, answer_space_k=k))}" for k in ks
-    )
-    return f"""<h2>Answer-space subsamples ({_esc(HEADLINE_SPLIT)} split)</h2>
-<p class="note">Every instance again, its answer space cut to k options (gold kept): the options-count
-study, never pooled into the summary above.</p>
-{tables}"""
-
-
-def render_html(summary: pl.DataFrame, metrics: pl.DataFrame, curves: pl.DataFrame, meta: dict) -> str:
-    """The whole report as one HTML string; every value from data or meta is HTML-escaped."""
-    title = f"kcal calibration report — {meta.get('model_id', '')}"
-    meta_rows = "".join(f"<tr><th>{_esc(k)}</th><td>{_esc(v)}</td></tr>" for k, v in meta.items())
-    full = metrics.with_columns(binning=pl.col("metric").replace_strict(METRIC_BINNING, default="—"))
-    columns = "".join(
-        f"<li><b>{_esc(m.name)}</b>: {_esc(_first_line(m.fn.__doc__))}</li>" for m in summary_metrics()
-    )
-    unbinned = ", ".join(m.label for m in METRICS.values() if m.name not in METRIC_BINNING)
-    return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>{_esc(title)}</title>
-<style>{_CSS}</style></head><body>
-<h1>{_esc(title)}</h1>
-<h2>Run</h2><table>{meta_rows}</table>
-<h2>Summary ({_esc(HEADLINE_SPLIT)} split, full answer spaces)</h2>
-<p class="note">Headline template; acc{TEMPLATE_MEAN_SUFFIX} is the accuracy averaged over the relation's
-curated templates (BEAR's way). A column named after a metric alone holds a value every estimator shares;
-the others are &lt;metric&gt;_&lt;estimator&gt;. Binning — {_esc(LEGEND)}.</p><ul class="note">{columns}</ul>
-{_html_table(summary)}
-<h2>Accuracy by split (BEAR's way)</h2>
-<p class="note">Each split on its own, full answer spaces: dev only tunes thresholds and recalibration,
-the metrics above are on test.</p>
-{_html_table(split_table(metrics))}
-{_subsample_sections(metrics)}
-<h2>Reliability diagrams (all relations, {_esc(HEADLINE_SPLIT)} split)</h2>
-<p class="note">{_esc(LEGEND)}. Points are the quantile bins (those of ACE); the dashed diagonal is
-perfect calibration and each red segment is a bin's gap |acc − conf|.</p>
-{_diagrams(metrics, curves)}
-<h2>All metrics</h2>
-<p class="note">Binning — {_esc(LEGEND)}; {_esc(unbinned)} are unbinned. A ranking metric is NaN where a
-scope has only correct or only wrong predictions.</p>
-{_html_table(full)}
-</body></html>
-"""
+    return [(_space(k), summary_table(metrics, answer_space_k=k)) for k in ks]
 
 
 def write_report(path: str | os.PathLike, html: str) -> Path:

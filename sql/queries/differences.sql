@@ -1,3 +1,5 @@
+-- Each estimator minus Base on the same instances, with paired 95 % intervals.
+--
 -- Each estimator minus Base on the same test instances (headline selection, full answer spaces,
 -- all relations) with a paired 95 % bootstrap interval: the same resamples for both, so an interval
 -- that excludes 0 is a difference the data supports. `supported` says which.

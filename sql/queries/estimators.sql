@@ -1,3 +1,5 @@
+-- Every estimator under every reduction: accuracy, ACE, Brier and AUROC, with its family.
+--
 -- Every estimator that ran, side by side on the headline selection (test split, full answer
 -- spaces, each relation's headline template or the instance-grain answer): instances, accuracy,
 -- ACE (probability-valued estimators only; NULL for scores such as Gap or Token), Brier and

@@ -1,3 +1,5 @@
+-- Causal vs masked models paired by accuracy: main estimators side by side, masked − causal.
+--
 -- Causal vs masked models: each causal model paired with the masked model of nearest accuracy
 -- (Base, reduction sum, test split, full answer spaces, all relations; kcal_pipeline/evaluation/
 -- families.py), then the main estimators' headline metrics side by side, masked − causal, and each

@@ -1,7 +1,9 @@
+-- The main estimators' accuracy, ACE, Brier and AUROC as 'value [95 % interval]'.
+--
 -- The main estimators on the headline selection (test split, full answer spaces, all relations)
 -- with their 95 % bootstrap intervals (clustered by relation): accuracy, ACE, Brier, AUROC. One row
 -- per model, estimator and reduction; main = Base, Margin, Entropy, the template marginal, the
--- recalibrated ones and the MACE estimators (every estimator: kcal sql --named estimators).
+-- recalibrated ones and the MACE estimators (every estimator: kcal sql --query estimators).
 WITH overall AS (
     SELECT model_id, estimator, reduction, metric, value, ci_low, ci_high, n
     FROM metrics

@@ -1,3 +1,5 @@
+-- Per model, relation and estimator: accuracy, acc_mean_t (mean over templates) and Brier.
+--
 -- The headline numbers per model, relation, estimator and reduction: test split, full answer
 -- spaces. instances, accuracy and Brier (probability-valued estimators only; NULL for score-valued
 -- ones) on the headline template, and acc_mean_t, the accuracy averaged over the relation's

@@ -23,8 +23,8 @@ from assets.definitions import all_assets, defs
 ESTIMATION = ("estimates", "option_estimates", "estimator_fits", "estimator_status")  # one multi-asset
 SCORING = ("statement_scores", *ESTIMATION)
 PER_MODEL = ("metrics", "metric_differences", "curves", "decision_thresholds", "consistency", "report")
-# family_comparison reads every model's metrics: requested the tick after they change
-CROSS_MODEL = {"family_comparison": {None}}
+# family_comparison and cross_model_report read every model's metrics: requested the tick after they change
+CROSS_MODEL = {"family_comparison": {None}, "cross_model_report": {None}}
 
 
 def mr(model: str, relation: str) -> str:
@@ -107,7 +107,8 @@ def test_a_first_tick_on_an_up_to_date_instance_requests_nothing():
         auto.materialize(asset, mr("A", "P36"))
     for asset in PER_MODEL:
         auto.materialize(asset, "A")
-    auto.materialize("family_comparison")
+    for asset in CROSS_MODEL:
+        auto.materialize(asset)
     assert auto.tick() == {}
 
 
@@ -176,6 +177,6 @@ def test_a_code_version_change_refreshes_the_materialized_partitions_and_what_fo
     up_to_date.defs = bumped("statement_scores", "report")
     assert up_to_date.tick() == {"report": {"A"}}
     assert up_to_date.tick() == {}
-    up_to_date.defs = bumped("statement_scores", "report", "family_comparison")
+    up_to_date.defs = bumped("statement_scores", "report", "family_comparison", "cross_model_report")
     assert up_to_date.tick() == CROSS_MODEL
     assert up_to_date.tick() == {}

@@ -115,7 +115,7 @@ def test_sql_named_runs_the_projects_query_and_names_bad_choices(tmp_path):
         {"estimator": ["base", "margin", "gap"], "output_kind": ["probability"] * 2 + ["score"]}
     )
     write_parquet_atomic(kinds, partition_path(tmp_path, "estimates", where))
-    out = kcal(tmp_path, "sql", "--named", "estimators", "--csv")
+    out = kcal(tmp_path, "sql", "--query", "estimators", "--csv")
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert lines[0] == "model_id,family,estimator,reduction,output_kind,instances,accuracy,ace,brier,auroc"
@@ -124,14 +124,16 @@ def test_sql_named_runs_the_projects_query_and_names_bad_choices(tmp_path):
         "m,f,gap,sum,score,8,,,,0.5",
         "m,f,margin,sum,probability,8,0.75,,,",
     ]
-    out = kcal(tmp_path, "sql", "--named", "../../etc/passwd")
+    out = kcal(tmp_path, "sql", "--query", "../../etc/passwd")
     assert (
         out.returncode == 2
         and "no query named '../../etc/passwd'" in out.stderr
         and "estimators" in out.stderr
     )
-    out = kcal(tmp_path, "sql", "select 1", "--named", "estimators")
-    assert out.returncode == 2 and "not both" in out.stderr
+    out = kcal(tmp_path, "sql", "select 1", "--query", "estimators")
+    assert out.returncode == 2 and "got a SELECT and --query" in out.stderr
+    alias = kcal(tmp_path, "sql", "--named", "estimators", "--csv")  # the old spelling, hidden
+    assert alias.returncode == 0 and alias.stdout.splitlines() == lines
 
 
 def test_demo_flags_are_the_option_fields():

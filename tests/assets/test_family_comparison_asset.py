@@ -68,7 +68,7 @@ def test_the_asset_pairs_the_families_across_models(tmp_path):
     ]
     assert meta["pairs"].value == "- B ↔ X: accuracy 0.812 vs 0.750 (gap 0.062)"
     assert meta["unpaired"].value == "- A (clm): all 1 masked model(s) paired with closer causal ones"
-    # `kcal sql --named families`: Base's test-split headline metrics of the pair, through the view
+    # `kcal sql --query families`: Base's test-split headline metrics of the pair, through the view
     cols, rows = query(tmp_path, named_query("families"))
     named = [dict(zip(cols, r, strict=True)) for r in rows]
     assert [(r["metric"], r["causal"], r["masked"], r["masked_minus_causal"]) for r in named] == [

@@ -35,6 +35,7 @@ TABLES = [
     "consistency",
     "report",
     "family_comparison",
+    "cross_model_report",
 ]
 
 
@@ -217,6 +218,21 @@ def test_duckdb_views_equal_parquet(run):
     expected = headline_estimates(estimates, templates)
     cols, rows = query(home, "select instance_id, estimator from headline_estimates order by 1, 2")
     assert rows == sorted(expected.select("instance_id", "estimator").rows())
+
+
+def test_every_report_query_runs_on_a_store_without_markers_mace_or_subsamples(run):
+    # P36 alone, curated and question templates, full answer spaces, one model: the reports on
+    # markers, MACE mixtures and model families have nothing to show, so columns and no rows.
+    from kcal_pipeline.core.warehouse import named_queries
+    from tests.reporting.test_sql_reports import COLUMNS
+
+    home, _, _ = run
+    for name in named_queries():
+        cols, rows = query(home, named_query(name))
+        assert cols == COLUMNS[name], name
+        assert (rows == []) == (name in ("marker_deltas", "calibration_by_mixture", "families")), name
+        if name == "options_count":  # no `#k` subsamples: the full answer spaces only
+            assert {row[cols.index("answer_space")] for row in rows} == {"full"}
 
 
 def test_second_run_recomputes_nothing_and_refresh_changes_no_file(run):

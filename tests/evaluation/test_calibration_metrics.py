@@ -14,6 +14,7 @@ from kcal_pipeline.evaluation.calibration import (
     METRIC_BINNING,
     calibration_curve,
     h_score,
+    mean_confidence,
     smooth_ece,
 )
 
@@ -131,6 +132,15 @@ def test_h_score_by_hand():
     assert h_score(np.ones(3), np.zeros(3, dtype=bool)) == 0.0
     # 0.5 ✓, 0.5 ✗: Acc 1/2, ACE |0.5 − 0.5| = 0 → H = 2·½·1/(3/2) = 2/3
     assert h_score(np.full(2, 0.5), np.array([True, False])) == pytest.approx(2 / 3)
+
+
+def test_mean_confidence_by_hand_and_only_for_probabilities():
+    # 0.9 ✓, 0.6 ✗, 0.3 ✗: mean C = 1.8/3 = 0.6 against an accuracy of 1/3 (overconfident)
+    assert mean_confidence(np.array([0.9, 0.6, 0.3]), np.array([True, False, False])) == pytest.approx(0.6)
+    spec = METRICS["mean_confidence"]
+    assert (spec.needs, spec.higher_is_better) == ("probability", None)  # descriptive
+    with pytest.raises(ValueError, match="'mean_confidence' needs probabilities"):
+        spec([2.5, -1.0], [True, False], "score")
 
 
 # ---- the ACE/ECE bin-count sweep --------------------------------------------------------------

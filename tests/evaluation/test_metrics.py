@@ -37,6 +37,7 @@ def test_registry_holds_the_first_slice():
         "brier",
         "smooth_ece",
         "h_score",
+        "mean_confidence",
         *sweep,
         "auroc",
         "aurc",
@@ -374,7 +375,7 @@ def test_compute_curves_reuse_the_ace_bins():
     curves = compute_curves(est)
     assert curves.columns == [
         "model_id", "estimator", "reduction", "split", "answer_space_k", "scope", "scope_value", "curve",
-        "x", "y", "n", "bin", "threshold",
+        "x", "y", "n", "bin", "threshold", "y_low", "y_high",
     ]  # fmt: skip
     assert curves["curve"].unique(maintain_order=True).to_list() == [
         "calibration", "rejection", "risk_coverage", "roc"
@@ -543,6 +544,7 @@ def test_every_metric_declares_needs_and_direction():
         "brier": ("probability", False),
         "smooth_ece": ("probability", False),
         "h_score": ("probability", True),
+        "mean_confidence": ("probability", None),
         **{f"{m}_b{b}": ("probability", False) for m in ("ace", "ece") for b in (5, 10, 15, 30, 40, 50)},
         "auroc": ("any", True),
         "aurc": ("any", False),

@@ -58,7 +58,7 @@ def test_a_changed_probe_setting_reruns_exactly_what_it_affects(store):
         ("option_estimates", f"{model}|{relation}"), ("estimator_fits", f"{model}|{relation}"),
         ("estimator_status", f"{model}|{relation}"), ("metrics", model), ("metric_differences", model),
         ("curves", model), ("decision_thresholds", model), ("consistency", model), ("report", model),
-        ("family_comparison", "-"),
+        ("family_comparison", "-"), ("cross_model_report", "-"),
     }  # fmt: skip
     inst = pl.read_parquet(partition_path(home, "probe_instances", {"relation": "P36"}))
     statements = pl.read_parquet(partition_path(home, "statements", {"relation": "P36"}))
@@ -89,6 +89,7 @@ def test_a_changed_template_kind_keeps_the_instances_and_a_scoring_setting_keeps
         "consistency",
         "report",
         "family_comparison",
+        "cross_model_report",
     }
     scores = pl.read_parquet(partition_path(home, "statement_scores", MR))
     assert scores["ll_sum_masked"].null_count() == 0

@@ -7,7 +7,9 @@ import polars as pl
 import pytest
 
 from kcal_pipeline.evaluation import compute_curves, compute_metrics, compute_template_metrics
-from kcal_pipeline.reporting.html import format_summary, render_html, split_table, summary_table, write_report
+from kcal_pipeline.evaluation.consistency import CONSISTENCY_SCHEMA
+from kcal_pipeline.reporting.html import format_summary, split_table, summary_table, write_report
+from kcal_pipeline.reporting.pages import model_figures, model_page
 
 EVIL = "<script>alert('x')</script>"
 
@@ -173,9 +175,26 @@ def test_answer_space_subsamples_have_their_own_summary_and_never_enter_the_head
         ("P36", 1, 0.0, 0.0),
         ("all", 2, 0.0, 0.0),
     ]
-    page = render_html(summary_table(metrics), metrics, curves, {"model_id": "m1"})
-    assert "Answer-space subsamples (test split)" in page and "answer spaces cut to 2" in page
-    assert "Answer-space subsamples" not in render_html(*tables_of(est), {"model_id": "m1"})
+    page = render(summary_table(metrics), metrics, curves, {"model_id": "m1"})
+    assert (
+        "Answer-space subsamples (test split)" in page and "<caption>answer spaces cut to 2</caption>" in page
+    )
+    assert "Answer-space subsamples" not in render(*tables_of(est), {"model_id": "m1"})
+
+
+# The synthetic tables' templates: one curated template per relation, no marker variants.
+TEMPLATES = pl.DataFrame(
+    {"relation_id": ["P17", "P36"], "template_id": ["t0", "t0"], "kind": ["curated"] * 2,
+     "parent_id": [None, None], "variant": [None, None]},
+    schema={"relation_id": pl.String, "template_id": pl.String, "kind": pl.String, "parent_id": pl.String,
+            "variant": pl.String},
+)  # fmt: skip
+NO_CONSISTENCY = pl.DataFrame(schema=CONSISTENCY_SCHEMA)
+
+
+def render(summary, metrics, curves, meta):
+    """The per-model page of synthetic tables (no marker templates, no consistency rows)."""
+    return model_page(summary, metrics, curves, TEMPLATES, NO_CONSISTENCY, meta)
 
 
 def tables_of(est):
@@ -216,7 +235,7 @@ def test_format_summary_is_aligned_with_three_decimals(tables):
 
 def test_html_is_self_contained_escaped_and_has_diagrams():
     m, curves = evaluate(estimates(EVIL))
-    page = render_html(
+    page = render(
         summary_table(m),
         m,
         curves,
@@ -225,19 +244,33 @@ def test_html_is_self_contained_escaped_and_has_diagrams():
     assert "<script" not in page
     assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in page
     assert "/data/kcal &amp; co" in page and "abc123" in page
-    assert page.count("<svg") == 2  # one reliability diagram per estimator
-    # drawn from the calibration curve only: its bins hold the 5 instances (ROC, rejection and
-    # risk-coverage points in the same table must not be drawn as bins)
-    assert page.count("n = 5") == 2
+    # two figures (reliability; accuracy–rejection and risk–coverage); markers, consistency and the
+    # gold-count effect have no data here and say so instead
+    assert page.count("<svg") == 2 and page.count('<p class="nodata">') == 3
     assert (
         "ACE: 20 quantile bins as in sklearn&#x27;s calibration_curve (ties share a bin, empty bins "
         "dropped); ECE: 20 equal-width bins" in page
     )
-    assert "Summary (test split, full answer spaces)" in page and "Accuracy by split (BEAR's way)" in page
-    assert '<td class="txt">20 equal-width bins</td>' in page  # the metrics table says which binning ECE uses
-    assert not re.search(r"<link|src=|@import|url\(", page)  # no external assets
+    assert (
+        "Summary (test split, full answer spaces)" in page and "Accuracy by split (BEAR&#x27;s way)" in page
+    )
+    assert not re.search(r"<link|<script|<img|@import|url\((?!#)", page)  # url(#clip) is in-page
     # the summary numbers appear as shown in the table
     assert '<td class="num">0.153</td>' in page
+
+
+def test_the_reliability_diagrams_read_the_calibration_bins_and_the_metrics_ace():
+    m, curves = evaluate(estimates())
+    figures = model_figures(m, curves, TEMPLATES, NO_CONSISTENCY)
+    base, margin = figures["reliability"].axes
+    # one panel per estimator, drawn from the calibration curve only: its bins hold the 5 test
+    # instances (ROC, rejection and risk–coverage points in the same table are not bins)
+    assert (base.get_title(), margin.get_title()) == ("Base", "Margin")
+    # compute_metrics gives no intervals (metrics_table does): the legend has ACE alone
+    ace = m.filter(estimator="base", split="test", scope="all", metric="ace")["value"].item()
+    assert base.get_legend().get_texts()[-1].get_text() == f"ACE {ace:.3f}, n = 5"
+    bins = curves.filter(estimator="base", split="test", scope="all", curve="calibration").sort("x")
+    assert base.lines[1].get_xydata().tolist() == [list(r) for r in bins.select("x", "y").rows()]
 
 
 def test_write_report_is_atomic(tmp_path):
@@ -249,3 +282,22 @@ def test_write_report_is_atomic(tmp_path):
         write_report(target, None)  # fails mid-write: the old page survives, no temp file is left
     assert target.read_text(encoding="utf-8") == "<p>two</p>"
     assert os.listdir(target.parent) == ["index.html"]
+
+
+def test_undefined_values_give_a_sentence_or_fewer_panels_never_a_failed_page():
+    from kcal_pipeline.reporting.pages import NO_CONSISTENCY_VALUES, cross_model_figures
+
+    m, curves = evaluate(estimates())
+    # every IoU_cons undefined (a setup that accepted nothing): the section says so
+    nan_pair = pl.DataFrame(
+        [{"model_id": "m1", "kind": "intra", "setup_a": "original", "setup_b": "typo", "estimator_a": "base",
+          "estimator_b": "base", "statistic": "mean", "iou_cons": float("nan")}],
+        schema=CONSISTENCY_SCHEMA,
+    )  # fmt: skip
+    assert model_figures(m, curves, TEMPLATES, nan_pair)["consistency"] == NO_CONSISTENCY_VALUES
+    # AUROC undefined everywhere (one class per sample): the comparison shows ACE and Brier only
+    no_auroc = m.with_columns(
+        value=pl.when(pl.col("metric") == "auroc").then(float("nan")).otherwise(pl.col("value"))
+    )
+    figure = cross_model_figures(no_auroc)["estimators"]
+    assert [ax.get_title() for ax in figure.axes] == ["ACE (lower is better)", "Brier (lower is better)"]

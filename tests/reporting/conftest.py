@@ -1,0 +1,33 @@
+"""One real store for the report tests (SQL reports, HTML pages, findings): the whole pipeline on
+the embedded SmolLM2, a local oxigraph endpoint and a temporary Dagster instance, over a closed-set
+relation and a MACE relation, with marker and perturbation templates and an answer-space subsample,
+so every report has rows to show."""
+
+import pytest
+
+REPORT_RELATIONS = ["P36", "mace-award"]
+# Small enough to build in about a minute on two CPU cores (a few thousand statements): few
+# instances and options, two curated templates with their verbal markers and perturbations.
+REPORT_SETTINGS = {
+    "max_instances": 12,
+    "max_templates": 2,
+    "n_negatives": 4,
+    "answer_space_size": 6,
+    "answer_space_size_one_to_one": 6,
+    "template_kinds": ["curated", "question", "marker_verbal", "perturbation"],
+    "perturbation_seeds": [4, 44],
+    "answer_space_k": 3,
+}
+
+
+@pytest.fixture(scope="session")
+def report_store(tmp_path_factory):
+    """KCAL_HOME of a finished run (read it; copy it before writing)."""
+    from assets.runner import run_missing
+
+    home = tmp_path_factory.mktemp("kcal-report")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DAGSTER_HOME", str(tmp_path_factory.mktemp("dagster-report")))
+        summary = run_missing(home, relations=REPORT_RELATIONS, settings=REPORT_SETTINGS, log=lambda m: None)
+    assert not summary.failed, summary.failed
+    return home

@@ -1,0 +1,634 @@
+"""The findings: each claim's verdict on hand-made tables (holds, does not hold, inconclusive, not
+testable), the document's structure, and `kcal findings` on the shared real store.
+
+Hand-made tables are built so that every bootstrap resample gives the same difference where the
+verdict must be exact (an interval [d, d]), or so that the interval's side is beyond doubt."""
+
+import math
+import re
+
+import polars as pl
+import pytest
+
+from kcal_pipeline.reporting import findings as fd
+from kcal_pipeline.reporting.findings import (
+    CLAIMS,
+    FAILS,
+    HOLDS,
+    INCONCLUSIVE,
+    NOT_TESTABLE,
+    VERDICTS,
+    Finding,
+    StoreTables,
+    difference_verdict,
+    evaluate_claims,
+    fmt_ci,
+    render_findings,
+)
+from tests.conftest import run_kcal
+
+MODEL = "lab/m"
+TEMPLATES = pl.DataFrame(
+    {
+        "relation_id": ["P1", "P1", "mace-x"],
+        "template_id": ["P1:c0", "P1:c1", "mace-x:c0"],
+        "rank": [0, 1, 0],
+        "kind": ["curated", "curated", "curated"],
+    }
+)
+EST_SCHEMA = {
+    "model_id": pl.String,
+    "relation_id": pl.String,
+    "instance_id": pl.String,
+    "split": pl.String,
+    "answer_space_k": pl.Int32,
+    "template_id": pl.String,
+    "estimator": pl.String,
+    "reduction": pl.String,
+    "grain": pl.String,
+    "output_kind": pl.String,
+    "predicted_index": pl.Int32,
+    "confidence": pl.Float64,
+    "correct": pl.Boolean,
+}
+
+
+def rows(estimator, correct, confidence, *, template="P1:c0", relation="P1", predicted=None, **kw):
+    """Test-split estimate rows on full answer spaces, instances i0, i1, …; a scalar confidence is
+    every row's. `template=None` makes instance-grain rows."""
+    n = len(correct)
+    confidence = confidence if isinstance(confidence, list) else [confidence] * n
+    return pl.DataFrame(
+        {
+            "model_id": [MODEL] * n,
+            "relation_id": [relation] * n,
+            "instance_id": kw.get("instances", [f"i{k}" for k in range(n)]),
+            "split": ["test"] * n,
+            "answer_space_k": [0] * n,
+            "template_id": [template] * n,
+            "estimator": [estimator] * n,
+            "reduction": [kw.get("reduction", "sum")] * n,
+            "grain": ["template" if template else "instance"] * n,
+            "output_kind": [kw.get("output_kind", "probability")] * n,
+            "predicted_index": predicted if predicted is not None else [0] * n,
+            "confidence": confidence,
+            "correct": correct,
+        },
+        schema=EST_SCHEMA,
+    )
+
+
+def store(**tables) -> StoreTables:
+    return StoreTables(MODEL, **{"templates": TEMPLATES, **tables})
+
+
+def only(findings: list[Finding], subject_part: str = "") -> Finding:
+    chosen = [f for f in findings if subject_part in f.subject]
+    assert len(chosen) == 1, [f.subject for f in findings]
+    return chosen[0]
+
+
+ALTERNATE = [k % 2 == 0 for k in range(20)]  # i0 correct, i1 wrong, …: 10 of 20
+
+
+# --- the rule ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "claimed", "verdict"),
+    [
+        (-0.09, -0.01, "negative", HOLDS),
+        (0.01, 0.07, "negative", FAILS),
+        (-0.02, 0.02, "negative", INCONCLUSIVE),
+        (0.0, 0.0, "negative", INCONCLUSIVE),  # an interval that touches 0 does not exclude it
+        (0.01, 0.07, "positive", HOLDS),
+        (-0.09, -0.01, "positive", FAILS),
+        (math.nan, 0.1, "positive", INCONCLUSIVE),
+        (None, None, "negative", INCONCLUSIVE),
+    ],
+)
+def test_a_difference_holds_only_when_its_interval_excludes_zero_on_the_claimed_side(
+    low, high, claimed, verdict
+):
+    assert difference_verdict(low, high, claimed) == verdict
+
+
+def test_bad_verdicts_claims_and_directions_are_named():
+    with pytest.raises(ValueError, match="'maybe' is not one of"):
+        Finding("margin_lowers_ace", MODEL, "x", "maybe")
+    with pytest.raises(ValueError, match=r"unknown claim.*'nope'"):
+        evaluate_claims([store()], ["nope"])
+    with pytest.raises(ValueError, match="claimed must be 'negative' or 'positive', got 'down'"):
+        difference_verdict(-1, -0.5, "down")
+
+
+# --- claims read from metric_differences ----------------------------------------------------------
+
+
+def differences(estimator_a, metric, difference, low, high):
+    """The row the claim reads, plus decoys it must not read (another reduction, scope relation)."""
+    base = {
+        "model_id": MODEL,
+        "split": "test",
+        "answer_space_k": 0,
+        "estimator_a": estimator_a,
+        "estimator_b": "base",
+        "metric": metric,
+        "n": 50,
+        "n_resamples": 1000,
+    }
+    decoy = {"difference": 9.0, "ci_low": 8.0, "ci_high": 10.0}
+    return pl.DataFrame(
+        [
+            {
+                **base,
+                "reduction": "sum",
+                "scope": "all",
+                "scope_value": "all",
+                "difference": difference,
+                "ci_low": low,
+                "ci_high": high,
+            },
+            {**base, "reduction": "mean", "scope": "all", "scope_value": "all", **decoy},
+            {**base, "reduction": "sum", "scope": "relation", "scope_value": "P1", **decoy},
+        ]
+    )
+
+
+DIFFERENCE_CLAIMS = [
+    ("margin_lowers_ace", "margin", "ace", "ΔACE", "negative"),
+    ("recalibration_lowers_ace", "base_temperature", "ace", "ΔACE", "negative"),
+    ("model_beats_answer_prior", "answer_prior", "accuracy", "Δaccuracy", "negative"),
+]
+
+
+@pytest.mark.parametrize(("key", "estimator", "metric", "label", "claimed"), DIFFERENCE_CLAIMS)
+@pytest.mark.parametrize(
+    ("difference", "low", "high", "verdict"),
+    [(-0.05, -0.09, -0.01, HOLDS), (0.04, 0.01, 0.07, FAILS), (-0.02, -0.06, 0.02, INCONCLUSIVE)],
+)
+def test_claims_on_metric_differences_read_its_row(
+    key, estimator, metric, label, claimed, difference, low, high, verdict
+):
+    found = CLAIMS[key].fn(store(differences=differences(estimator, metric, difference, low, high)))
+    f = only(found, "" if key != "recalibration_lowers_ace" else "temperature")
+    assert (f.verdict, f.value, f.ci_low, f.ci_high, f.n) == (verdict, difference, low, high, 50)
+    assert f.numbers.startswith(f"{label} {fmt_ci(difference, low, high)}")
+
+
+@pytest.mark.parametrize(
+    ("key", "needle"),
+    [
+        ("margin_lowers_ace", "materialize metric_differences"),
+        ("recalibration_lowers_ace", "--dev-fraction > 0"),
+        ("model_beats_answer_prior", "--subject-mask"),
+    ],
+)
+def test_claims_on_metric_differences_without_their_row_are_not_testable(key, needle):
+    found = CLAIMS[key].fn(store())
+    assert found and all(f.verdict == NOT_TESTABLE and needle in f.note for f in found)
+
+
+def test_the_answer_priors_share_of_accuracy_is_shown():
+    metrics = pl.DataFrame(
+        {
+            "model_id": MODEL,
+            "estimator": ["base", "answer_prior"],
+            "reduction": "sum",
+            "split": "test",
+            "answer_space_k": 0,
+            "scope": "all",
+            "scope_value": "all",
+            "metric": "accuracy",
+            "value": [0.8, 0.2],
+        }
+    )
+    f = only(
+        fd.model_beats_answer_prior(
+            store(metrics=metrics, differences=differences("answer_prior", "accuracy", -0.6, -0.7, -0.5))
+        )
+    )
+    assert "share of accuracy 0.250 (0.200 / 0.800)" in f.numbers
+
+
+# --- 2. aggregation ------------------------------------------------------------------------------
+
+
+def instance_rows(estimator, confidence, correct=ALTERNATE, **kw):
+    return rows(estimator, correct, confidence, template=None, **kw)
+
+
+SURE = [1.0 if c else 0.0 for c in ALTERNATE]  # Brier 0
+
+
+@pytest.mark.parametrize(
+    ("min_conf", "vote_conf", "verdict", "difference"),
+    [(SURE, 0.5, HOLDS, -0.25), (0.5, SURE, FAILS, 0.25), (0.5, 0.5, INCONCLUSIVE, 0.0)],
+)
+def test_min_average_brier_against_the_best_other_multi_template_estimator(
+    min_conf, vote_conf, verdict, difference
+):
+    # Brier: confidence 1 on the correct, 0 on the wrong → 0; 0.5 everywhere → 0.25; the template
+    # marginal at 0.6 → (0.4² + 0.6²)/2 = 0.26, so Vote(2) Average is the best other one.
+    est = pl.concat(
+        [instance_rows("min_average", min_conf), instance_rows("vote2_average", vote_conf),
+         instance_rows("template_marginal", 0.6)]
+    )  # fmt: skip
+    f = only(fd.min_average_best_brier(store(estimates=est)))
+    assert f.subject == "Brier(Min Average) − Brier(Vote(2) Average)"
+    assert (f.verdict, f.value, f.ci_low, f.ci_high, f.n) == (verdict, difference, difference, difference, 20)
+
+
+def test_min_average_without_a_second_template_is_not_testable():
+    f = only(fd.min_average_best_brier(store(estimates=instance_rows("min_average", 0.5))))
+    assert f.verdict == NOT_TESTABLE and "--max-templates 2" in f.note
+
+
+def vote_rows(k, answered, correct):
+    conf = [0.7 if a else 0.0 for a in answered]
+    predicted = [0 if a else -1 for a in answered]
+    return instance_rows(
+        f"vote{k}_average",
+        conf,
+        correct=[c and a for c, a in zip(correct, answered, strict=True)],
+        predicted=predicted,
+    )
+
+
+EVERY = [True] * 20
+RIGHT, WRONG = ALTERNATE, [not c for c in ALTERNATE]
+HALF_OF_EACH = [k in (0, 2, 4, 6, 8, 1, 3, 5, 7, 9) for k in range(20)]  # 5 right, 5 wrong
+
+
+@pytest.mark.parametrize(
+    ("answered3", "verdict", "difference"),
+    [(RIGHT, HOLDS, 0.5), (WRONG, FAILS, -0.5), (HALF_OF_EACH, INCONCLUSIVE, 0.0)],
+)
+def test_vote_k_accuracy_among_answered_from_k_2_to_the_largest_k(answered3, verdict, difference):
+    # Vote(2) answers all 20, half correctly (0.5); Vote(3) answers 10: the right ones (1.0), the
+    # wrong ones (0.0) or 5 of each (0.5).
+    est = pl.concat([vote_rows(2, EVERY, ALTERNATE), vote_rows(3, answered3, ALTERNATE)])
+    f = only(fd.vote_trades_coverage_for_accuracy(store(estimates=est)))
+    assert (f.subject, f.verdict, f.value, f.n) == (
+        "accuracy among answered: Vote(3) − Vote(2)",
+        verdict,
+        difference,
+        20,
+    )
+    accuracy3 = fd.fmt(0.5 + difference)
+    assert (
+        "k=2: answered 1.000, accuracy among answered 0.500; "
+        f"k=3: answered 0.500, accuracy among answered {accuracy3}" in f.numbers
+    )
+
+
+def test_one_vote_level_is_not_testable():
+    f = only(fd.vote_trades_coverage_for_accuracy(store(estimates=vote_rows(2, EVERY, ALTERNATE))))
+    assert f.verdict == NOT_TESTABLE and "--max-templates 3" in f.note
+
+
+# --- 3. markers ----------------------------------------------------------------------------------
+
+
+def marked(correct_base, correct_marker, confidence=0.9):
+    """Base and the 'certainly' marker on both curated templates of 20 instances: 40 pairs; the
+    marker rows sit on their parent's template, as the estimator writes them."""
+    return pl.concat(
+        [rows(e, c, confidence, template=t) for t in ("P1:c0", "P1:c1")
+         for e, c in (("base", correct_base), ("marker_certainly", correct_marker))]
+    )  # fmt: skip
+
+
+ALL_RIGHT, ALL_WRONG = [True] * 20, [False] * 20
+
+
+@pytest.mark.parametrize(
+    ("base", "marker", "accuracy", "ace", "verdicts"),
+    [
+        # ACE at one confidence 0.9: |1 − 0.9| = 0.1 when all are right, |0 − 0.9| = 0.9 when all are wrong
+        (ALL_RIGHT, ALL_WRONG, -1.0, 0.8, (HOLDS, HOLDS)),
+        (ALL_WRONG, ALL_RIGHT, 1.0, -0.8, (FAILS, FAILS)),
+        (ALL_RIGHT, ALL_RIGHT, 0.0, 0.0, (INCONCLUSIVE, INCONCLUSIVE)),
+    ],
+)
+def test_a_marker_against_its_unmarked_parent_on_the_same_pairs(base, marker, accuracy, ace, verdicts):
+    found = fd.markers_lower_accuracy_raise_ace(store(estimates=marked(base, marker)))
+    acc, cal = only(found, "accuracy("), only(found, "ACE(")
+    assert acc.subject == "Marker 'certainly': accuracy(marked) − accuracy(unmarked)"
+    assert (acc.verdict, cal.verdict) == verdicts
+    assert (acc.value, acc.ci_low, acc.ci_high, acc.n) == pytest.approx((accuracy, accuracy, accuracy, 40))
+    assert (cal.value, cal.ci_low, cal.ci_high) == pytest.approx((ace, ace, ace))
+
+
+def test_markers_that_were_not_scored_are_not_testable():
+    f = only(fd.markers_lower_accuracy_raise_ace(store(estimates=rows("base", ALL_RIGHT, 0.9))))
+    assert f.verdict == NOT_TESTABLE and "marker_verbal" in f.note
+
+
+# --- 4. Selective-LAMA ---------------------------------------------------------------------------
+
+
+def test_the_confidence_function_with_the_lowest_aurc_against_the_runner_up():
+    # Gap ranks every right answer above every wrong one (the lowest AURC possible); Sent gives all
+    # the same score (ties in draw order); Base ranks the wrong ones first (the highest). Token is
+    # defined on half the instances: listed, not ranked.
+    est = pl.concat(
+        [
+            rows("gap", ALTERNATE, [1.0 if c else 0.0 for c in ALTERNATE], output_kind="score"),
+            rows("sent", ALTERNATE, 0.5, output_kind="score"),
+            rows("base", ALTERNATE, [0.2 if c else 0.9 for c in ALTERNATE]),
+            rows("token", ALTERNATE[:10], -1.0, output_kind="score"),
+        ]
+    )
+    f = only(fd.selective_lama_best_function(store(estimates=est)))
+    assert f.subject == "AURC(Gap) − AURC(Sent)" and f.verdict == HOLDS and f.ci_high < 0
+    # Gap's AURC: no error among the 10 most confident, then (k − 10)/k for k = 11 … 20
+    gap = sum((k - 10) / k for k in range(11, 21)) / 20
+    assert f"AURC: Gap {fd.fmt(gap)}, Sent" in f.numbers
+    assert "Token" in f.note and "(n = 10)" in f.note
+
+
+def test_two_identical_confidence_functions_are_inconclusive_and_one_is_not_testable():
+    same = [1.0 if c else 0.0 for c in ALTERNATE]
+    est = pl.concat(
+        [
+            rows("gap", ALTERNATE, same, output_kind="score"),
+            rows("sent", ALTERNATE, same, output_kind="score"),
+        ]
+    )
+    f = only(fd.selective_lama_best_function(store(estimates=est)))
+    assert (f.verdict, f.value, f.ci_low, f.ci_high) == (INCONCLUSIVE, 0.0, 0.0, 0.0)
+    alone = only(fd.selective_lama_best_function(store(estimates=rows("base", ALTERNATE, 0.5))))
+    assert alone.verdict == NOT_TESTABLE
+
+
+# --- 5. MACE -------------------------------------------------------------------------------------
+
+MACE_RELATIONS = pl.DataFrame({"relation_id": ["P1", "mace-x"], "domain": ["closed_set", "mace"]})
+
+
+def mace(groups: dict[int, tuple[list[bool], float]]):
+    """Base on the MACE relation's headline template: per gold count, (correct per question, confidence)."""
+    frames, instances = [], []
+    for n_gold, (correct, confidence) in groups.items():
+        ids = [f"q{n_gold}-{k}" for k in range(len(correct))]
+        frames.append(
+            rows("base", correct, confidence, template="mace-x:c0", relation="mace-x", instances=ids)
+        )
+        instances += [("mace-x", i, n_gold) for i in ids]
+    inst = pl.DataFrame(instances, schema=["relation_id", "instance_id", "n_gold"], orient="row")
+    return store(estimates=pl.concat(frames), instances=inst, relations=MACE_RELATIONS)
+
+
+TEN_RIGHT, TEN_WRONG = [True] * 10, [False] * 10
+
+
+@pytest.mark.parametrize(
+    ("groups", "accuracy", "confidence", "verdicts"),
+    [
+        (
+            {1: (TEN_WRONG, 0.9), 2: ([True] * 5 + [False] * 5, 0.6), 6: (TEN_RIGHT, 0.3)},
+            1.0,
+            -0.6,
+            (HOLDS, HOLDS),
+        ),
+        ({1: (TEN_RIGHT, 0.3), 6: (TEN_WRONG, 0.9)}, -1.0, 0.6, (FAILS, FAILS)),
+        ({1: (TEN_RIGHT, 0.5), 6: (TEN_RIGHT, 0.5)}, 0.0, 0.0, (INCONCLUSIVE, INCONCLUSIVE)),
+    ],
+)
+def test_accuracy_and_confidence_by_gold_count(groups, accuracy, confidence, verdicts):
+    t = mace(groups)
+    acc = only(fd.mace_accuracy_rises_with_golds(t))
+    conf = only(fd.mace_confidence_falls_with_golds(t))
+    assert acc.subject == "accuracy: 6 golds − 1 gold"
+    assert (acc.verdict, conf.verdict) == verdicts
+    assert (acc.value, acc.ci_low, acc.ci_high) == pytest.approx((accuracy, accuracy, accuracy))
+    assert (conf.value, conf.ci_low, conf.ci_high) == pytest.approx((confidence, confidence, confidence))
+    assert acc.n == sum(len(c) for c, _ in groups.values())
+
+
+def test_a_trend_that_is_not_monotone_says_so():
+    t = mace({1: (TEN_WRONG, 0.5), 2: (TEN_RIGHT, 0.5), 6: ([True] * 5 + [False] * 5, 0.5)})
+    f = only(fd.mace_accuracy_rises_with_golds(t))
+    assert f.verdict == HOLDS and f.value == 0.5  # 0.0 → 1.0 → 0.5: up overall, not at every step
+    assert f.note == "not monotone: accuracy does not rise at every step"
+    assert "by gold count 1: 0.000 (n = 10), 2: 1.000 (n = 10), 6: 0.500 (n = 10)" in f.numbers
+
+
+def test_mace_claims_without_mace_questions_or_with_one_gold_count_are_not_testable():
+    closed = store(estimates=rows("base", ALTERNATE, 0.5), relations=MACE_RELATIONS)
+    assert "--relation mace-award" in only(fd.mace_accuracy_rises_with_golds(closed)).note
+    one = mace({1: (TEN_RIGHT, 0.5)})
+    f = only(fd.mace_confidence_falls_with_golds(one))
+    assert f.verdict == NOT_TESTABLE and "one gold count only ([1])" in f.note
+
+
+def sca(tau0, tuned, correct):
+    kw = {"reduction": "answer_sum", "correct": correct}
+    return store(
+        estimates=pl.concat([instance_rows("sca_tau0", tau0, **kw), instance_rows("sca_tuned", tuned, **kw)])
+    )
+
+
+def test_sca_at_tau_zero_against_the_tuned_tau_is_a_non_inferiority_test():
+    # identical: ΔBrier 0 ≥ −0.01 → holds
+    same = only(fd.sca_tau0_as_good_as_tuned(sca(0.5, 0.5, ALTERNATE)))
+    assert (same.verdict, same.value, same.ci_low) == (HOLDS, 0.0, 0.0)
+    # tuned knows the answers (Brier 0) where τ = 0 says 0.5 (Brier 0.25): ΔBrier −0.25 < −0.01
+    better = only(fd.sca_tau0_as_good_as_tuned(sca(0.5, SURE, ALTERNATE)))
+    assert (better.verdict, better.value, better.ci_high) == (FAILS, -0.25, -0.25)
+    # 40 questions: tuned gains 0.25 on 6 and loses 0.75 on 2 (ΔBrier 0 on average, spread ±0.06)
+    correct = [True] * 6 + [False] * 2 + [True] * 32
+    tuned = [1.0] * 8 + [0.5] * 32
+    mixed = only(fd.sca_tau0_as_good_as_tuned(sca([0.5] * 40, tuned, correct)))
+    assert mixed.verdict == INCONCLUSIVE and mixed.ci_low < -fd.BRIER_MARGIN < mixed.ci_high
+    assert mixed.value == pytest.approx(0.0)
+
+
+def test_sca_without_question_templates_is_not_testable():
+    f = only(fd.sca_tau0_as_good_as_tuned(store(estimates=rows("base", ALTERNATE, 0.5))))
+    assert f.verdict == NOT_TESTABLE and "question" in f.note
+
+
+# --- 6. consistency ------------------------------------------------------------------------------
+
+
+def consistency(draws: dict[str, list[tuple[int, float]]]):
+    """Base's pooled intra rows, one per (setup, seed), plus decoys the claim must not read: a
+    per-relation row, a 'mean' row and Margin's row."""
+    out = []
+    common = {"model_id": MODEL, "kind": "intra", "setup_a": "original", "reduction": "sum", "n": 30,
+              "fallback_a": False, "fallback_b": False, "dec_cons": 0.8}  # fmt: skip
+    for setup, values in draws.items():
+        for seed, iou in values:
+            row = {**common, "setup_b": setup, "seed": seed, "iou_cons": iou}
+            out.append({**row, "estimator_a": "base", "relation_id": None, "statistic": "value"})
+            out.append(
+                {**row, "estimator_a": "base", "relation_id": "P1", "statistic": "value", "iou_cons": 0.99}
+            )
+            out.append(
+                {**row, "estimator_a": "margin", "relation_id": None, "statistic": "value", "iou_cons": 0.99}
+            )
+        out.append({**common, "setup_b": setup, "seed": None, "iou_cons": 0.99, "estimator_a": "base",
+                    "relation_id": None, "statistic": "mean"})  # fmt: skip
+    schema = {"relation_id": pl.String, "seed": pl.Int64, "iou_cons": pl.Float64}
+    return store(consistency=pl.DataFrame(out, schema_overrides=schema))
+
+
+def test_iou_cons_is_far_from_one_when_every_draw_is_below_the_criterion():
+    found = fd.consistency_far_from_one(
+        consistency({"typo": [(4, 0.5), (44, 0.6), (99, 0.7)], "one-shot": [(13, 0.95)]})
+    )
+    typo, one_shot = only(found, "typo"), only(found, "one-shot")
+    assert (typo.verdict, typo.value, typo.ci_low, typo.ci_high) == (HOLDS, pytest.approx(0.6), 0.5, 0.7)
+    assert (
+        "IoU_cons mean 0.600, std 0.100 over 3 draw(s) (seed 4: 0.500, seed 44: 0.600, seed 99: 0.700)"
+        in typo.numbers
+    )
+    assert one_shot.verdict == FAILS  # 0.95 ≥ 0.9
+
+
+def test_iou_cons_straddling_the_criterion_or_undefined_is_inconclusive_and_missing_setups_are_named():
+    found = fd.consistency_far_from_one(
+        consistency({"typo": [(4, 0.85), (44, 0.95)], "one-shot": [(13, math.nan)]})
+    )
+    assert only(found, "typo").verdict == INCONCLUSIVE
+    assert only(found, "one-shot").verdict == INCONCLUSIVE
+    assert only(found, "one-shot").note.startswith("IoU_cons undefined on 1 draw(s)")
+    missing = fd.consistency_far_from_one(consistency({"typo": [(4, 0.5)]}))
+    assert (
+        only(missing, "one-shot").verdict == NOT_TESTABLE and "perturbation" in only(missing, "one-shot").note
+    )
+    assert {f.verdict for f in fd.consistency_far_from_one(store())} == {NOT_TESTABLE}
+
+
+# --- 7. bins -------------------------------------------------------------------------------------
+
+
+def bin_metrics(spread, low, high):
+    """ACE of Base and Margin: 0.2 at 20 bins (interval [low, high]), 0.2 + spread at 50 bins, 0.2
+    elsewhere."""
+    out = []
+    for estimator in ("base", "margin"):
+        for metric in ("ace", *(f"ace_b{b}" for b in fd.BIN_SWEEP)):
+            value = 0.2 + (spread if metric == "ace_b50" else 0.0)
+            ci = (low, high) if metric == "ace" else (None, None)
+            out.append((estimator, metric, value, *ci))
+    frame = pl.DataFrame(out, schema=["estimator", "metric", "value", "ci_low", "ci_high"], orient="row")
+    return frame.with_columns(
+        model_id=pl.lit(MODEL), reduction=pl.lit("sum"), split=pl.lit("test"), answer_space_k=pl.lit(0),
+        scope=pl.lit("all"), scope_value=pl.lit("all"), n=pl.lit(40),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("spread", "low", "high", "verdict"),
+    [(0.1, 0.18, 0.23, HOLDS), (0.01, 0.18, 0.23, FAILS), (0.1, None, None, INCONCLUSIVE)],
+)
+def test_the_bin_count_sensitivity_against_the_interval_width(spread, low, high, verdict):
+    found = fd.ace_depends_on_bins(store(metrics=bin_metrics(spread, low, high)))
+    assert [f.subject for f in found] == [
+        "ACE range over bin counts, Base",
+        "ACE range over bin counts, Margin",
+    ]
+    assert all(f.verdict == verdict and f.value == pytest.approx(spread) for f in found)
+    assert found[0].numbers.startswith(f"range {fd.fmt(spread)} against interval width")
+
+
+def test_a_missing_bin_sweep_is_not_testable():
+    metrics = bin_metrics(0.1, 0.18, 0.23).filter(pl.col("metric") != "ace_b5")
+    assert {f.verdict for f in fd.ace_depends_on_bins(store(metrics=metrics))} == {NOT_TESTABLE}
+
+
+# --- the document --------------------------------------------------------------------------------
+
+
+def test_an_empty_store_makes_every_claim_not_testable_and_the_document_says_why():
+    findings = evaluate_claims([store()])
+    assert {f.claim for f in findings} == set(CLAIMS)
+    assert {f.verdict for f in findings} == {NOT_TESTABLE} and all(f.note for f in findings)
+    doc = render_findings(findings, [MODEL])
+    for claim in CLAIMS.values():
+        assert f"### {claim.title}" in doc
+        assert f"| {claim.section}. {claim.title} | {MODEL} |" in doc
+    assert doc.count("not testable on this store: ") >= 2 * len(findings)  # summary and section rows
+
+
+def test_a_pipe_in_a_cell_does_not_break_the_table():
+    doc = render_findings([Finding("margin_lowers_ace", "a|b", "x", HOLDS, numbers="1 | 2")], ["a|b"])
+    assert "| a\\|b | x | **holds** | 1 \\| 2 |" in doc
+
+
+# --- kcal findings on the real store -------------------------------------------------------------
+
+
+def test_kcal_findings_on_the_real_store(report_store, tmp_path):
+    out = tmp_path / "docs" / "findings.md"
+    result = run_kcal(report_store, "findings", "--out", str(out), timeout=600)
+    assert result.returncode == 0, result.stderr
+    assert f"findings: {out}" in result.stdout
+    doc = out.read_text()
+    (key,) = [p.name.split("=", 1)[1] for p in (report_store / "metrics").iterdir()]
+    model_id = pl.read_parquet(report_store / "metrics" / f"model={key}" / "part.parquet")["model_id"][0]
+    summary = doc.split("## Summary", 1)[1].split("\n## ", 1)[0]
+    summary_rows = [
+        line for line in summary.splitlines() if line.startswith("| ") and " | verdict | " not in line
+    ]
+    for claim in CLAIMS.values():
+        assert f"### {claim.title}" in doc
+        assert any(
+            line.startswith(f"| {claim.section}. {claim.title} | {model_id} |") for line in summary_rows
+        )
+    shown = {
+        re.sub(r"^\*\*(.*)\*\*$", r"\1", line.split(" | ")[3]).split(" on this store")[0]
+        for line in summary_rows
+    }
+    assert shown <= set(VERDICTS), shown
+    # the first number of claim 1 is the metric_differences row it came from
+    diff = pl.read_parquet(report_store / "metric_differences" / f"model={key}" / "part.parquet").filter(
+        (pl.col("estimator_a") == "margin") & (pl.col("metric") == "ace") & (pl.col("scope") == "all")
+        & (pl.col("reduction") == "sum") & (pl.col("split") == "test") & (pl.col("answer_space_k") == 0)
+    )  # fmt: skip
+    (row,) = diff.iter_rows(named=True)
+    assert f"| ΔACE {fmt_ci(row['difference'], row['ci_low'], row['ci_high'])} |" in summary
+    # the store has markers, perturbations, a MACE relation and 2 templates: those claims are tested
+    tested = {line.split(" | ")[0][2:] for line in summary_rows if "not testable" not in line}
+    expected = (
+        "markers_lower_accuracy_raise_ace",
+        "consistency_far_from_one",
+        "mace_accuracy_rises_with_golds",
+    )
+    for key_ in (*expected, "min_average_best_brier"):
+        c = CLAIMS[key_]
+        assert f"{c.section}. {c.title}" in tested, key_
+
+
+def test_kcal_findings_names_an_unknown_model_and_a_store_without_metrics(report_store, tmp_path):
+    bad = run_kcal(report_store, "findings", "--model", "no-such-model", "--out", str(tmp_path / "f.md"))
+    assert bad.returncode == 2 and "--model no-such-model: no metrics for it" in bad.stderr
+    assert not (tmp_path / "f.md").exists()
+    empty = run_kcal(tmp_path / "empty", "findings", "--out", str(tmp_path / "g.md"))
+    assert empty.returncode == 2 and "no metrics table; run kcal demo" in empty.stderr
+
+
+def test_the_sample_each_model_rests_on_is_described():
+    est = pl.concat([marked(ALL_RIGHT, ALL_RIGHT), instance_rows("vote2_average", 0.5)])
+    assert fd.describe_sample(store(estimates=est)) == (
+        "test instances 20 (P1 20); paraphrase templates per instance: up to 2; "
+        "template kinds scored: curated"
+    )
+
+
+def test_a_damaged_estimates_file_is_named_with_how_to_rebuild_it(tmp_path):
+    (tmp_path / "metrics" / "model=m").mkdir(parents=True)
+    pl.DataFrame({"model_id": ["m"]}).write_parquet(tmp_path / "metrics" / "model=m" / "part.parquet")
+    (tmp_path / "templates").mkdir()
+    TEMPLATES.write_parquet(tmp_path / "templates" / "part.parquet")
+    damaged = tmp_path / "estimates" / "model=m" / "relation=P1" / "part.parquet"
+    damaged.parent.mkdir(parents=True)
+    damaged.write_bytes(b"PAR1 not really")
+    with pytest.raises(
+        fd.BadFileError,
+        match=r"relation=P1/part.parquet: not a readable Parquet file .*re-materialize estimates",
+    ):
+        fd.read_store_tables(tmp_path)

@@ -1,0 +1,189 @@
+"""The report's figures: every axes draws finite data (or the figure is refused), inline SVG with no
+outside reference, PNG data URIs, and what each figure draws from its tidy frame."""
+
+import base64
+import re
+
+import numpy as np
+import polars as pl
+import pytest
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+from kcal_pipeline.reporting import plots
+
+
+def test_a_figure_has_its_own_agg_canvas():
+    fig = plots.new_figure(3, 2)
+    assert isinstance(fig.canvas, FigureCanvasAgg)
+    assert plots.new_figure(3, 2) is not fig  # no shared (pyplot) figure
+
+
+def test_assert_not_empty_names_the_axes_that_draws_nothing():
+    fig = plots.new_figure(6, 3)
+    full, empty = fig.subplots(1, 2)
+    full.plot([0, 1], [0.2, 0.4])
+    empty.set_title("rejection")
+    empty.plot([0, 1], [0, 1], gid=plots.REFERENCE)  # a diagonal is orientation, not data
+    empty.plot([0.5], [np.nan])  # a point with no value draws nothing
+    with pytest.raises(
+        plots.EmptyFigureError, match=r"figure 'demo': axes 1 \('rejection'\) draws no finite data"
+    ):
+        plots.assert_not_empty(fig, "demo")
+    empty.scatter([0.3], [0.6])
+    assert plots.assert_not_empty(fig, "demo") is fig
+    with pytest.raises(plots.EmptyFigureError, match="has no plot"):
+        plots.assert_not_empty(plots.new_figure(2, 2), "blank")
+
+
+@pytest.mark.parametrize(
+    "draw",
+    [
+        lambda ax: ax.imshow(np.array([[np.nan, 0.4]])),  # one finite cell is data
+        lambda ax: ax.bar([0], [0.0]),  # a bar of height 0 is a value
+        lambda ax: ax.fill_between([0, 1], [0.1, 0.2], [0.3, 0.4]),
+    ],
+)
+def test_images_bars_and_bands_count_as_data(draw):
+    fig = plots.new_figure(3, 3)
+    draw(fig.subplots())
+    plots.assert_not_empty(fig)
+
+
+def test_an_all_nan_image_is_empty():
+    fig = plots.new_figure(3, 3)
+    fig.subplots().imshow(np.full((2, 2), np.nan))
+    with pytest.raises(plots.EmptyFigureError):
+        plots.assert_not_empty(fig)
+
+
+def test_svg_is_inline_and_references_nothing_outside():
+    fig = plots.new_figure(3, 2)
+    fig.subplots().plot([0, 1], [1, 0])
+    text = plots.svg(fig, 'a "quoted" <label>')
+    assert text.startswith("<svg ") and text.rstrip().endswith("</svg>")
+    assert "<?xml" not in text and "DOCTYPE" not in text and "<metadata" not in text
+    # the only URLs are the SVG namespaces, never a resource
+    assert set(re.findall(r"https?://[^\"' ]+", text)) <= {
+        "http://www.w3.org/2000/svg",
+        "http://www.w3.org/1999/xlink",
+    }
+    assert 'role="img" aria-label="a &quot;quoted&quot; &lt;label>"' in text
+    assert re.search(r"<svg[^>]*viewBox=", text) and not re.search(
+        r"<svg[^>]*\swidth=", text.split(">")[0] + ">"
+    )
+
+
+def test_svg_and_png_refuse_an_empty_figure():
+    fig = plots.new_figure(3, 2)
+    fig.subplots()
+    with pytest.raises(plots.EmptyFigureError, match="figure 'reliability'"):
+        plots.svg(fig, "reliability")
+    with pytest.raises(plots.EmptyFigureError):
+        plots.png_data_uri(fig, "reliability")
+
+
+def test_png_data_uri_is_a_png():
+    fig = plots.new_figure(2, 2)
+    fig.subplots().plot([0, 1], [0, 1])
+    uri = plots.png_data_uri(fig, "x", dpi=50)
+    assert uri.startswith("data:image/png;base64,")
+    assert base64.b64decode(uri.split(",", 1)[1])[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_interval_text():
+    assert plots.interval_text(0.1454, 0.09, 0.2101) == "0.145 [0.090, 0.210]"
+    assert plots.interval_text(0.5, None, None) == "0.500"
+    assert plots.interval_text(float("nan"), 0.1, 0.2) == "nan [0.100, 0.200]"
+
+
+def test_reliability_figure_draws_points_band_and_legend():
+    bins = pl.DataFrame(
+        {
+            "x": [0.2, 0.6, 0.9],
+            "y": [0.0, 0.5, 1.0],
+            "y_low": [0.0, 0.2, 0.8],
+            "y_high": [0.3, 0.9, 1.0],
+            "n": [3, 4, 5],
+        }
+    )
+    panels = [
+        plots.ReliabilityPanel("Base", bins, "ACE 0.145 [0.090, 0.210], n = 12"),
+        plots.ReliabilityPanel("Margin", bins, "ACE 0.2, n = 12"),
+    ]
+    fig = plots.reliability_figure(panels)
+    assert [ax.get_title() for ax in fig.axes] == ["Base", "Margin"]
+    base = fig.axes[0]
+    assert [t.get_text() for t in base.get_legend().get_texts()] == [
+        "95 % band",
+        "ACE 0.145 [0.090, 0.210], n = 12",
+    ]
+    band = base.collections[0].get_paths()[0].vertices
+    # the band's polygon runs along y_high and back along y_low at the bins' x
+    assert {tuple(v) for v in band} >= {
+        (0.2, 0.0),
+        (0.6, 0.2),
+        (0.9, 0.8),
+        (0.2, 0.3),
+        (0.6, 0.9),
+        (0.9, 1.0),
+    }
+    assert base.lines[0].get_gid() == plots.REFERENCE
+    np.testing.assert_array_equal(base.lines[1].get_xydata(), [[0.2, 0.0], [0.6, 0.5], [0.9, 1.0]])
+    plots.assert_not_empty(fig)
+    # six panels: a row of four and a row of two, no empty axes left over
+    assert len(plots.reliability_figure(panels * 3).axes) == 6
+
+
+def test_selective_figure_gives_score_families_a_caption_for_accuracy_rejection():
+    curves = pl.DataFrame(
+        {
+            "family": ["single_template"] * 4 + ["selective_lama"] * 2,
+            "label": ["Base", "Base", "Base", "Base", "Gap", "Gap"],
+            "curve": [
+                "rejection",
+                "rejection",
+                "risk_coverage",
+                "risk_coverage",
+                "risk_coverage",
+                "risk_coverage",
+            ],
+            "x": [0.0, 0.5, 0.5, 1.0, 0.5, 1.0],
+            "y": [0.6, 0.8, 0.1, 0.4, 0.2, 0.3],
+        }
+    )
+    fig = plots.selective_figure(curves)
+    assert [ax.get_title() for ax in fig.axes] == [
+        "single_template: accuracy–rejection",
+        "single_template: risk–coverage",
+        "",  # switched off, holding a caption
+        "selective_lama: risk–coverage",
+    ]
+    caption = fig.axes[2]
+    assert not caption.axison and caption.texts[0].get_text().startswith("no accuracy–rejection curve")
+    plots.assert_not_empty(fig)  # a caption panel is not a plot
+
+
+def test_a_figure_of_captions_only_is_empty():
+    fig = plots.new_figure(3, 3)
+    ax = fig.subplots()
+    ax.axis("off")
+    ax.text(0.5, 0.5, "nothing")
+    with pytest.raises(plots.EmptyFigureError, match="has no plot"):
+        plots.assert_not_empty(fig)
+
+
+def test_heatmap_writes_every_value_and_a_dash_where_there_is_none():
+    panel = plots.HeatmapPanel(
+        "Δ",
+        np.array([[0.25, np.nan], [-0.5, 0.0]]),
+        ["P36", "all"],
+        ["a", "b"],
+        colorbar="Δ",
+        diverging=True,
+        cmap="RdBu",
+    )
+    fig = plots.heatmap_figure([panel])
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    assert texts == ["+0.25", "—", "-0.50", "+0.00"]
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["P36", "all"]
+    plots.assert_not_empty(fig)
