@@ -148,23 +148,18 @@ def resample_plan(relation_ids, n_resamples: int = N_RESAMPLES, seed: int = 0) -
 class _Distinct:
     """The distinct confidences (ascending) of the rows start … start+len(rank)−1, the span the
     resamples touch, and each of those rows' rank among them; equal values (0.0 and −0.0 too)
-    share one rank. A scope of resample_plan is one run of rows, so U ≤ the scope's rows.
-    `mixed`: some value is held by a correct and a wrong row (then the order of ties matters to
-    AURC)."""
+    share one rank. A scope of resample_plan is one run of rows, so U ≤ the scope's rows."""
 
     values: np.ndarray
     rank: np.ndarray
     start: int
-    mixed: bool
 
     @classmethod
-    def of(cls, c: np.ndarray, y: np.ndarray, indices: np.ndarray) -> _Distinct:
+    def of(cls, c: np.ndarray, indices: np.ndarray) -> _Distinct:
         used = indices[indices != PAD]
         start, stop = int(used.min()), int(used.max()) + 1  # a scope's rows are one run
         values, rank = np.unique(c[start:stop], return_inverse=True)
-        count = np.bincount(rank, minlength=values.size)
-        positives = np.bincount(rank, weights=y[start:stop], minlength=values.size)
-        return cls(values, rank, start, bool(((positives > 0) & (positives < count)).any()))
+        return cls(values, rank, start)
 
 
 class _Chunk:
@@ -172,19 +167,24 @@ class _Chunk:
 
     - per distinct confidence: `count` and `positives` [b, U] (U distinct values in the rows the
       resamples touch, ascending): each resample's sorted sample without sorting it, enough for
-      the order statistics of ACE, the tie-averaged ranks of AUROC and, where no value is both
-      correct and wrong, AURC;
-    - otherwise, for AURC, in descending order with ties in draw order (a stable sort): a plain
-      (fast, unstable) sort of the distinct integer keys rank·M + position.
+      the order statistics of ACE and the tie-averaged ranks of AUROC;
+    - in descending order with ties in draw order (AURC's stable sort): a plain (fast, unstable)
+      sort of the distinct integer keys rank·M + position.
     """
 
-    def __init__(self, distinct: _Distinct, y: np.ndarray, indices: np.ndarray, sizes: np.ndarray):
+    def __init__(
+        self, distinct: _Distinct, c: np.ndarray, y: np.ndarray, indices: np.ndarray, sizes: np.ndarray
+    ):
         self.n = sizes
         self.valid = np.arange(indices.shape[1]) < sizes[:, None]
         self.y = y[indices] & self.valid  # PAD (−1) reads the last row: masked
         self.distinct = distinct.values
-        self.mixed = distinct.mixed
-        self._indices, self._ranks, self._start = indices, distinct.rank, distinct.start
+        self._c, self._indices, self._ranks, self._start = c, indices, distinct.rank, distinct.start
+
+    @cached_property
+    def c(self) -> np.ndarray:
+        """Confidence of every cell (the padding's is the last row's: mask it)."""
+        return self._c[self._indices]
 
     @cached_property
     def rank(self) -> np.ndarray:
@@ -198,16 +198,6 @@ class _Chunk:
         count = np.bincount(cell, minlength=b * (u + 1)).reshape(b, u + 1)[:, :u]
         positives = np.bincount(cell, weights=self.y.ravel(), minlength=b * (u + 1)).reshape(b, u + 1)[:, :u]
         return count, positives
-
-    @cached_property
-    def count_below(self) -> np.ndarray:
-        """[b, U] how many draws have a value ≤ each distinct value (ACE's quantiles, AURC)."""
-        return np.cumsum(self.count, axis=1)
-
-    @cached_property
-    def positives_below(self) -> np.ndarray:
-        """[b, U] how many of those are correct."""
-        return np.cumsum(self.positives, axis=1)
 
     @property
     def count(self) -> np.ndarray:
@@ -235,9 +225,7 @@ def _accuracy(ch: _Chunk) -> np.ndarray:
 
 
 def _brier(ch: _Chunk) -> np.ndarray:
-    """Mean (c − y)² from the per-value counts: Σ count·v² − 2·Σ positives·v + Σ positives (y² = y)."""
-    v = ch.distinct
-    return (ch.count @ (v * v) - 2 * (ch.positives @ v) + ch.positives.sum(axis=1)) / ch.n
+    return np.where(ch.valid, (ch.c - ch.y) ** 2, 0.0).sum(axis=1) / ch.n
 
 
 def _ascending_value_index(cumulative: np.ndarray, pos: np.ndarray) -> np.ndarray:
@@ -255,26 +243,22 @@ def _ace(ch: _Chunk) -> np.ndarray:
     """calibration.ace per row: edges at the row's own quantiles (np.percentile, 20 bins), bin =
     number of inner edges strictly below c (searchsorted side "left"), mean over non-empty bins.
 
-    On the per-value counts: the distinct values ≤ inner edge k are the first s_k (one searchsorted
-    on the sorted distinct values), so bin k holds values s_k … s_(k+1) − 1 and its sums are
-    differences of cumulative sums read at the s_k: no pass per bin.
+    On the per-value counts: distinct value v lies in bin #{k : v ≥ s_k}, where s_k = how many
+    distinct values are ≤ inner edge k (one searchsorted on the sorted distinct values).
     """
     b, u = ch.count.shape
     edges = row_percentiles(
-        lambda pos: ch.distinct[_ascending_value_index(ch.count_below, pos)],
+        lambda pos: ch.distinct[_ascending_value_index(np.cumsum(ch.count, axis=1), pos)],
         ch.n,
         np.linspace(0, 1, BINS + 1)[1:-1] * 100,
     )
-    inner = np.searchsorted(ch.distinct, edges, side="right")  # [b, BINS − 1], s_k
-    last = np.concatenate([inner, np.full((b, 1), u)], axis=1) - 1  # last value index of each bin
-
-    def per_bin(cumulative: np.ndarray) -> np.ndarray:
-        upto = np.where(last >= 0, np.take_along_axis(cumulative, np.maximum(last, 0), axis=1), 0)
-        return np.diff(upto, axis=1, prepend=0)
-
-    count = per_bin(ch.count_below)
-    conf = per_bin(np.cumsum(ch.count * ch.distinct, axis=1))
-    acc = per_bin(ch.positives_below)
+    at = np.searchsorted(ch.distinct, edges, side="right") + (u + 1) * np.arange(b)[:, None]
+    marks = np.bincount(at.ravel(), minlength=b * (u + 1)).reshape(b, u + 1)
+    ids = (np.cumsum(marks[:, :u], axis=1) + BINS * np.arange(b)[:, None]).ravel()
+    size = b * BINS
+    count = np.bincount(ids, weights=ch.count.ravel(), minlength=size).reshape(b, BINS)
+    conf = np.bincount(ids, weights=(ch.count * ch.distinct).ravel(), minlength=size).reshape(b, BINS)
+    acc = np.bincount(ids, weights=ch.positives.ravel(), minlength=size).reshape(b, BINS)
     full = count > 0
     safe = np.maximum(count, 1)
     gap = np.where(full, np.abs(acc / safe - conf / safe), 0.0)
@@ -286,8 +270,8 @@ def _auroc(ch: _Chunk) -> np.ndarray:
     wrong ones below its confidence and half those tied with it (equal, not just close, to the
     average-rank sum less n₊(n₊+1)/2: every term is a half-integer); NaN with one class."""
     negatives = ch.count - ch.positives
-    at_or_below = ch.count_below - ch.positives_below
-    u_stat = (ch.positives * (at_or_below - 0.5 * negatives)).sum(axis=1)
+    below = np.cumsum(negatives, axis=1) - negatives
+    u_stat = (ch.positives * (below + 0.5 * negatives)).sum(axis=1)
     n_pos = ch.positives.sum(axis=1)
     n_neg = ch.n - n_pos
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -296,24 +280,10 @@ def _auroc(ch: _Chunk) -> np.ndarray:
 
 
 def _aurc(ch: _Chunk) -> np.ndarray:
-    """selective.aurc per row: mean over k of the error rate of the k most confident (stable).
-
-    Where every distinct value is held by rows that are all correct or all wrong, the order within
-    a tie cannot matter: in descending confidence a value's c copies follow K₀ answers with E₀
-    errors and add Σⱼ (E₀ + j·[wrong])/(K₀ + j) = E₀·d + [wrong]·(c − K₀·d), d = H(K₀ + c) − H(K₀)
-    (harmonic numbers), from the per-value counts the other metrics share. Otherwise the resample
-    is sorted, ties in draw order (y_desc)."""
-    if ch.mixed:
-        errors = np.cumsum(ch.valid & ~ch.y_desc, axis=1)
-        risk = errors / np.arange(1, ch.valid.shape[1] + 1)
-        return np.where(ch.valid, risk, 0.0).sum(axis=1) / ch.n
-    above = ch.n[:, None] - ch.count_below  # draws more confident than each value
-    errors = ch.n - ch.positives.sum(axis=1)
-    errors_above = errors[:, None] - (ch.count_below - ch.positives_below)
-    harmonic = np.concatenate([[0.0], np.cumsum(1.0 / np.arange(1, int(ch.n.max()) + 1))])
-    d = harmonic[above + ch.count] - harmonic[above]
-    all_wrong = np.where(ch.positives == 0, ch.count - above * d, 0.0)
-    return (errors_above * d + all_wrong).sum(axis=1) / ch.n
+    """selective.aurc per row: mean over k of the error rate of the k most confident (stable)."""
+    errors = np.cumsum(ch.valid & ~ch.y_desc, axis=1)
+    risk = errors / np.arange(1, ch.valid.shape[1] + 1)
+    return np.where(ch.valid, risk, 0.0).sum(axis=1) / ch.n
 
 
 BATCHED: dict[str, Callable[[_Chunk], np.ndarray]] = {
@@ -341,11 +311,11 @@ def batched_metrics(metrics: Sequence[str], c, y, resamples: Resamples) -> dict[
     c = np.asarray(c, dtype=np.float64)
     y = np.asarray(y, dtype=bool)
     idx, sizes = resamples.indices, resamples.sizes
-    distinct = _Distinct.of(c, y, idx)
+    distinct = _Distinct.of(c, idx)
     step = max(1, _CHUNK_CELLS // max(idx.shape[1], distinct.values.size))
     out = {m: np.empty(idx.shape[0]) for m in names}
     for lo in range(0, idx.shape[0], step):  # chunks of many resamples, to bound memory
-        chunk = _Chunk(distinct, y, idx[lo : lo + step], sizes[lo : lo + step])
+        chunk = _Chunk(distinct, c, y, idx[lo : lo + step], sizes[lo : lo + step])
         for m in names:
             out[m][lo : lo + step] = BATCHED[m](chunk)
     return out

@@ -8,9 +8,7 @@ use only the order, so score-valued estimators have them too.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import polars as pl
@@ -24,7 +22,7 @@ from kcal_pipeline.evaluation.bootstrap import (
 )
 from kcal_pipeline.evaluation.calibration import BINS, bin_sums, row_bins
 from kcal_pipeline.evaluation.registry import SCOPE_KEY_SCHEMA, MetricSamples, as_arrays, prepared
-from kcal_pipeline.evaluation.segments import Segments
+from kcal_pipeline.evaluation.segments import Segments, in_threads
 
 # Accuracy–rejection thresholds: τ = k/10 (k/10 is the float nearest the decimal, as the literal 0.3).
 REJECTION_THRESHOLDS = tuple(k / 10 for k in range(1, 10))
@@ -298,8 +296,7 @@ def _calibration_band(
             targets.append(sample)
     low = np.full((seg.count, bins), np.nan)
     high = np.full((seg.count, bins), np.nan)
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        bands = list(pool.map(lambda task: bin_accuracy_band(*task, bins=bins, level=level), tasks))
+    bands = in_threads(lambda task: bin_accuracy_band(*task, bins=bins, level=level), tasks)
     for sample, (lo, hi) in zip(targets, bands, strict=True):
         low[sample], high[sample] = lo, hi
     return low, high

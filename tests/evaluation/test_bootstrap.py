@@ -172,20 +172,6 @@ def test_batched_ace_with_points_on_the_quantile_edges():
     )
 
 
-def test_aurc_by_counts_when_no_value_is_both_correct_and_wrong():
-    # tied values whose rows agree on correctness (and resamples repeat rows): AURC is read from the
-    # per-value counts with harmonic numbers; it must equal the stable-sort definition.
-    rng = np.random.default_rng(11)
-    c = np.round(rng.random(120) * 8) / 8
-    y = (c * 8).astype(int) % 3 != 0  # a function of c: no value is held by a correct and a wrong row
-    res = clustered_resamples([50, 40, 30], 300, seed=3)
-    assert not bootstrap._Distinct.of(c, y, res.indices).mixed
-    assert_same(batched_metrics(["aurc"], c, y, res)["aurc"], per_resample("aurc", c, y, res))
-    y[np.flatnonzero(c == c[0])[1]] ^= True  # one value both: the resamples are sorted, ties in draw order
-    assert bootstrap._Distinct.of(c, y, res.indices).mixed
-    assert_same(batched_metrics(["aurc"], c, y, res)["aurc"], per_resample("aurc", c, y, res))
-
-
 @settings(max_examples=60, deadline=None)
 @given(
     st.lists(st.integers(1, 12), min_size=1, max_size=6),
