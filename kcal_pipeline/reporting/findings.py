@@ -38,6 +38,7 @@ from kcal_pipeline.estimation.registry import (
     FULL_ANSWER_SPACE,
     HEADLINE_SPLIT,
     NO_ANSWER,
+    OUTPUT_SCHEMA,
     headline_template_estimates,
     summary_estimators,
 )
@@ -1031,21 +1032,8 @@ def _optional(home: Path, table: str, key: str) -> pl.DataFrame:
         return pl.DataFrame()
 
 
-ESTIMATE_COLUMNS = (
-    "model_id",
-    "relation_id",
-    "instance_id",
-    "split",
-    "answer_space_k",
-    "template_id",
-    "estimator",
-    "reduction",
-    "grain",
-    "output_kind",
-    "predicted_index",
-    "confidence",
-    "correct",
-)
+# The estimates columns the claims read (predicted_id is not needed).
+ESTIMATE_COLUMNS = tuple(c for c in OUTPUT_SCHEMA if c != "predicted_id")
 
 
 # The reductions the claims read: the headline one, and SCA's own.

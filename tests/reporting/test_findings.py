@@ -10,6 +10,7 @@ import re
 import polars as pl
 import pytest
 
+from kcal_pipeline.estimation.registry import OUTPUT_SCHEMA
 from kcal_pipeline.reporting import findings as fd
 from kcal_pipeline.reporting.findings import (
     CLAIMS,
@@ -36,21 +37,7 @@ TEMPLATES = pl.DataFrame(
         "kind": ["curated", "curated", "curated"],
     }
 )
-EST_SCHEMA = {
-    "model_id": pl.String,
-    "relation_id": pl.String,
-    "instance_id": pl.String,
-    "split": pl.String,
-    "answer_space_k": pl.Int32,
-    "template_id": pl.String,
-    "estimator": pl.String,
-    "reduction": pl.String,
-    "grain": pl.String,
-    "output_kind": pl.String,
-    "predicted_index": pl.Int32,
-    "confidence": pl.Float64,
-    "correct": pl.Boolean,
-}
+EST_SCHEMA = {c: t for c, t in OUTPUT_SCHEMA.items() if c != "predicted_id"}
 
 
 def rows(estimator, correct, confidence, *, template="P1:c0", relation="P1", predicted=None, **kw):
