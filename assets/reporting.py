@@ -83,18 +83,15 @@ def cross_model_report(
     board = leaderboard(metrics)
     models = metrics["model_id"].n_unique() if "model_id" in metrics.columns else 0
     meta = {"models": models, "KCAL_HOME": str(home), "duckdb": warehouse.path}
-    write_report(html_path, cross_model_page(metrics, meta))
-    figures = {
-        k: v
-        for k, v in cross_model_figures(metrics).items()
-        if k == "ace-accuracy" and not isinstance(v, str)
-    }
+    figures = cross_model_figures(metrics)
+    write_report(html_path, cross_model_page(metrics, meta, board, figures))
+    previews = {k: v for k, v in figures.items() if k == "ace-accuracy" and not isinstance(v, str)}
     context.add_output_metadata(
         {
             "report": MetadataValue.url(html_path.as_uri()),
             "report_path": MetadataValue.path(str(html_path)),
             "leaderboard": MetadataValue.md(markdown_table(board)),
-            "plots": MetadataValue.md(_images(figures) or "no model has metrics yet"),
+            "plots": MetadataValue.md(_images(previews) or "no model has metrics yet"),
         }
     )
     return board

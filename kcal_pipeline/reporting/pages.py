@@ -760,11 +760,17 @@ def leaderboard_display(board: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
     return shown, links
 
 
-def cross_model_page(metrics: pl.DataFrame, meta: dict) -> str:
+def cross_model_page(
+    metrics: pl.DataFrame,
+    meta: dict,
+    board: pl.DataFrame | None = None,
+    figures: dict[str, Figure | str] | None = None,
+) -> str:
     """The page across every model: leaderboard (with links to each model's page), ACE against
-    accuracy, and the main estimators compared across models."""
-    board = leaderboard(metrics)
-    figures = cross_model_figures(metrics)
+    accuracy, and the main estimators compared across models. `board` and `figures` are
+    leaderboard(metrics) and cross_model_figures(metrics), when the caller already has them."""
+    board = leaderboard(metrics) if board is None else board
+    figures = cross_model_figures(metrics) if figures is None else figures
     shown, links = leaderboard_display(board)
     table = (
         html_table(shown, links={"model": links})
