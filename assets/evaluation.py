@@ -3,7 +3,17 @@ thresholds and the consistency of decisions, over every relation's estimates; an
 causal vs masked models paired by accuracy (family_comparison)."""
 
 import polars as pl
-from dagster import AllPartitionMapping, AssetExecutionContext, AssetIn, MetadataValue, asset
+from dagster import (
+    AllPartitionMapping,
+    AssetExecutionContext,
+    AssetIn,
+    AssetKey,
+    AssetOut,
+    MetadataValue,
+    Output,
+    asset,
+    multi_asset,
+)
 
 from assets.partitions import model_partitions, one_dimension_of
 from kcal_pipeline.evaluation.families import family_comparison as compare_families
@@ -12,6 +22,7 @@ from kcal_pipeline.evaluation.tables import (
     consistency_table,
     curves_table,
     differences_table,
+    metrics_and_differences,
     metrics_table,
     thresholds_table,
 )
@@ -25,31 +36,62 @@ EVERY_PROBE = {"probe_instances": AssetIn(partition_mapping=AllPartitionMapping(
 CODE_VERSION = "5"  # 5: statements asserted at P > τ, template-kind τ recorded, seeded consistency
 
 
-@asset(
+@multi_asset(
     group_name=GROUP,
     partitions_def=model_partitions,
     ins={**ALL_RELATIONS, **ALL_OPTIONS, **EVERY_PROBE},
-    code_version="6",  # 6: the mean_confidence metric
+    outs={
+        "metrics": AssetOut(
+            is_required=False,  # either output alone may be selected (can_subset)
+            code_version="6",  # 6: the mean_confidence metric
+            description="Every registered metric that applies to each estimator, per split and "
+            "answer space, never pooled, on the headline selection: overall, per relation, domain, "
+            "gold count, MACE mixture and option count, with seeded bootstrap intervals (test "
+            "split); and per curated template with their mean over templates (BEAR's relation "
+            "accuracy).",
+        ),
+        "metric_differences": AssetOut(
+            is_required=False,
+            code_version=CODE_VERSION,
+            description="Each estimator's accuracy, ACE, Brier, AUROC and AURC minus Base's, with "
+            "a paired bootstrap interval over the same resamples (test split, headline selection).",
+        ),
+    },
+    # what each table really reads: the differences read neither option estimates nor instances
+    internal_asset_deps={
+        "metrics": {
+            AssetKey(k)
+            for k in ("estimates", "option_estimates", "probe_instances", "templates", "relations")
+        },
+        "metric_differences": {AssetKey("estimates"), AssetKey("templates")},
+    },
+    can_subset=True,
 )
 def metrics(
+    context: AssetExecutionContext,
     estimates: pl.DataFrame,
     option_estimates: pl.DataFrame,
     probe_instances: pl.DataFrame,
     templates: pl.DataFrame,
     relations: pl.DataFrame,
-) -> pl.DataFrame:
-    """Every registered metric that applies to each estimator, per split and answer space, never
-    pooled, on the headline selection: overall, per relation, domain, gold count, MACE mixture
-    and option count, with seeded bootstrap intervals (test split); and per curated template with
-    their mean over templates (BEAR's relation accuracy)."""
-    return metrics_table(estimates, templates, relations, probe_instances, option_estimates)
-
-
-@asset(group_name=GROUP, partitions_def=model_partitions, ins=ALL_RELATIONS, code_version=CODE_VERSION)
-def metric_differences(estimates: pl.DataFrame, templates: pl.DataFrame) -> pl.DataFrame:
-    """Each estimator's accuracy, ACE, Brier, AUROC and AURC minus Base's, with a paired
-    bootstrap interval over the same resamples (test split, headline selection)."""
-    return differences_table(estimates, templates)
+):
+    """The metrics table and the paired differences in one step when both are selected (the usual
+    run): the differences resample the rows the intervals resampled, so each estimator's resample
+    values are computed once for both (tables.metrics_and_differences). Either alone still works."""
+    selected = {key.to_user_string() for key in context.selected_asset_keys}
+    if {"metrics", "metric_differences"} <= selected:
+        table, differences = metrics_and_differences(
+            estimates, templates, relations, probe_instances, option_estimates
+        )
+        yield Output(table, output_name="metrics")
+        yield Output(differences, output_name="metric_differences")
+    elif "metrics" in selected:
+        yield Output(
+            metrics_table(estimates, templates, relations, probe_instances, option_estimates),
+            output_name="metrics",
+        )
+    else:
+        yield Output(differences_table(estimates, templates), output_name="metric_differences")
 
 
 @asset(group_name=GROUP, partitions_def=model_partitions, ins=ALL_RELATIONS, code_version="6")  # 6: the band

@@ -10,7 +10,8 @@ probe_instances (n_options, gold_ids, n_gold, from the synthetic data) as Parque
 own spawned process on those files, per model as the evaluation assets call them:
 
   (i)  kcal: evaluation/tables.py's metrics_table (every registered metric on every breakdown, with
-       B = 1,000 bootstrap intervals), differences_table (paired intervals against Base),
+       B = 1,000 bootstrap intervals) and differences_table (paired intervals against Base) sharing
+       one ResampledValues, as the metrics multi-asset runs them (metrics_and_differences),
        curves_table, thresholds_table and consistency_table, timed, with its peak memory;
   (ii) pandas: the same definitions (METHODS §3–4, the kcal modules' docstrings) written the way a
        researcher would: groupby, a loop over the groups, numpy per group; the bootstrap (intervals,
@@ -154,10 +155,18 @@ def load(folder: Path) -> Inputs:
 
 
 def kcal_stage(inputs: Inputs, models: list[str], n_resamples: int, seed: int) -> tuple[dict, dict]:
-    """The five tables of every model in `models` and the seconds per part. `metrics` is
-    metrics_table less the seconds of its bootstrap_intervals call, timed on its own (`intervals`)."""
+    """The five tables of every model in `models` and the seconds per part. metrics_table and
+    differences_table share one ResampledValues, as metrics_and_differences (the asset) runs them:
+    `differences` is what the differences cost beyond the intervals' resample values. `metrics`
+    is metrics_table less the seconds of a bootstrap_intervals call timed on its own, on fresh
+    values (`intervals`)."""
     from kcal_pipeline.estimation.registry import HEADLINE_SPLIT
-    from kcal_pipeline.evaluation.bootstrap import DEFAULT_METRICS, LEVEL, bootstrap_intervals
+    from kcal_pipeline.evaluation.bootstrap import (
+        DEFAULT_METRICS,
+        LEVEL,
+        ResampledValues,
+        bootstrap_intervals,
+    )
     from kcal_pipeline.evaluation.tables import (
         consistency_table,
         curves_table,
@@ -171,15 +180,24 @@ def kcal_stage(inputs: Inputs, models: list[str], n_resamples: int, seed: int) -
     seconds = dict.fromkeys(PARTS, 0.0)
     for model in models:
         m = inputs.model(model)
+        shared = ResampledValues(n_resamples, 0)
         t0 = time.perf_counter()
         out["metrics"].append(
             metrics_table(
-                m.estimates, m.templates, m.relations, m.probe_instances, m.option_estimates, n_resamples, 0
+                m.estimates,
+                m.templates,
+                m.relations,
+                m.probe_instances,
+                m.option_estimates,
+                n_resamples,
+                0,
+                shared,
             )
         )
         t1 = time.perf_counter()
-        out["differences"].append(differences_table(m.estimates, m.templates, n_resamples, 0))
+        out["differences"].append(differences_table(m.estimates, m.templates, n_resamples, 0, shared))
         t2 = time.perf_counter()
+        del shared  # the values of one model: freed before the next parts
         out["curves"].append(curves_table(m.estimates, m.templates, n_resamples, 0))
         t3 = time.perf_counter()
         out["thresholds"].append(thresholds_table(m.estimates, m.templates, m.option_estimates))

@@ -68,9 +68,17 @@ class ParquetIOManager(ConfigurableIOManager):
             self.scoring_settings,
             home,
         )
-        read = self._read.get((context.run_id, context.step_key), [])
+        node = context.step_context.job_def.asset_layer.get(context.asset_key)
+        # A multi-asset's step reads the inputs of all its outputs; each output's version counts
+        # only the tables it depends on (what the runner's expected_version counts too).
+        parents = {key.path[-1] for key in node.parent_keys}  # table names, as table_name gives them
+        read = [
+            p
+            for p in self._read.get((context.run_id, context.step_key), [])
+            if p.relative_to(home).parts[0] in parents
+        ]
         inputs = input_versions(home, [*read, *extra])
-        code = context.step_context.job_def.asset_layer.get(context.asset_key).code_version
+        code = node.code_version
         return data_version(table_name(context), code, values, inputs)
 
     def handle_output(self, context: OutputContext, obj: pl.DataFrame) -> None:

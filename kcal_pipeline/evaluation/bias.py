@@ -54,7 +54,9 @@ def _prediction_coverage_batched(frame: pl.DataFrame, count: int) -> np.ndarray:
 def _answer_coverage_batched(frame: pl.DataFrame, count: int) -> np.ndarray:
     golds = frame.with_row_index("instance").explode("gold_ids")
     hits = _in_top(golds, _top_predicted_batched(frame), "gold_ids")
-    per_instance = hits.group_by("segment", "instance").agg(pl.col("in_top").mean())
+    # in row order: a hash-ordered group_by would sum the per-instance means in a different order on
+    # every run, and the table's bytes would change in the last bit (a spurious file_changed)
+    per_instance = hits.group_by("segment", "instance", maintain_order=True).agg(pl.col("in_top").mean())
     return per_segment(per_instance, pl.col("in_top").mean(), count)
 
 

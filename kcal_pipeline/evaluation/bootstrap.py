@@ -383,9 +383,61 @@ OUTPUT_SCHEMA = {
 }
 
 
-def _in_threads(tasks: list[tuple]) -> list[dict[str, np.ndarray]]:
-    """batched_metrics(*task) for every task, in order, in threads (numpy on arrays of resamples)."""
-    return in_threads(lambda task: batched_metrics(*task), tasks)
+class ResampledValues:
+    """Each estimator's batched metric values on one scope's resamples of its rows, computed once.
+
+    The intervals of bootstrap_intervals and both sides of paired_differences resample the same
+    rows with the same plan whenever an estimator answered the instances its baseline answered
+    (nearly always): A's paired values are its interval values, and the baseline's are shared by
+    every pair. Pass one object to both (tables.metrics_and_differences does) and each is computed
+    once. A value is keyed by (estimator, output kind, model, reduction, split, answer space, the
+    exact rows as (relation, instance) ids, scope), never by a hash: one object serves ONE
+    estimates table, the rows' confidences being read from it.
+    """
+
+    def __init__(self, n_resamples: int = N_RESAMPLES, seed: int = 0):
+        self.plans = _Plans(n_resamples, seed)
+        self._rows: dict[tuple, int] = {}
+        self._values: dict[tuple, dict[str, np.ndarray]] = {}
+
+    def check(self, n_resamples: int, seed: int) -> None:
+        """Refuse a caller asking for other resamples than the ones memoised."""
+        have = (self.plans.n_resamples, self.plans.seed)
+        if (n_resamples, seed) != have:
+            raise ValueError(
+                f"values: memoised for (n_resamples, seed) = {have}, asked for {(n_resamples, seed)}"
+            )
+
+    def rows_id(self, g: pl.DataFrame) -> int:
+        """A small id for the exact rows of g (relation and instance ids, in order), so value keys
+        hash one int rather than the whole tuple on every look-up."""
+        rows = (tuple(g["relation_id"].to_list()), tuple(g["instance_id"].to_list()))
+        return self._rows.setdefault(rows, len(self._rows))
+
+    def evaluate(self, requests: list[tuple]) -> list[dict[str, np.ndarray]]:
+        """For each request (key, metrics, c, y, resamples), {metric: [B] values}; what is not
+        memoised yet is computed in threads, once per key however often it is requested."""
+        todo: dict[tuple, tuple] = {}
+        for key, metrics, c, y, resamples in requests:
+            pending = todo[key][0] if key in todo else ()
+            need = [m for m in metrics if m not in self._values.get(key, {}) and m not in pending]
+            if need:
+                todo[key] = ((*pending, *need), c, y, resamples)
+        computed = in_threads(lambda task: batched_metrics(*task), list(todo.values()))
+        for key, values in zip(todo, computed, strict=True):
+            self._values.setdefault(key, {}).update(values)
+        return [{m: self._values[key][m] for m in metrics} for key, metrics, *_ in requests]
+
+
+def _value_key(estimator: str, output_kind: str, key: dict, row_set: int, sc: ScopeResamples) -> tuple:
+    return (estimator, output_kind, *(key[k] for k in _PAIR_ON[:4]), row_set, sc.scope, sc.scope_value)
+
+
+def _memo(values: ResampledValues | None, n_resamples: int, seed: int) -> ResampledValues:
+    if values is None:
+        return ResampledValues(n_resamples, seed)
+    values.check(n_resamples, seed)
+    return values
 
 
 def bootstrap_intervals(
@@ -394,6 +446,7 @@ def bootstrap_intervals(
     n_resamples: int = N_RESAMPLES,
     seed: int = 0,
     level: float = LEVEL,
+    values: ResampledValues | None = None,
 ) -> pl.DataFrame:
     """Percentile intervals for the metrics of `compute_metrics`' table, scopes "all" (relations,
     then instances, resampled) and "relation" (instances resampled).
@@ -401,23 +454,27 @@ def bootstrap_intervals(
     `frame`: what compute_metrics reads, one row per instance per (model, estimator, reduction,
     split, answer space). Probability metrics are left out for score-valued estimators.
     `n_resamples` in the output counts the resamples on which the metric is defined (AUROC is
-    not on a resample with one class) and from which the interval is read.
+    not on a resample with one class) and from which the interval is read. `values`: resample
+    values shared with paired_differences on the same table (see ResampledValues).
     """
     names = _check_metrics(metrics)
     interval_percentiles(level)  # a bad level fails before any resampling
+    memo = _memo(values, n_resamples, seed)
     df = _sorted_estimates(frame, GROUP, "estimates")
-    plans = _Plans(n_resamples, seed)
-    keys, tasks = [], []
+    keys, requests = [], []
     for group, g in df.group_by(GROUP, maintain_order=True):
         key = dict(zip(GROUP, group, strict=True))
         usable = [m for m in names if METRICS[m].applies_to(key["output_kind"])]
         if not usable:
             continue
         c, y = as_arrays(g["confidence"].to_numpy(), g["correct"].to_numpy(), key["output_kind"])
-        for sc in plans(g["relation_id"].to_numpy()):
+        row_set = memo.rows_id(g)
+        for sc in memo.plans(g["relation_id"].to_numpy()):
             keys += [(*(key[k] for k in _KEYS), sc.scope, sc.scope_value, m) for m in usable]
-            tasks.append((usable, c, y, sc.resamples))
-    stacked = [v[m] for (usable, *_), v in zip(tasks, _in_threads(tasks), strict=True) for m in usable]
+            value_key = _value_key(key["estimator"], key["output_kind"], key, row_set, sc)
+            requests.append((value_key, usable, c, y, sc.resamples))
+    results = memo.evaluate(requests)
+    stacked = [v[m] for (_, usable, *_), v in zip(requests, results, strict=True) for m in usable]
     if not keys:
         return pl.DataFrame(schema=OUTPUT_SCHEMA)
     low, high, used = percentile_interval(np.vstack(stacked), level)
@@ -463,6 +520,7 @@ def paired_differences(
     n_resamples: int = N_RESAMPLES,
     seed: int = 0,
     level: float = LEVEL,
+    values: ResampledValues | None = None,
 ) -> pl.DataFrame:
     """metric(A) − metric(B) with a percentile interval, for each (A, B) in `pairs`, on the
     instances both estimators answered (joined on model, reduction, split, answer space, relation
@@ -472,16 +530,15 @@ def paired_differences(
     difference: an interval excluding 0 says the gap is not resampling noise. `difference` is the
     registered metric on the paired instances; `n` their count; `n_resamples` the resamples where
     both values are defined. Probability metrics only when both estimators give probabilities.
+    `values`: resample values shared with bootstrap_intervals on the same table (an estimator on
+    the same instances as B reads its interval values; B's are computed once for every pair).
     """
     names = _check_metrics(metrics)
     interval_percentiles(level)  # a bad level fails before any resampling
+    memo = _memo(values, n_resamples, seed)
     df = _sorted_estimates(frame, GROUP, "estimates")
     present = set(df["estimator"].unique().to_list())
-    plans = _Plans(n_resamples, seed)
-    keys, points, tasks, operands = [], [], [], []  # operands: (task of A, task of B, metric)
-    # One estimator's resample values on given rows, computed once: every pair against Base reads
-    # Base's on the same instances. Keyed by the exact rows (relation, instance ids), never a hash.
-    resampled: dict[tuple, list[int]] = {}
+    keys, points, requests, operands = [], [], [], []  # operands: (request of A, request of B, metric)
     for a, b in pairs:
         missing = [e for e in (a, b) if e not in present]
         if missing:
@@ -498,23 +555,21 @@ def paired_differences(
                 as_arrays(g[f"confidence{sfx}"].to_numpy(), g[f"correct{sfx}"].to_numpy(), kind)
                 for sfx, kind in zip(("", "_b"), kinds, strict=True)
             ]
-            plan = plans(g["relation_id"].to_numpy())
-            rows_key = (tuple(group), tuple(usable), tuple(g["relation_id"]), tuple(g["instance_id"]))
-            if (b, *rows_key) not in resampled:
-                resampled[(b, *rows_key)] = list(range(len(tasks), len(tasks) + len(plan)))
-                tasks += [(usable, *sides[1], sc.resamples) for sc in plan]
-            for sc, task_b in zip(plan, resampled[(b, *rows_key)], strict=True):
-                tasks.append((usable, *sides[0], sc.resamples))
+            row_set = memo.rows_id(g)
+            for sc in memo.plans(g["relation_id"].to_numpy()):
+                for estimator, kind, (c, y) in zip((a, b), kinds, sides, strict=True):
+                    value_key = _value_key(estimator, kind, key, row_set, sc)
+                    requests.append((value_key, usable, c, y, sc.resamples))
                 (ca, ya), (cb, yb) = ((c[sc.rows], y[sc.rows]) for c, y in sides)
                 for m in usable:
                     keys.append((*(key[k] for k in _PAIR_ON[:4]), sc.scope, sc.scope_value, a, b, m))
                     point = METRICS[m](ca, ya, kinds[0]) - METRICS[m](cb, yb, kinds[1])
                     points.append((point, ca.size))
-                    operands.append((len(tasks) - 1, task_b, m))
+                    operands.append((len(requests) - 2, len(requests) - 1, m))
     if not keys:
         return pl.DataFrame(schema=PAIRED_SCHEMA)
-    values = _in_threads(tasks)
-    stacked = [values[task_a][m] - values[task_b][m] for task_a, task_b, m in operands]
+    results = memo.evaluate(requests)
+    stacked = [results[i][m] - results[j][m] for i, j, m in operands]
     low, high, used = percentile_interval(np.vstack(stacked), level)
     rows = [
         (*k, d, lo, hi, n, u)

@@ -18,6 +18,7 @@ from kcal_pipeline.evaluation.bootstrap import (
     LEVEL,
     N_RESAMPLES,
     PAIRED_SCHEMA,
+    ResampledValues,
     bootstrap_intervals,
     paired_differences,
 )
@@ -68,12 +69,13 @@ def metrics_table(
     option_estimates: pl.DataFrame | None = None,
     n_resamples: int = N_RESAMPLES,
     seed: int = 0,
+    values: ResampledValues | None = None,
 ) -> pl.DataFrame:
     """Every applicable metric on the headline selection, per split, answer space and breakdown
     (and per template kind over all templates of the kind: template_kind_metrics), with a bootstrap
     interval (ci_low, ci_high, level LEVEL) for DEFAULT_METRICS on the test split,
     scopes all (clustered by relation) and relation; then per curated template and their means
-    (BEAR's relation accuracy), without intervals."""
+    (BEAR's relation accuracy), without intervals. `values`: see metrics_and_differences."""
     frame = headline_frame(estimates, templates, relations, probe_instances)
     point = pl.concat(
         [
@@ -83,7 +85,9 @@ def metrics_table(
     )
     test = frame.filter(pl.col("split") == HEADLINE_SPLIT)
     intervals = (
-        bootstrap_intervals(test, DEFAULT_METRICS, n_resamples=n_resamples, seed=seed, level=LEVEL)
+        bootstrap_intervals(
+            test, DEFAULT_METRICS, n_resamples=n_resamples, seed=seed, level=LEVEL, values=values
+        )
         if not test.is_empty()
         else pl.DataFrame(schema=BOOTSTRAP_SCHEMA)
     ).select(*INTERVAL_KEYS, "ci_low", "ci_high")
@@ -128,17 +132,43 @@ def template_kind_metrics(estimates: pl.DataFrame, templates: pl.DataFrame) -> p
 
 
 def differences_table(
-    estimates: pl.DataFrame, templates: pl.DataFrame, n_resamples: int = N_RESAMPLES, seed: int = 0
+    estimates: pl.DataFrame,
+    templates: pl.DataFrame,
+    n_resamples: int = N_RESAMPLES,
+    seed: int = 0,
+    values: ResampledValues | None = None,
 ) -> pl.DataFrame:
     """metric(estimator) − metric(Base) with a paired bootstrap interval (the same resamples for
     both), for every other estimator on the headline selection's test split: is Margin really
-    better calibrated than Base here?"""
+    better calibrated than Base here? `values`: see metrics_and_differences."""
     test = headline_template_estimates(estimates, templates).filter(pl.col("split") == HEADLINE_SPLIT)
     present = set(test["estimator"].unique().to_list())
     if BASELINE not in present or present == {BASELINE}:
         return pl.DataFrame(schema=PAIRED_SCHEMA)
     pairs = [(name, BASELINE) for name in ESTIMATORS if name in present and name != BASELINE]
-    return paired_differences(test, pairs, n_resamples=n_resamples, seed=seed)
+    return paired_differences(test, pairs, n_resamples=n_resamples, seed=seed, values=values)
+
+
+def metrics_and_differences(
+    estimates: pl.DataFrame,
+    templates: pl.DataFrame,
+    relations: pl.DataFrame | None = None,
+    probe_instances: pl.DataFrame | None = None,
+    option_estimates: pl.DataFrame | None = None,
+    n_resamples: int = N_RESAMPLES,
+    seed: int = 0,
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """metrics_table and differences_table of one model, equal to calling each alone, with each
+    estimator's resample values computed once for both: the paired differences resample the very
+    rows the intervals resampled (same plan, same seed), so an estimator's A-side values are its
+    interval values and Base's are computed once."""
+    values = ResampledValues(n_resamples, seed)
+    return (
+        metrics_table(
+            estimates, templates, relations, probe_instances, option_estimates, n_resamples, seed, values
+        ),
+        differences_table(estimates, templates, n_resamples, seed, values),
+    )
 
 
 def curves_table(

@@ -247,6 +247,33 @@ def test_second_run_recomputes_nothing_and_refresh_changes_no_file(run):
     assert files(home) == before  # same bytes, same mtimes: identical partitions were not rewritten
 
 
+@pytest.mark.parametrize("alone", ["metrics", "metric_differences"])
+def test_metrics_and_differences_materialized_alone_equal_the_joint_run(run, alone):
+    """One multi-asset computes both (sharing resample values); selecting one still works, writes
+    only that one, and gives the very bytes the joint run wrote."""
+    from dagster import AssetKey, materialize
+
+    from assets.definitions import all_assets
+    from assets.runner import get_instance
+    from resources import default_resources
+
+    home, _, _ = run
+    path = partition_path(home, alone, {"model": KEY})
+    before = path.read_bytes()
+    result = materialize(
+        all_assets,
+        selection=[AssetKey(alone)],
+        partition_key=KEY,
+        instance=get_instance(home),
+        resources=default_resources(home=str(home), **SETTINGS),
+    )
+    assert result.success
+    assert [m.asset_key.to_user_string() for m in result.asset_materializations_for_node("metrics")] == [
+        alone
+    ]
+    assert path.read_bytes() == before
+
+
 def test_definitions_load_from_workspace():
     from tests.conftest import REPO
 

@@ -12,6 +12,7 @@ from kcal_pipeline.evaluation.bootstrap import (
     BATCHED,
     DEFAULT_METRICS,
     PAD,
+    ResampledValues,
     batched_metrics,
     bootstrap_intervals,
     clustered_resamples,
@@ -374,3 +375,40 @@ def test_paired_differences_errors_and_score_pairs():
     other = random_frame(3, "x").with_columns(model_id=pl.lit("other"))
     with pytest.raises(ValueError, match="share no"):
         paired_differences(pl.concat([random_frame(1), other]), [("e", "x")])
+
+
+def test_shared_resample_values_change_nothing_and_compute_each_once(monkeypatch):
+    """Intervals then paired differences through one ResampledValues equal each computed alone, and
+    batched_metrics runs once per (estimator, rows, scope): margin's paired values are its interval
+    values, Base's on the same instances too; x lacks an instance, so Base on x's rows is new."""
+    base, margin = random_frame(2, "base"), random_frame(1, "margin")
+    x = random_frame(3, "x").filter((pl.col("relation_id") != "P1") | (pl.col("instance_id") != "i0"))
+    frame = pl.concat([margin, base, x])
+    pairs = [("margin", "base"), ("x", "base")]
+    calls = []
+    counted = bootstrap.batched_metrics
+    monkeypatch.setattr(bootstrap, "batched_metrics", lambda *a: calls.append(1) or counted(*a))
+
+    alone = (
+        bootstrap_intervals(frame, n_resamples=120, seed=4),
+        paired_differences(frame, pairs, n_resamples=120, seed=4),
+    )
+    calls_alone = len(calls)
+    values = ResampledValues(120, 4)
+    shared = (
+        bootstrap_intervals(frame, n_resamples=120, seed=4, values=values),
+        paired_differences(frame, pairs, n_resamples=120, seed=4, values=values),
+    )
+    scopes = 5  # all + P1 … P4
+    assert calls_alone == 3 * scopes + 4 * scopes  # intervals: 3 estimators; pairs: A and B each
+    assert len(calls) - calls_alone == 3 * scopes + scopes  # only Base on x's rows is new
+    for one, other in zip(alone, shared, strict=True):
+        assert one.equals(other)
+
+
+def test_shared_values_refuse_other_resamples():
+    values = ResampledValues(100, 0)
+    with pytest.raises(
+        ValueError, match=r"memoised for \(n_resamples, seed\) = \(100, 0\), asked for \(200, 0\)"
+    ):
+        bootstrap_intervals(random_frame(1), n_resamples=200, values=values)

@@ -4,7 +4,12 @@ breakdown, intervals joined onto the point values, and the Base-relative differe
 import polars as pl
 import pytest
 
-from kcal_pipeline.evaluation.tables import differences_table, metrics_table, template_kind_metrics
+from kcal_pipeline.evaluation.tables import (
+    differences_table,
+    metrics_and_differences,
+    metrics_table,
+    template_kind_metrics,
+)
 
 TEMPLATES = pl.DataFrame(
     {
@@ -105,3 +110,18 @@ def test_each_template_kind_tunes_its_own_threshold_and_the_table_lists_it():
     got = {(r["scope_value"], r["metric"]): r["value"] for r in out.iter_rows(named=True)}
     assert got[("curated", "precision_tuned")] == 1.0 and got[("curated", "recall_tuned")] == 1.0
     assert got[("marker", "recall_tuned")] == 0.0
+
+
+def test_metrics_and_differences_equal_each_table_alone():
+    # three estimators on 20 instances, one of them missing two: shared resample values change no number
+    rows = [
+        (f"i{i}", "c0", est, "test" if i < 16 else "dev", (0.3 + ((i * k) % 7) / 10), (i * k) % 3 != 0)
+        for k, est in ((1, "base"), (2, "margin"), (3, "gap"))
+        for i in range(20)
+        if not (est == "gap" and i in (4, 5))
+    ]
+    frame = estimates(rows)
+    metrics, differences = metrics_and_differences(frame, TEMPLATES, n_resamples=150, seed=3)
+    assert metrics.equals(metrics_table(frame, TEMPLATES, n_resamples=150, seed=3))
+    assert differences.equals(differences_table(frame, TEMPLATES, n_resamples=150, seed=3))
+    assert set(differences["estimator_a"]) == {"margin", "gap"}
