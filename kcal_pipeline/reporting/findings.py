@@ -33,6 +33,7 @@ from kcal_pipeline.core.storage import (
     read_partitions,
     rebuild_hint,
 )
+from kcal_pipeline.estimation.fitting import TEMPERATURE_BOUNDS
 from kcal_pipeline.estimation.registry import (
     ESTIMATORS,
     FULL_ANSWER_SPACE,
@@ -70,6 +71,7 @@ MULTI_TEMPLATE_FAMILIES = ("aggregation", "template_marginal")
 SELECTIVE_LAMA_FAMILY = "selective_lama"
 RECALIBRATED = ("base_temperature", "base_platt", "base_isotonic")
 CONSISTENCY_SETUPS = ("typo", "one-shot")
+FIT_COLUMNS = ["relation_id", "estimator", "reduction", "answer_space_k", "parameter", "value", "n_dev"]
 
 
 @dataclass(frozen=True)
@@ -79,7 +81,8 @@ class StoreTables:
     `estimates` holds what the claims read: the test split on full answer spaces (read_store_tables
     keeps the reductions Sum and Sum(A) only);
     `instances` is probe_instances' (relation_id, instance_id, n_gold), `relations` the relations
-    table's (relation_id, domain)."""
+    table's (relation_id, domain), `fits` estimator_fits' (relation_id, estimator, reduction,
+    answer_space_k, parameter, value, n_dev): how many dev instances each recalibration saw."""
 
     model_id: str
     metrics: pl.DataFrame = field(default_factory=pl.DataFrame)
@@ -89,6 +92,7 @@ class StoreTables:
     templates: pl.DataFrame = field(default_factory=pl.DataFrame)
     instances: pl.DataFrame = field(default_factory=pl.DataFrame)
     relations: pl.DataFrame = field(default_factory=pl.DataFrame)
+    fits: pl.DataFrame = field(default_factory=pl.DataFrame)
 
 
 @dataclass(frozen=True)
@@ -893,9 +897,46 @@ def recalibration_lowers_ace(t: StoreTables) -> list[Finding]:
                 row["ci_high"],
                 row["n"],
                 f"ΔACE {fmt_ci(row['difference'], row['ci_low'], row['ci_high'])}",
+                _dev_size_note(t.fits, name),
             )
         )
     return out
+
+
+# Fewer dev instances per fit than this and a recalibration is fitted to noise: the note says so.
+FEW_DEV = 20
+
+
+def _dev_size_note(fits: pl.DataFrame, estimator: str) -> str:
+    """How many dev instances the estimator's fits saw (Sum, full answer spaces), and how many
+    temperatures ended on a bound: a fit on a handful of instances explains a recalibration that
+    makes ACE worse."""
+    if fits.is_empty():
+        return ""
+    own = fits.filter(
+        (pl.col("estimator") == estimator)
+        & (pl.col("reduction") == REDUCTION)
+        & (pl.col("answer_space_k") == 0)
+    )
+    if own.is_empty():
+        return ""
+    per_relation = own.group_by("relation_id").agg(pl.col("n_dev").max())
+    low, high = int(per_relation["n_dev"].min()), int(per_relation["n_dev"].max())
+    note = (
+        f"fitted per relation on {low}–{high} dev instances"
+        if low != high
+        else f"fitted on {low} dev instances per relation"
+    )
+    temperatures = own.filter(pl.col("parameter") == "temperature")["value"]
+    if temperatures.len():
+        at_bound = int(temperatures.is_in(list(TEMPERATURE_BOUNDS)).sum())
+        note += f"; temperature on a bound {TEMPERATURE_BOUNDS} in {at_bound} of {temperatures.len()} fits"
+    if high < FEW_DEV:
+        note += (
+            f": fewer than {FEW_DEV} dev instances per fit, so the fit follows noise "
+            "(raise --max-instances or --dev-fraction)"
+        )
+    return note
 
 
 @claim(
@@ -1095,9 +1136,13 @@ def read_store_tables(home: Path, models: Sequence[str] | None = None) -> list[S
             if parts
             else pl.DataFrame()
         )
+        fit_parts = _relation_partitions(home, "estimator_fits", key)
         out.append(
             StoreTables(
                 model_id=metrics["model_id"][0] if metrics.height else key,
+                fits=read_partitions(home, "estimator_fits", fit_parts, FIT_COLUMNS)
+                if fit_parts
+                else pl.DataFrame(),
                 metrics=metrics,
                 differences=_optional(home, "metric_differences", key),
                 consistency=_optional(home, "consistency", key),

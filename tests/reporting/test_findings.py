@@ -619,3 +619,27 @@ def test_a_damaged_estimates_file_is_named_with_how_to_rebuild_it(tmp_path):
         match=r"relation=P1/part.parquet: not a readable Parquet file .*re-materialize estimates",
     ):
         fd.read_store_tables(tmp_path)
+
+
+def test_recalibration_note_counts_dev_instances_and_temperatures_on_a_bound():
+    fits = pl.DataFrame(
+        {
+            "relation_id": ["P1", "P1", "P2", "P2", "P2"],
+            "estimator": ["base_temperature"] * 4 + ["base_platt"],
+            "reduction": ["sum", "sum", "sum", "mean", "sum"],
+            "answer_space_k": [0, 0, 0, 0, 0],
+            "parameter": ["temperature", "temperature", "temperature", "temperature", "slope"],
+            "value": [0.05, 1.3, 20.0, 0.05, 2.0],
+            "n_dev": [2, 2, 30, 30, 30],
+        }
+    )
+    # Sum only (the Mean fit is left out): 3 fits, 2 on a bound; P1 saw 2 dev instances, P2 30
+    assert fd._dev_size_note(fits, "base_temperature") == (
+        "fitted per relation on 2–30 dev instances; temperature on a bound (0.05, 20.0) in 2 of 3 fits"
+    )
+    few = fits.with_columns(n_dev=pl.lit(3))
+    assert fd._dev_size_note(few, "base_platt") == (
+        "fitted on 3 dev instances per relation: fewer than 20 dev instances per fit, so the fit "
+        "follows noise (raise --max-instances or --dev-fraction)"
+    )
+    assert fd._dev_size_note(fits, "base_isotonic") == "" and fd._dev_size_note(pl.DataFrame(), "x") == ""
