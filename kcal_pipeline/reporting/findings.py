@@ -749,6 +749,19 @@ def sca_tau0_as_good_as_tuned(t: StoreTables) -> list[Finding]:
         verdict = INCONCLUSIVE
     if math.isnan(b["ci_low"]) or math.isnan(b["ci_high"]):
         verdict = INCONCLUSIVE
+    compared = sorted(set(head.filter(pl.col("estimator") == "sca_tuned")["relation_id"].to_list()))
+    notes = [f"compared on {', '.join(compared)}"]
+    if not t.relations.is_empty():
+        mace = set(t.relations.filter(pl.col("domain") == MACE_DOMAIN)["relation_id"].to_list())
+        if not mace & set(compared):
+            notes.append("no MACE relation among them (SCA τ tuned needs dev questions there)")
+    fitted = _fits_of(t.fits, "sca_tuned", "answer_sum")
+    if fitted_note := _dev_size_note(t.fits, "sca_tuned", "answer_sum"):
+        notes.append(fitted_note)
+    taus = fitted.filter(pl.col("parameter") == "tau")["value"] if not fitted.is_empty() else pl.Series([])
+    if verdict == HOLDS and taus.len() and (taus == 0).all() and fitted["n_dev"].max() < FEW_DEV:
+        verdict = INCONCLUSIVE  # the same estimator twice, by a fit on too few questions: no evidence
+        notes.append("τ was tuned to 0 everywhere, so both are the same estimator here")
     a = d.get("ace")
     ace = f"; ΔACE {fmt_ci(a['difference'], a['ci_low'], a['ci_high'])}" if a else ""
     return [
@@ -762,6 +775,7 @@ def sca_tau0_as_good_as_tuned(t: StoreTables) -> list[Finding]:
             b["ci_high"],
             b["n"],
             f"ΔBrier {fmt_ci(b['difference'], b['ci_low'], b['ci_high'])}{ace}",
+            "; ".join(notes),
         )
     ]
 
@@ -907,17 +921,22 @@ def recalibration_lowers_ace(t: StoreTables) -> list[Finding]:
 FEW_DEV = 20
 
 
-def _dev_size_note(fits: pl.DataFrame, estimator: str) -> str:
-    """How many dev instances the estimator's fits saw (Sum, full answer spaces), and how many
-    temperatures ended on a bound: a fit on a handful of instances explains a recalibration that
-    makes ACE worse."""
+def _fits_of(fits: pl.DataFrame, estimator: str, reduction: str = REDUCTION) -> pl.DataFrame:
+    """The estimator's dev-split fits under one reduction, full answer spaces."""
     if fits.is_empty():
-        return ""
-    own = fits.filter(
+        return fits
+    return fits.filter(
         (pl.col("estimator") == estimator)
-        & (pl.col("reduction") == REDUCTION)
+        & (pl.col("reduction") == reduction)
         & (pl.col("answer_space_k") == 0)
     )
+
+
+def _dev_size_note(fits: pl.DataFrame, estimator: str, reduction: str = REDUCTION) -> str:
+    """How many dev instances the estimator's fits saw (one reduction, full answer spaces), how
+    many temperatures ended on a bound and which τ were tuned: a fit on a handful of instances
+    explains a recalibration that makes ACE worse, or a tuned τ equal to τ = 0."""
+    own = _fits_of(fits, estimator, reduction)
     if own.is_empty():
         return ""
     per_relation = own.group_by("relation_id").agg(pl.col("n_dev").max())
@@ -931,6 +950,9 @@ def _dev_size_note(fits: pl.DataFrame, estimator: str) -> str:
     if temperatures.len():
         at_bound = int(temperatures.is_in(list(TEMPERATURE_BOUNDS)).sum())
         note += f"; temperature on a bound {TEMPERATURE_BOUNDS} in {at_bound} of {temperatures.len()} fits"
+    taus = own.filter(pl.col("parameter") == "tau")["value"]
+    if taus.len():
+        note += f"; tuned τ {', '.join(fmt(v) for v in sorted(set(taus.to_list())))}"
     if high < FEW_DEV:
         note += (
             f": fewer than {FEW_DEV} dev instances per fit, so the fit follows noise "

@@ -4,6 +4,7 @@ testable), the document's structure, and `kcal findings` on the shared real stor
 Hand-made tables are built so that every bootstrap resample gives the same difference where the
 verdict must be exact (an interval [d, d]), or so that the interval's side is beyond doubt."""
 
+import dataclasses
 import math
 import re
 
@@ -643,3 +644,24 @@ def test_recalibration_note_counts_dev_instances_and_temperatures_on_a_bound():
         "follows noise (raise --max-instances or --dev-fraction)"
     )
     assert fd._dev_size_note(fits, "base_isotonic") == "" and fd._dev_size_note(pl.DataFrame(), "x") == ""
+
+
+def test_sca_tuned_to_zero_on_a_few_dev_questions_is_no_evidence():
+    """Identical SCA rows hold as non-inferior, unless the tuned τ is 0 everywhere from fits on
+    fewer than FEW_DEV dev questions: then both are one estimator and the verdict is inconclusive."""
+
+    def fits(n_dev):
+        return pl.DataFrame(
+            {"relation_id": ["P1"], "estimator": ["sca_tuned"], "reduction": ["answer_sum"],
+             "answer_space_k": [0], "parameter": ["tau"], "value": [0.0], "n_dev": [n_dev]}
+        )  # fmt: skip
+
+    base = sca(0.5, 0.5, ALTERNATE)
+    few = only(fd.sca_tau0_as_good_as_tuned(dataclasses.replace(base, fits=fits(2))))
+    assert few.verdict == INCONCLUSIVE
+    assert few.note.startswith("compared on P1; fitted on 2 dev instances per relation; tuned τ 0.000")
+    assert few.note.endswith("τ was tuned to 0 everywhere, so both are the same estimator here")
+    many = only(fd.sca_tau0_as_good_as_tuned(dataclasses.replace(base, fits=fits(40))))
+    assert many.verdict == HOLDS and "same estimator" not in many.note
+    closed = dataclasses.replace(base, relations=pl.DataFrame({"relation_id": ["P1"], "domain": ["geo"]}))
+    assert "no MACE relation among them" in only(fd.sca_tau0_as_good_as_tuned(closed)).note
