@@ -86,11 +86,18 @@ def _one_line(error: BaseException, limit: int = 600) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+# The instance config kcal writes where there is none: default local storage (SQLite under
+# DAGSTER_HOME), and no "join the community" pop-up covering the asset graph in `dagster dev`.
+INSTANCE_CONFIG = "nux:\n  enabled: false\n"
+
+
 def get_instance(home: Path) -> DagsterInstance:
     """The persistent instance under DAGSTER_HOME (default KCAL_HOME/dagster), shared with `dagster dev`."""
     path = dagster_home(home)
     path.mkdir(parents=True, exist_ok=True)
-    (path / "dagster.yaml").touch()  # an empty config = default local storage, said explicitly
+    config = path / "dagster.yaml"
+    if not config.exists() or not config.read_text().strip():  # a user's own config is kept
+        config.write_text(INSTANCE_CONFIG)
     os.environ["DAGSTER_HOME"] = str(path)
     return DagsterInstance.get()
 
