@@ -1,8 +1,6 @@
 """The Dagster instance config kcal writes under DAGSTER_HOME: loaded by Dagster, no onboarding
 pop-up, and a user's own config left alone."""
 
-import os
-
 import pytest
 
 from assets.runner import INSTANCE_CONFIG, get_instance
@@ -10,25 +8,23 @@ from kcal_pipeline.core.paths import dagster_home
 
 
 @pytest.fixture
-def restore_dagster_home():
-    saved = os.environ.get("DAGSTER_HOME")
-    yield
-    if saved is None:
-        os.environ.pop("DAGSTER_HOME", None)
-    else:
-        os.environ["DAGSTER_HOME"] = saved
+def own_dagster_home(monkeypatch):
+    """No DAGSTER_HOME from outside (make test exports the repository's): the instance lives in
+    the test's KCAL_HOME, and whatever get_instance sets is undone afterwards."""
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
 
 
-def test_a_new_home_gets_the_config_and_dagster_loads_it(tmp_path, restore_dagster_home):
+def test_a_new_home_gets_the_config_and_dagster_loads_it(tmp_path, own_dagster_home):
     instance = get_instance(tmp_path)
-    config = dagster_home(tmp_path) / "dagster.yaml"
+    config = tmp_path / "dagster" / "dagster.yaml"
+    assert dagster_home(tmp_path) == config.parent
     assert config.read_text() == INSTANCE_CONFIG
     assert instance.get_settings("nux") == {"enabled": False}  # validated against Dagster's schema
     assert not instance.nux_enabled
 
 
-def test_an_empty_config_is_filled_and_a_users_own_is_kept(tmp_path, restore_dagster_home):
-    config = dagster_home(tmp_path) / "dagster.yaml"
+def test_an_empty_config_is_filled_and_a_users_own_is_kept(tmp_path, own_dagster_home):
+    config = tmp_path / "dagster" / "dagster.yaml"
     config.parent.mkdir(parents=True)
     config.touch()  # what earlier kcal versions wrote
     get_instance(tmp_path)
