@@ -25,7 +25,10 @@ install: $(STAMP)
 demo: install
 	$(BIN)/kcal demo
 
+# scripts/system-deps.sh apt-installs the Debian packages tests run for real (chromium, redis-server),
+# where missing.
 test: install
+	bash scripts/system-deps.sh
 	$(BIN)/python -m pytest -q
 
 # ruff (lint and format, configured in pyproject.toml) and the import contracts (stage layering,
@@ -35,9 +38,11 @@ lint: install
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
 
+# kcal ui syncs the model and relation partitions, then runs `dagster dev -w workspace.yaml` in a
+# process group of its own and stops all of it on Ctrl-C (assets/ui.py). UI_ARGS="--port 3001".
+UI_ARGS ?=
 ui: install
-	$(BIN)/kcal models sync
-	$(BIN)/dagster dev -w workspace.yaml
+	exec $(BIN)/kcal ui $(UI_ARGS)
 
 # The bench compares kcal with lm-pub-quiz and minicons in one process, so they share a venv of its
 # own (.bench-venv): torch first (the local CPU wheel), then the pinned peers and kcal in one resolve.

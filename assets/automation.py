@@ -14,7 +14,7 @@ An automated partition is requested when one of three *triggers* has fired since
 requested or materialized (by this sensor, the UI or `kcal demo` alike):
   * missing: it does not exist - a newly registered model, a relation whose statements just
     appeared, or a backlog found on the sensor's first tick;
-  * upstream updated: a partition it reads was materialized (statements of P36 rebuilt with new
+  * upstream updated: a partition it reads got a new data version (statements of P36 rebuilt with new
     templates → statement_scores of every model for P36 → their estimates → those models'
     metrics, curves and report);
   * code changed: the asset's `code_version` differs from the previous tick's (every partition).
@@ -65,11 +65,20 @@ def _triggered(upstream_updated: AutomationCondition) -> AutomationCondition:
     )
 
 
+# An input counts as updated when its data version changed (resources/parquet_io.py makes it
+# kcal's data version): a rerun that rewrote nothing (`file_changed` false) re-triggers nothing.
+INPUT_CHANGED = AC.data_version_changed()
+
+
 def missing_or_stale() -> AutomationCondition:
     """For assets whose inputs map partition to partition (statement_scores reads one relation's
     statements; estimates one partition's scores; report one model's metrics and curves)."""
     return (
-        _triggered(AC.any_deps_updated())
+        _triggered(
+            AC.any_deps_match(INPUT_CHANGED | AC.will_be_requested()).with_label(
+                "any_deps_data_version_changed_or_requested"
+            )
+        )
         & ~AC.any_deps_missing()
         & ~AC.any_deps_in_progress()
         & ~AC.in_progress()
@@ -87,7 +96,7 @@ def missing_or_stale_across(partial_input: str, *also_partial: str) -> Automatio
     # estimates first, and reacting to it directly would run before the new estimates exist.
     updated = (
         AC.any_deps_match(
-            (AC.newly_updated() & ~AC.executed_with_root_target()).with_label("newly_updated_without_root")
+            (INPUT_CHANGED & ~AC.executed_with_root_target()).with_label("data_version_changed_without_root")
         )
         .allow(partial)
         .with_label(f"{partial_input} updated")

@@ -159,6 +159,22 @@ def cmd_demo(args) -> int:
 DEMO_RELATIONS = ["P36", "P30", "P37", "mace-award"]
 
 
+def cmd_backfill(args) -> int:
+    from assets.backfill import daemon_is_running, submit_backfill, wait_for_backfill  # Dagster layer
+
+    home = kcal_home(args.home)
+    backfill_id, relations = submit_backfill(home, args.model, args.relation)
+    print(f"backfill {backfill_id}: {args.model} on {', '.join(relations)}, then its evaluation")
+    print(f"  in the UI: /runs/b/{backfill_id} (Overview → Backfills)")
+    if not daemon_is_running(home):
+        print("  no Dagster daemon runs on this store now: it starts when `kcal ui` (make ui) does")
+    if not args.wait:
+        return 0
+    status = wait_for_backfill(home, backfill_id, timeout_s=args.timeout)
+    print(f"backfill {backfill_id}: {status.value}")
+    return 0 if status.value in ("COMPLETED", "COMPLETED_SUCCESS") else 1
+
+
 def cmd_dataset_import_bear(args) -> int:
     from kcal_pipeline.dataset.sources.bear import import_bear
 
@@ -233,10 +249,12 @@ def _store_lock_for(args: argparse.Namespace, argv: list[str] | None):
 
 
 def _sync(home: Path) -> None:
-    from assets.runner import sync_model_partitions  # Dagster layer
+    from assets.runner import sync_model_partitions, sync_relation_partitions  # Dagster layer
 
     keys = sync_model_partitions(home)
     print(f"model partitions in the Dagster instance: {', '.join(keys)}")
+    relations = sync_relation_partitions(home)
+    print(f"relation partitions (the probe): {', '.join(relations) or 'none yet (kcal demo --relation R)'}")
 
 
 def cmd_models_add(args) -> int:
@@ -287,6 +305,21 @@ def cmd_models_remove(args) -> int:
     print(f"removed {args.id}")
     _sync(home)
     return 0
+
+
+def cmd_ui(args) -> int:
+    """The Dagster UI on this store; Ctrl-C stops it with every process it started (assets/ui.py)."""
+    from assets.ui import dagster_dev, serve
+
+    home = kcal_home(args.home)
+    workspace = Path(args.workspace)
+    if not workspace.is_file():
+        raise FileNotFoundError(f"--workspace {workspace}: no such file (the repository's workspace.yaml)")
+    _sync(home)  # also writes DAGSTER_HOME's dagster.yaml where there is none, and sets DAGSTER_HOME
+    env = {**os.environ, "KCAL_HOME": str(home)}
+    url = f"http://{args.host}:{args.port or 3000}"
+    print(f"Dagster UI: {url} (DAGSTER_HOME {env['DAGSTER_HOME']}); Ctrl-C stops it")
+    return serve(dagster_dev(workspace, args.host, args.port), env=env)
 
 
 def cmd_findings(args) -> int:
@@ -432,6 +465,29 @@ def build_parser() -> argparse.ArgumentParser:
         "--model", action="append", help="model key or id (repeatable; default: every model with metrics)"
     )
     fd.set_defaults(func=cmd_findings)
+
+    from assets.ui import WORKSPACE  # no Dagster import: the launcher only runs `dagster dev`
+
+    bf = sub.add_parser(
+        "backfill",
+        help="submit a Dagster backfill scoring one model on every probe relation, then evaluating it "
+        "(run by the daemon of `kcal ui`; shown on the UI's Backfills page)",
+    )
+    bf.add_argument("--model", required=True, help="model key (kcal models list)")
+    bf.add_argument(
+        "--relation", action="append", help="relation id (repeatable; default: every probe relation)"
+    )
+    bf.add_argument(
+        "--wait", action="store_true", help="wait until the backfill is done, printing its progress"
+    )
+    bf.add_argument("--timeout", type=float, default=0, help="with --wait: give up after this many seconds")
+    bf.set_defaults(func=cmd_backfill)
+
+    u = sub.add_parser("ui", help="the Dagster UI (dagster dev) on this store; Ctrl-C stops all of it")
+    u.add_argument("--host", default="127.0.0.1", help="webserver host (default: %(default)s)")
+    u.add_argument("--port", type=int, help="webserver port (default: 3000)")
+    u.add_argument("--workspace", default=str(WORKSPACE), help="workspace file (default: %(default)s)")
+    u.set_defaults(func=cmd_ui)
     return p
 
 
@@ -554,8 +610,10 @@ def main(argv: list[str] | None = None) -> int:
         # The catalog (imported datasets) and the Dagster layer read KCAL_HOME from the environment.
         os.environ["KCAL_HOME"] = str(kcal_home(args.home))
     ctrl_c = CtrlC()
+    # `kcal ui` takes its stop signals itself (assets/ui.py): CtrlC's SIGINT mask would reach dagster dev.
+    guard = contextlib.nullcontext() if args.command == "ui" else ctrl_c
     try:
-        with ctrl_c, _store_lock_for(args, argv):
+        with guard, _store_lock_for(args, argv):
             code = args.func(args)
         return _interrupted(args) if ctrl_c.pressed else code
     except (KeyError, ValueError, FileNotFoundError, RuntimeError, duckdb.Error) as exc:

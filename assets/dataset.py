@@ -7,13 +7,14 @@ from dagster import (
     AssetExecutionContext,
     AssetIn,
     AssetOut,
+    IdentityPartitionMapping,
     MetadataValue,
     Output,
     asset,
     multi_asset,
 )
 
-from assets.partitions import relation_partitions
+from assets.partitions import catalog_relation_partitions, relation_partitions
 from kcal_pipeline.core.paths import kcal_home
 from kcal_pipeline.core.storage import partition_path
 from kcal_pipeline.dataset.instances.paraphrases import (
@@ -39,6 +40,8 @@ from resources.settings import reads
 GROUP = "dataset"
 FACT_READS = reads("relation", "probe.page_size", "probe.min_sitelinks")
 EVERY_RELATION = AllPartitionMapping()
+# A probe relation reads the facts of the same relation (facts are partitioned by the catalog).
+SAME_RELATION = IdentityPartitionMapping()
 
 
 @asset(group_name=GROUP, code_version="3", metadata=reads("catalog"))
@@ -59,7 +62,7 @@ def templates(context: AssetExecutionContext, probe_settings: ProbeSettings) -> 
 
 @multi_asset(
     group_name=GROUP,
-    partitions_def=relation_partitions,
+    partitions_def=catalog_relation_partitions,
     code_version="3",
     outs={
         "wikidata_facts": AssetOut(
@@ -109,6 +112,7 @@ def object_pools(wikidata_facts: pl.DataFrame) -> pl.DataFrame:
     group_name=GROUP,
     partitions_def=relation_partitions,
     code_version="3",
+    ins={"wikidata_facts": AssetIn(partition_mapping=SAME_RELATION)},
     metadata=reads(
         "relation", "probe.answer_space", "probe.answer_space_size", "probe.answer_space_size_one_to_one",
         "probe.n_negatives", "probe.seed", "probe.max_instances", "probe.dev_fraction",

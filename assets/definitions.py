@@ -7,17 +7,41 @@ under `dagster dev` (DefaultSensorStatus.RUNNING, no click in the UI needed):
 `kcal_automation_sensor` requests runs for missing or stale model partitions.
 """
 
-from dagster import Definitions, load_assets_from_modules, map_asset_specs
+from dagster import AssetSpec, Definitions, load_assets_from_modules, map_asset_specs
 
 from assets import dataset, estimation, evaluation, reporting, scoring
 from assets.automation import automation_sensor, with_automation
+from assets.checks import ASSET_CHECKS
+from assets.engine import kcal_scoring_celery
+from assets.jobs import STAGE_JOBS
+from assets.schedules import nightly_evaluation
 from assets.sensors import model_registry_sensor
 from resources import default_resources
 
+OWNERS = ["team:kcal"]
+# Every asset is a Parquet table under KCAL_HOME with a DuckDB view, computed with polars; the
+# kinds are the icons the asset graph shows.
+KINDS = {"parquet", "duckdb", "polars"}
+EXTRA_KINDS = {"statement_scores": {"pytorch"}, "report": {"html"}, "cross_model_report": {"html"}}
+
+
+def with_catalog_attributes(spec: AssetSpec) -> AssetSpec:
+    """Owners and kinds (the asset graph's icons); the group (one per stage) and the description
+    come from each asset's definition."""
+    name = spec.key.to_user_string()
+    return spec.replace_attributes(owners=OWNERS, kinds=KINDS | EXTRA_KINDS.get(name, set()))
+
+
 all_assets = map_asset_specs(
-    with_automation, load_assets_from_modules([dataset, scoring, estimation, evaluation, reporting])
+    lambda spec: with_automation(with_catalog_attributes(spec)),
+    load_assets_from_modules([dataset, scoring, estimation, evaluation, reporting]),
 )
 
 defs = Definitions(
-    assets=all_assets, sensors=[model_registry_sensor, automation_sensor], resources=default_resources()
+    assets=all_assets,
+    asset_checks=ASSET_CHECKS,
+    jobs=[*STAGE_JOBS, kcal_scoring_celery],
+    schedules=[nightly_evaluation],
+    sensors=[model_registry_sensor, automation_sensor],
+    resources=default_resources(),
 )

@@ -16,6 +16,8 @@ from dagster import (
 )
 
 from assets.partitions import model_partitions, one_dimension_of
+from assets.reporting import markdown_images
+from kcal_pipeline.core.paths import kcal_home, report_path
 from kcal_pipeline.evaluation.families import family_comparison as compare_families
 from kcal_pipeline.evaluation.families import model_families
 from kcal_pipeline.evaluation.tables import (
@@ -26,6 +28,8 @@ from kcal_pipeline.evaluation.tables import (
     metrics_table,
     thresholds_table,
 )
+from kcal_pipeline.reporting.html import markdown_table, summary_table
+from kcal_pipeline.reporting.pages import intervals_table, selective_preview
 from resources import ProbeSettings
 from resources.settings import reads
 
@@ -74,32 +78,45 @@ def metrics(
     probe_instances: pl.DataFrame,
     templates: pl.DataFrame,
     relations: pl.DataFrame,
+    probe_settings: ProbeSettings,
 ):
     """The metrics table and the paired differences in one step when both are selected (the usual
     run): the differences resample the rows the intervals resampled, so each estimator's resample
     values are computed once for both (tables.metrics_and_differences). Either alone still works."""
     selected = {key.to_user_string() for key in context.selected_asset_keys}
+    report = report_path(kcal_home(probe_settings.home or None), context.partition_key)
     if {"metrics", "metric_differences"} <= selected:
         table, differences = metrics_and_differences(
             estimates, templates, relations, probe_instances, option_estimates
         )
-        yield Output(table, output_name="metrics")
+        yield Output(table, output_name="metrics", metadata=metrics_preview(table, report))
         yield Output(differences, output_name="metric_differences")
     elif "metrics" in selected:
-        yield Output(
-            metrics_table(estimates, templates, relations, probe_instances, option_estimates),
-            output_name="metrics",
-        )
+        table = metrics_table(estimates, templates, relations, probe_instances, option_estimates)
+        yield Output(table, output_name="metrics", metadata=metrics_preview(table, report))
     else:
         yield Output(differences_table(estimates, templates), output_name="metric_differences")
 
 
 @asset(group_name=GROUP, partitions_def=model_partitions, ins=ALL_RELATIONS, code_version="6")  # 6: the band
-def curves(estimates: pl.DataFrame, templates: pl.DataFrame) -> pl.DataFrame:
+def curves(context: AssetExecutionContext, estimates: pl.DataFrame, templates: pl.DataFrame) -> pl.DataFrame:
     """Reliability (each bin with its 95 % bootstrap band, on the metrics' resamples),
     accuracy–rejection, risk–coverage and ROC curves on the headline selection, per split and answer
     space."""
-    return curves_table(estimates, templates)
+    table = curves_table(estimates, templates)
+    plots = markdown_images(selective_preview(table))
+    context.add_output_metadata({"plots": MetadataValue.md(plots or "no selective curves (no test split)")})
+    return table
+
+
+def metrics_preview(table: pl.DataFrame, report) -> dict:
+    """What the UI shows of a model's metrics: the summary and the intervals, and the report page
+    (written by the `report` asset)."""
+    return {
+        "summary": MetadataValue.md(markdown_table(summary_table(table))),
+        "intervals": MetadataValue.md(markdown_table(intervals_table(table))),
+        "report": MetadataValue.url(report.as_uri()),
+    }
 
 
 @asset(

@@ -1,4 +1,13 @@
-"""Partitions: relation (static, from the catalog) and model (dynamic, from models.toml)."""
+"""Partitions: the catalog's relations (for the facts), the probe's relations and the models, all
+dynamic and kept in step by the runner and the registry sensor.
+
+Facts are fetched for every relation of the catalog, but a probe covers the relations a user chose
+(`kcal demo --relation`, four by default). The `relation` partitions are those probe relations, so
+a per-model summary depends on exactly the relations that were probed (not on the 28 the probe left
+out), and the UI's model × relation grid shows the probe, not the whole catalog. The catalog's
+relations (`catalog_relation`) are dynamic too, equal to the catalog: a probe relation reads its
+facts through an identity mapping, which Dagster accepts between two dynamic definitions only, and
+an imported relation set appears without reloading the code location."""
 
 import warnings
 
@@ -8,12 +17,13 @@ from dagster import (
     DynamicPartitionsDefinition,
     MultiPartitionsDefinition,
     MultiToSingleDimensionPartitionMapping,
-    StaticPartitionsDefinition,
 )
 
+from kcal_pipeline.core.storage import partition_path
 from kcal_pipeline.dataset.relations import relation_ids
 
-relation_partitions = StaticPartitionsDefinition(relation_ids())
+catalog_relation_partitions = DynamicPartitionsDefinition(name="catalog_relation")  # = the catalog
+relation_partitions = DynamicPartitionsDefinition(name="relation")  # the probe's relations
 model_partitions = DynamicPartitionsDefinition(name="model")
 model_relation_partitions = MultiPartitionsDefinition(
     {"model": model_partitions, "relation": relation_partitions}
@@ -33,3 +43,18 @@ def partition_changes(current, keys: list[str]) -> tuple[list[str], list[str]]:
     """(to add, to delete) that make the `model` partitions equal the registry's keys."""
     current = set(current)
     return [k for k in keys if k not in current], sorted(current - set(keys))
+
+
+def relation_changes(current, wanted, known) -> tuple[list[str], list[str]]:
+    """(to add, to delete) for the probe's `relation` partitions: the wanted relations (a run's, or
+    those with a probe on disk) join the probe; a relation no longer in the catalog leaves it. A
+    probed relation is never dropped otherwise: its tables stay part of every model's summary."""
+    current, known = set(current), set(known)
+    added = [r for r in dict.fromkeys(wanted) if r not in current and r in known]
+    return added, sorted(current - known)
+
+
+def probed_relations(home) -> list[str]:
+    """Catalog relations with a probe on disk (their probe_instances): they belong to the probe even
+    where the instance does not know them yet (a store made before relations were partitions)."""
+    return [r for r in relation_ids() if partition_path(home, "probe_instances", {"relation": r}).exists()]

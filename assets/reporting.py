@@ -23,7 +23,7 @@ from resources.settings import reads
 GROUP = "reporting"
 
 
-def _images(figures: dict) -> str:
+def markdown_images(figures: dict) -> str:
     """Markdown images with PNG data: URIs (100 dpi: a few tens of kB each in the run database)."""
     return "\n\n".join(f"![{name}]({png_data_uri(fig, name)})" for name, fig in figures.items())
 
@@ -61,7 +61,7 @@ def report(
             "duckdb": MetadataValue.path(warehouse.path),
             "summary": MetadataValue.md(markdown_table(summary)),
             "intervals": MetadataValue.md(markdown_table(intervals_table(metrics))),
-            "plots": MetadataValue.md(_images(preview_figures(metrics, curves))),
+            "plots": MetadataValue.md(markdown_images(preview_figures(metrics, curves))),
         }
     )
     return summary.with_columns(model_id=pl.lit(entry.id))
@@ -91,7 +91,7 @@ def cross_model_report(
             "report": MetadataValue.url(html_path.as_uri()),
             "report_path": MetadataValue.path(str(html_path)),
             "leaderboard": MetadataValue.md(markdown_table(board)),
-            "plots": MetadataValue.md(_images(previews) or "no model has metrics yet"),
+            "plots": MetadataValue.md(markdown_images(previews) or "no model has metrics yet"),
         }
     )
     return board

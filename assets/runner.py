@@ -8,14 +8,32 @@ affects, an interrupted partition (no final file) is never done, and done work i
 """
 
 import os
+import socket
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dagster import AssetKey, DagsterInstance, MultiPartitionKey, materialize
+from dagster import (
+    AssetKey,
+    DagsterInstance,
+    DagsterRunStatus,
+    Definitions,
+    ExecuteInProcessResult,
+    MultiPartitionKey,
+    RunsFilter,
+)
 
+from assets.checks import ASSET_CHECKS
 from assets.definitions import all_assets
-from assets.partitions import model_partitions, partition_changes
+from assets.jobs import STAGE_JOBS, job_of
+from assets.partitions import (
+    catalog_relation_partitions,
+    model_partitions,
+    partition_changes,
+    probed_relations,
+    relation_changes,
+    relation_partitions,
+)
 from kcal_pipeline.core.paths import dagster_home, registry_path
 from kcal_pipeline.core.storage import partition_path
 from kcal_pipeline.core.versions import data_version, input_versions, stored_version
@@ -87,8 +105,20 @@ def _one_line(error: BaseException, limit: int = 600) -> str:
 
 
 # The instance config kcal writes where there is none: default local storage (SQLite under
-# DAGSTER_HOME), and no "join the community" pop-up covering the asset graph in `dagster dev`.
-INSTANCE_CONFIG = "nux:\n  enabled: false\n"
+# DAGSTER_HOME); no "join the community" pop-up covering the asset graph in `dagster dev`; and
+# the scoring pool (assets/scoring.py) limited per run: the run queue starts at most
+# `default_limit` runs that score at once (one device; raise it with a device per slot, in this
+# file or with `dagster instance concurrency set scoring N`), the others wait queued.
+INSTANCE_CONFIG = """\
+nux:
+  enabled: false
+concurrency:
+  pools:
+    granularity: run
+    default_limit: 1
+"""
+# What earlier kcal versions wrote: replaced by the current config, unlike a user's own.
+EARLIER_INSTANCE_CONFIGS = {"nux:\n  enabled: false\n"}
 
 
 def get_instance(home: Path) -> DagsterInstance:
@@ -96,7 +126,8 @@ def get_instance(home: Path) -> DagsterInstance:
     path = dagster_home(home)
     path.mkdir(parents=True, exist_ok=True)
     config = path / "dagster.yaml"
-    if not config.exists() or not config.read_text().strip():  # a user's own config is kept
+    text = config.read_text() if config.exists() else ""
+    if not text.strip() or text in EARLIER_INSTANCE_CONFIGS:  # a user's own config is kept
         config.write_text(INSTANCE_CONFIG)
     os.environ["DAGSTER_HOME"] = str(path)
     return DagsterInstance.get()
@@ -112,6 +143,26 @@ def sync_model_partitions(home: Path, instance: DagsterInstance | None = None) -
     for stale in removed:
         instance.delete_dynamic_partition(model_partitions.name, stale)
     return keys
+
+
+def sync_relation_partitions(
+    home: Path, instance: DagsterInstance | None = None, relations: Sequence[str] = ()
+) -> list[str]:
+    """Make the `catalog_relation` partitions equal the catalog; add `relations` (a run's) and
+    every relation with a probe on disk to the probe's `relation` partitions, and drop those no
+    longer in the catalog. Returns the probe's relations."""
+    instance = instance or get_instance(home)
+    known = relation_ids()
+    for pdef, wanted in (
+        (catalog_relation_partitions, known),
+        (relation_partitions, [*relations, *probed_relations(home)]),
+    ):
+        added, removed = relation_changes(instance.get_dynamic_partitions(pdef.name), wanted, known)
+        if added:
+            instance.add_dynamic_partitions(pdef.name, added)
+        for stale in removed:
+            instance.delete_dynamic_partition(pdef.name, stale)
+    return instance.get_dynamic_partitions(relation_partitions.name)
 
 
 def _partitions(kind: str, models: Sequence[str], relations: Sequence[str]) -> list[tuple[str | None, dict]]:
@@ -178,16 +229,58 @@ def is_up_to_date(home: Path, asset: str, dims: dict, resources: dict) -> bool:
     return stored is not None and stored == expected_version(home, asset, dims, resources)
 
 
+def runner_tags() -> dict[str, str]:
+    return {"kcal/host": socket.gethostname(), "kcal/pid": str(os.getpid())}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's live process
+    return True
+
+
+def fail_abandoned_runs(instance: DagsterInstance) -> list[str]:
+    """Mark failed the runs a killed kcal process left 'started' on this host (a SIGKILL gives it
+    no chance to), so they neither show as running forever nor hold the scoring pool's slot that
+    the UI's queued runs wait for. Returns their run ids."""
+    stuck = instance.get_runs(
+        filters=RunsFilter(
+            statuses=[DagsterRunStatus.STARTED, DagsterRunStatus.STARTING],
+            tags={"kcal/host": socket.gethostname()},
+        )
+    )
+    pids = {run.run_id: run.tags.get("kcal/pid", "") for run in stuck}
+    abandoned = [run for run in stuck if pids[run.run_id].isdigit() and not _alive(int(pids[run.run_id]))]
+    for run in abandoned:
+        instance.report_run_failed(run, f"the kcal process (pid {run.tags['kcal/pid']}) that ran it is gone")
+    return [run.run_id for run in abandoned]
+
+
+def run_stage(
+    instance: DagsterInstance, resources: dict, assets: Sequence[str], partition_key: str | None = None
+) -> ExecuteInProcessResult:
+    """Materialize `assets` (of one stage) as a run of their named job (assets/jobs.py), tagged
+    with the assets and this process, so the UI's runs list says what each CLI run did."""
+    definitions = Definitions(
+        assets=all_assets, asset_checks=ASSET_CHECKS, jobs=STAGE_JOBS, resources=resources
+    )
+    job = definitions.resolve_job_def(job_of(assets[0]))
+    return job.execute_in_process(
+        run_config=QUIET_LOGS,
+        instance=instance,
+        partition_key=partition_key,
+        asset_selection=[AssetKey(a) for a in assets],
+        tags={"kcal/source": "kcal (CLI)", "kcal/assets": ", ".join(assets), **runner_tags()},
+    )
+
+
 def materialize_unpartitioned(home: Path, asset: str, settings: dict | None = None) -> None:
     """One unpartitioned asset (e.g. generated_templates, data_quality), whatever its state."""
-    instance = get_instance(home)
-    materialize(
-        all_assets,
-        selection=[AssetKey(asset)],
-        instance=instance,
-        resources=default_resources(home=str(home), **(settings or {})),
-        run_config=QUIET_LOGS,
-    )
+    run_stage(get_instance(home), default_resources(home=str(home), **(settings or {})), [asset])
 
 
 def _blocked(summary: RunSummary, unloadable: dict[str, str], kind: str, model: str) -> str | None:
@@ -236,6 +329,9 @@ def run_missing(
     resources = default_resources(home=str(home), **(settings or {}))
     instance = get_instance(home)
     sync_model_partitions(home, instance)
+    sync_relation_partitions(home, instance, relations)
+    for run_id in fail_abandoned_runs(instance):
+        log(f"run {run_id} was left started by a killed kcal process: marked failed")
     summary = RunSummary()
     unloadable: dict[str, str] = {}  # model key -> why its remaining partitions are not run
     for kind, stage_assets in STAGES:
@@ -257,14 +353,7 @@ def run_missing(
                 continue
             log(f"materializing {', '.join(todo)} [{label}]")
             try:
-                materialize(
-                    all_assets,
-                    selection=[AssetKey(a) for a in todo],
-                    partition_key=pkey,
-                    instance=instance,
-                    resources=resources,
-                    run_config=QUIET_LOGS,
-                )
+                run_stage(instance, resources, todo, pkey)
             except Exception as error:
                 cross_model = set(todo) <= CROSS_MODEL
                 if (model is None and not cross_model) or _interrupted(error):  # dataset stages; Ctrl-C

@@ -10,9 +10,16 @@ from kcal_pipeline.scoring.partition import score_partition
 from resources import ModelProvider, ScoringSettings
 from resources.settings import reads, scoring_reads
 
+# At most `limit` scoring runs at once (the instance config kcal writes sets 1: one device); more
+# runs queue in the UI instead of fighting over the GPU or the CPU (assets/runner.py).
+SCORING_POOL = "scoring"
+
 
 @asset(
     group_name="scoring",
+    pool=SCORING_POOL,
+    # on the Celery executor (assets/engine.py), only workers started with `-q scoring` (GPU hosts) take it
+    op_tags={"dagster-celery/queue": "scoring"},
     partitions_def=model_relation_partitions,
     code_version="4",  # 3: dropout/subject-mask record columns, mask tokens for masked LMs; 4: model_kind
     ins=one_dimension_of("statements", "relation"),

@@ -2,7 +2,12 @@
 
 Each tick (every 30 s; RUNNING by default, so `dagster dev` starts it with no click) it makes the
 `model` dynamic partitions equal the registry (models.toml): new entries get their partitions,
-removed ones lose them. It requests no runs itself: the automation sensor
+removed ones lose them. It keeps the `catalog_relation` partitions (the facts') equal to the
+catalog, and the probe's `relation` partitions in step with the store:
+a relation probed outside this instance (its probe_instances on disk) joins them, one no longer in
+the catalog (typed into the UI's "add partition", or a removed import) leaves them.
+
+It requests no runs itself: the automation sensor
 (`kcal_automation_sensor`, assets/automation.py) sees the new partitions as missing and requests
 statement_scores + estimates for exactly the model × relation partitions whose statements exist,
 then the model's metrics, curves and report. One mechanism deciding what to run means no
@@ -20,7 +25,16 @@ from dagster import (
     sensor,
 )
 
-from assets.partitions import model_partitions, partition_changes
+from assets.partitions import (
+    catalog_relation_partitions,
+    model_partitions,
+    partition_changes,
+    probed_relations,
+    relation_changes,
+    relation_partitions,
+)
+from kcal_pipeline.core.paths import kcal_home
+from kcal_pipeline.dataset.relations import relation_ids
 from resources import ModelProvider
 
 
@@ -31,7 +45,16 @@ def model_registry_sensor(context: SensorEvaluationContext, models: ModelProvide
     requests = [AddDynamicPartitionsRequest(model_partitions.name, added)] if added else []
     if removed:
         requests.append(DeleteDynamicPartitionsRequest(model_partitions.name, removed))
+    known, probed = relation_ids(), probed_relations(kcal_home(models.home or None))
+    new, gone = [], []
+    for pdef, wanted in ((catalog_relation_partitions, known), (relation_partitions, probed)):
+        add, delete = relation_changes(context.instance.get_dynamic_partitions(pdef.name), wanted, known)
+        if add:
+            requests.append(AddDynamicPartitionsRequest(pdef.name, add))
+        if delete:
+            requests.append(DeleteDynamicPartitionsRequest(pdef.name, delete))
+        new, gone = new + add, gone + delete
     if not requests:
-        return SkipReason("the model partitions equal the registry")
-    context.log.info(f"model partitions: adding {added}, removing {removed}")
+        return SkipReason("the model partitions equal the registry, the relation partitions the probe")
+    context.log.info(f"models: adding {added}, removing {removed}; relations: adding {new}, removing {gone}")
     return SensorResult(dynamic_partitions_requests=requests)

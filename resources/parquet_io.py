@@ -7,6 +7,7 @@ from pathlib import Path
 import polars as pl
 from dagster import (
     ConfigurableIOManager,
+    DataVersion,
     DynamicPartitionsDefinition,
     InputContext,
     MultiPartitionsDefinition,
@@ -19,6 +20,7 @@ from kcal_pipeline.core.paths import kcal_home
 from kcal_pipeline.core.storage import partition_path, read_partitions, table_has_data, write_parquet_atomic
 from kcal_pipeline.core.versions import DATA_VERSION_KEY, data_version, input_versions
 from kcal_pipeline.core.warehouse import refresh_views
+from kcal_pipeline.dataset.relations import relation_label
 from kcal_pipeline.scoring.partition import TABLE as SCORES_TABLE
 from kcal_pipeline.scoring.partition import discard_checkpoints
 from resources.settings import ProbeSettings, ScoringSettings, declared_reads, resolve_reads
@@ -32,7 +34,7 @@ def partition_dims(pdef: PartitionsDefinition | None, key: str | None) -> dict[s
     if isinstance(pdef, MultiPartitionsDefinition):
         return dict(pdef.get_partition_key_from_str(str(key)).keys_by_dimension)
     if isinstance(pdef, DynamicPartitionsDefinition):
-        return {"model": key}
+        return {"model" if pdef.name == "model" else "relation": key}  # catalog or probe relations
     return {"relation": key}
 
 
@@ -101,9 +103,13 @@ class ParquetIOManager(ConfigurableIOManager):
             # DuckDB cannot create a view over a glob that matches nothing, so a table's view
             # appears with its first file; later partitions are picked up by the glob itself.
             refresh_views(home)
-        context.add_output_metadata(
-            {"path": str(path), "rows": obj.height, "file_changed": changed, "kcal_data_version": version}
-        )
+        # Dagster's data version of the materialization is kcal's: a rerun that gives the same file
+        # keeps it, so the automation (which follows data versions) does not re-run what reads it.
+        context.step_context.set_data_version(context.asset_key, DataVersion(version))
+        meta = {"path": str(path), "rows": obj.height, "file_changed": changed, "kcal_data_version": version}
+        if "relation" in dims:
+            meta["relation"] = relation_label(dims["relation"])
+        context.add_output_metadata(meta)
 
     def load_input(self, context: InputContext) -> pl.DataFrame:
         home = kcal_home(self.home or None)

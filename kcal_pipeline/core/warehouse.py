@@ -26,11 +26,13 @@ from pathlib import Path
 from typing import NoReturn
 
 import duckdb
+from filelock import FileLock
 
 from kcal_pipeline.core.paths import duckdb_path, repo_sql_dir
 from kcal_pipeline.core.storage import existing_tables, store_file_hint
 
 TABLE_VIEW = "_table.sql"
+VIEWS_LOCK = ".views.lock"  # beside kcal.duckdb: one process at a time rewrites the views
 # Views built on other views, created after the table views they read and in this order (a view
 # may read the ones before it); each with the tables it needs.
 DERIVED_VIEWS = {
@@ -117,9 +119,18 @@ def refresh_views(home: Path, sql_dir: Path | None = None) -> list[str]:
     """Create or replace the view of every table that has data, and record what they were made
     for (one transaction); returns the view names."""
     home = Path(home).absolute()
-    names, statements = _view_statements(home, sql_dir or repo_sql_dir())
     path = _database(home)
     path.parent.mkdir(parents=True, exist_ok=True)
+    # DuckDB lets one process write its file: partition writers on several workers (the Celery
+    # path, kcal_pipeline/core/partition_lock.py) that each store a table's first file take turns,
+    # and each lists the tables inside the lock, so the last one's views include the other's table.
+    with FileLock(path.with_name(VIEWS_LOCK)):
+        names, statements = _view_statements(home, sql_dir or repo_sql_dir())
+        _write_views(path, home, statements)
+    return names
+
+
+def _write_views(path: Path, home: Path, statements: list[str]) -> None:
     con = _connect(path, read_only=False)
     try:
         con.execute("BEGIN TRANSACTION")
@@ -136,7 +147,6 @@ def refresh_views(home: Path, sql_dir: Path | None = None) -> list[str]:
         con.execute("COMMIT")
     finally:
         con.close()
-    return names
 
 
 def _recorded_fingerprint(con: duckdb.DuckDBPyConnection) -> str | None:

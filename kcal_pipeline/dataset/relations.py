@@ -208,3 +208,10 @@ def get_relation(relation_id: str) -> RelationSpec:
     if relation_id not in catalog:
         raise KeyError(f"unknown relation {relation_id!r}; known: {', '.join(catalog)}")
     return catalog[relation_id]
+
+
+def relation_label(relation_id: str) -> str:
+    """'P36 (capital)': the id with its catalog label, for places that show partition keys (the
+    UI, logs); the bare id when the relation has left the catalog."""
+    spec = load_catalog().get(relation_id)
+    return f"{relation_id} ({spec.label})" if spec is not None else relation_id

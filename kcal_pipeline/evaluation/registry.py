@@ -117,6 +117,9 @@ class MetricSpec:
     # (Segments, τ [S]) -> [S] for "threshold"/"statements", (frame with columns segment,
     # predicted_id, gold_ids; S) -> [S] for "predictions". Must equal fn sample by sample.
     batched: Callable[..., np.ndarray] | None = None
+    # Where every defined value lies (NaN = undefined is allowed): the metrics asset's blocking
+    # check refuses a table with a value outside it, which only a bug can produce.
+    value_range: tuple[float, float] = (0.0, 1.0)
 
     @property
     def tuned(self) -> bool:
@@ -162,6 +165,7 @@ def register(
     input: InputKind = "confidence",
     threshold: float | TuningRule | None = None,
     batched: Callable[..., np.ndarray] | None = None,
+    value_range: tuple[float, float] = (0.0, 1.0),
 ) -> Callable[[MetricFn], MetricSpec]:
     """Add a metric; a second one under the same name is a bug, not an override."""
 
@@ -181,7 +185,17 @@ def register(
         if batched is None:
             raise ValueError(f"metric {name!r}: needs a batched implementation (evaluation/segments.py)")
         spec = MetricSpec(
-            name, label, family, fn, needs, higher_is_better, in_summary, input, threshold, batched
+            name,
+            label,
+            family,
+            fn,
+            needs,
+            higher_is_better,
+            in_summary,
+            input,
+            threshold,
+            batched,
+            value_range,
         )
         METRICS[name] = spec
         return spec

@@ -147,7 +147,15 @@ _register_selective_accuracy()
 _register_coverage_at_risk()
 
 
-@register("prr", label="PRR", family="selective", needs="any", higher_is_better=True, batched=_prr_batched)
+@register(
+    "prr",
+    label="PRR",
+    family="selective",
+    needs="any",
+    higher_is_better=True,
+    batched=_prr_batched,
+    value_range=(-np.inf, 1.0),  # below 0: worse than chance, without bound
+)
 def prr(c: np.ndarray, y: np.ndarray) -> float:
     """Prediction rejection ratio as LM-Polygraph reports it (Fadeeva et al. 2023; Malinin et al. 2017;
     lm_polygraph/ue_metrics/pred_rej_area.py, normalised in utils/manager.py), quality = 1[correct]:

@@ -441,10 +441,13 @@ def preview_figures(metrics: pl.DataFrame, curves: pl.DataFrame) -> dict[str, Fi
     panels = [p for p in reliability_panels(metrics, curves) if p.title in {label(n) for n in names}]
     if panels:
         out["reliability"] = plots.reliability_figure(panels)
-    selective = selective_curves(curves, names)
-    if not selective.is_empty():
-        out["selective"] = plots.selective_figure(selective)
-    return out
+    return out | selective_preview(curves)
+
+
+def selective_preview(curves: pl.DataFrame) -> dict[str, Figure]:
+    """The summary estimators' accuracy–rejection and risk–coverage curves (none without data)."""
+    selective = selective_curves(curves, [s.name for s in summary_estimators()])
+    return {} if selective.is_empty() else {"selective": plots.selective_figure(selective)}
 
 
 # --- pages ---------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from dagster import (
     evaluate_automation_conditions,
     map_asset_specs,
 )
+from dagster._core.definitions.data_version import DATA_VERSION_TAG
 
 from assets.automation import AUTOMATED
 from assets.definitions import all_assets, defs
@@ -38,13 +39,23 @@ class Automation:
         self.instance = DagsterInstance.ephemeral()
         self.defs = definitions
         self.cursor = None
+        self.versions = 0
 
     def add_models(self, *keys: str) -> None:
         self.instance.add_dynamic_partitions("model", list(keys))
 
-    def materialize(self, asset: str, *partitions) -> None:
+    def materialize(self, asset: str, *partitions, version: str | None = None) -> None:
+        """A simulated run: by default each materialization has new content (a new data version,
+        as kcal's IO manager records it); `version` repeats a given one (a rerun that changed nothing)."""
+        if asset == "probe_instances":  # a probe joins the relation partitions, as the runner does
+            known = set(self.instance.get_dynamic_partitions("relation"))
+            self.instance.add_dynamic_partitions("relation", [p for p in partitions if p not in known])
         for partition in partitions or [None]:
-            self.instance.report_runless_asset_event(AssetMaterialization(asset, partition=partition))
+            self.versions += 1
+            tags = {DATA_VERSION_TAG: version or f"v{self.versions}"}
+            self.instance.report_runless_asset_event(
+                AssetMaterialization(asset, partition=partition, tags=tags)
+            )
 
     def tick(self, run: bool = True) -> dict[str, set]:
         """One evaluation: the requested partitions by asset; with run, they then materialize."""
@@ -131,6 +142,21 @@ def test_rebuilt_statements_rescore_that_relation_for_every_model(up_to_date):
     assert up_to_date.tick() == {}
 
 
+def test_a_rerun_that_changed_nothing_triggers_nothing_downstream(up_to_date):
+    """Estimates re-materialized with the data version they had (`file_changed` false) leave the
+    model's metrics, curves and report alone; a new data version re-runs them."""
+    for asset in ESTIMATION:
+        up_to_date.materialize(asset, mr("A", "P36"), version="same")
+    up_to_date.tick(), up_to_date.tick(), up_to_date.tick()  # the first "same" is new content
+    assert up_to_date.tick() == {}
+    for asset in ESTIMATION:
+        up_to_date.materialize(asset, mr("A", "P36"), version="same")
+    assert up_to_date.tick() == {}
+    assert up_to_date.tick() == {}
+    up_to_date.materialize("estimates", mr("A", "P36"), version="changed")
+    assert up_to_date.tick() == per_model("A")
+
+
 def test_new_statements_get_scored_relations_without_statements_never(up_to_date):
     up_to_date.materialize("probe_instances", "P37")
     up_to_date.materialize("statements", "P37")
@@ -180,3 +206,18 @@ def test_a_code_version_change_refreshes_the_materialized_partitions_and_what_fo
     up_to_date.defs = bumped("statement_scores", "report", "family_comparison", "cross_model_report")
     assert up_to_date.tick() == CROSS_MODEL
     assert up_to_date.tick() == {}
+
+
+def test_the_nightly_evaluation_is_off_and_asks_only_for_models_with_new_estimates(up_to_date):
+    from dagster import DefaultScheduleStatus
+
+    from assets.schedules import models_with_new_estimates, nightly_evaluation
+
+    assert nightly_evaluation.default_status == DefaultScheduleStatus.STOPPED
+    assert (nightly_evaluation.job_name, nightly_evaluation.cron_schedule) == ("evaluation", "0 3 * * *")
+    up_to_date.add_models("B")  # registered, never scored: nothing to evaluate
+    assert models_with_new_estimates(up_to_date.instance) == []  # A is current
+    up_to_date.materialize("estimates", mr("A", "P30"))  # new scores of A on P30
+    assert models_with_new_estimates(up_to_date.instance) == ["A"]
+    up_to_date.materialize("metrics", "A")
+    assert models_with_new_estimates(up_to_date.instance) == []

@@ -40,6 +40,7 @@ def store(home, models):
             write_parquet_atomic(scores, partition_path(home, "statement_scores", where), version)
     instance = DagsterInstance.ephemeral()
     instance.add_dynamic_partitions("model", [e.key for e in registry.entries()])
+    instance.add_dynamic_partitions("relation", sorted({r for _, rs in models.values() for r in rs}))
     return instance
 
 

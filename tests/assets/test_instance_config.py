@@ -33,3 +33,15 @@ def test_an_empty_config_is_filled_and_a_users_own_is_kept(tmp_path, own_dagster
     config.write_text(own)
     instance = get_instance(tmp_path)
     assert config.read_text() == own and instance.get_settings("telemetry") == {"enabled": False}
+
+
+def test_the_scoring_pool_is_limited_per_run_and_an_earlier_default_is_upgraded(tmp_path, own_dagster_home):
+    """One scoring run at a time (the pool's default limit), counted per run (no op slots that a
+    killed CLI run could leave claimed); the config an earlier kcal wrote is replaced."""
+    config = tmp_path / "dagster" / "dagster.yaml"
+    config.parent.mkdir(parents=True)
+    config.write_text("nux:\n  enabled: false\n")
+    instance = get_instance(tmp_path)
+    assert config.read_text() == INSTANCE_CONFIG
+    pools = instance.get_concurrency_config().pool_config
+    assert (pools.default_pool_limit, pools.pool_granularity.value) == (1, "run")

@@ -27,12 +27,10 @@ def failure_text(result) -> str:
 
 def run_facts(home: Path, sparql: SparqlEndpoint, relation: str = "P36"):
     resources = default_resources(home=str(home)) | {"sparql": sparql}
+    instance = DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("catalog_relation", [relation])
     return materialize(
-        [wikidata_facts],
-        partition_key=relation,
-        resources=resources,
-        instance=DagsterInstance.ephemeral(),
-        raise_on_error=False,
+        [wikidata_facts], partition_key=relation, resources=resources, instance=instance, raise_on_error=False
     )
 
 

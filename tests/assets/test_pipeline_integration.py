@@ -247,6 +247,41 @@ def test_second_run_recomputes_nothing_and_refresh_changes_no_file(run):
     assert files(home) == before  # same bytes, same mtimes: identical partitions were not rewritten
 
 
+def test_the_instance_shows_named_runs_passed_checks_and_no_partition_warnings(run):
+    """What the UI shows of a CLI run: each run a named stage job with its assets in a tag; the
+    probe's relation partitions are the run's (P36), not the catalog's 32, so no per-model step
+    warns of 31 unmaterialized upstream partitions; every blocking check passed; the Dagster data
+    version of a materialization is kcal's."""
+    import logging
+
+    from dagster import AssetKey
+    from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
+
+    from assets.checks import ASSET_CHECKS
+    from assets.jobs import STAGE_ASSETS
+    from assets.runner import get_instance
+
+    home, _, _ = run
+    instance = get_instance(home)
+    runs = instance.get_runs()
+    assert {r.job_name for r in runs} == set(STAGE_ASSETS) - {"paraphrases"}
+    assert all(r.tags["kcal/assets"] for r in runs)
+    assert instance.get_dynamic_partitions("relation") == ["P36"]
+    warnings = [
+        e.user_message for r in runs for e in instance.all_logs(r.run_id) if e.level >= logging.WARNING
+    ]
+    assert not [w for w in warnings if "not materialized" in w], warnings
+    keys = [key for checks in ASSET_CHECKS for key in checks.check_keys]
+    statuses = {
+        key.name: instance.event_log_storage.get_asset_check_execution_history(key, limit=1)[0].status
+        for key in keys
+    }
+    assert len(statuses) == 7 and set(statuses.values()) == {AssetCheckExecutionRecordStatus.SUCCEEDED}
+    event = instance.get_latest_materialization_event(AssetKey("estimates")).asset_materialization
+    assert event.tags["dagster/data_version"] == event.metadata["kcal_data_version"].value
+    assert event.metadata["relation"].value == "P36 (capital)"
+
+
 @pytest.mark.parametrize("alone", ["metrics", "metric_differences"])
 def test_metrics_and_differences_materialized_alone_equal_the_joint_run(run, alone):
     """One multi-asset computes both (sharing resample values); selecting one still works, writes

@@ -9,7 +9,7 @@ from dagster import AssetKey, DagsterInstance, MultiPartitionKey, materialize
 
 from assets.cli import main
 from assets.definitions import all_assets
-from assets.partitions import model_partitions
+from assets.partitions import model_partitions, relation_partitions
 from kcal_pipeline.core.storage import BadFileError, partition_path, read_partitions, write_parquet_atomic
 from kcal_pipeline.core.warehouse import refresh_views
 from kcal_pipeline.dataset.relations import get_relation, load_catalog
@@ -71,6 +71,7 @@ def test_the_io_manager_names_a_damaged_upstream_partition(tmp_path):
     damage(statements, "truncated")
     instance = DagsterInstance.ephemeral()
     instance.add_dynamic_partitions(model_partitions.name, [KEY])
+    instance.add_dynamic_partitions(relation_partitions.name, ["P36"])
     result = materialize(
         all_assets,
         selection=[AssetKey("statement_scores")],

@@ -14,7 +14,7 @@ import pytest
 from dagster import AssetKey, DagsterInstance, MultiPartitionKey, materialize
 
 from assets.definitions import all_assets
-from assets.partitions import model_partitions
+from assets.partitions import model_partitions, relation_partitions
 from kcal_pipeline.core import storage
 from kcal_pipeline.core.storage import partition_path, write_parquet_atomic, write_text_atomic
 from kcal_pipeline.scoring import partition as partition_mod
@@ -56,6 +56,7 @@ def counting_scorer(monkeypatch) -> list:
 def score(home, **kw):
     instance = DagsterInstance.ephemeral()
     instance.add_dynamic_partitions(model_partitions.name, [KEY])
+    instance.add_dynamic_partitions(relation_partitions.name, ["P36"])
     return materialize(
         all_assets,
         selection=[AssetKey("statement_scores")],

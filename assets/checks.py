@@ -1,0 +1,126 @@
+"""Blocking asset checks: bad data stops at the asset that made it, before anything reads it.
+
+Each check reads the partition just written (only the columns it needs) and runs one check of the
+library (kcal_pipeline/*/checks.py). `blocking=True`: when a check fails, the run's later steps
+(estimates after scores, the report after metrics, ...) do not run, and the UI shows the check's
+summary and first offending rows.
+"""
+
+import warnings
+from collections.abc import Mapping
+
+from dagster import AssetCheckExecutionContext, AssetCheckResult, MetadataValue, PreviewWarning, asset_check
+
+from assets.partitions import model_partitions, model_relation_partitions, relation_partitions
+from kcal_pipeline.core.checks import CheckOutcome
+from kcal_pipeline.core.paths import kcal_home
+from kcal_pipeline.core.storage import read_partition
+from kcal_pipeline.dataset.checks import gold_among_options, statements_cover_the_probe
+from kcal_pipeline.estimation.checks import estimator_coverage, probabilities_in_unit_interval
+from kcal_pipeline.evaluation.checks import metrics_within_their_ranges
+from kcal_pipeline.scoring.checks import LL_COLUMNS, finite_log_likelihoods, scores_match_statements
+from resources import ProbeSettings
+from resources.parquet_io import partition_dims
+
+# Partitioned asset checks are marked preview in Dagster 1.13, yet they are how a check of a
+# partitioned asset checks the partition just written; the warning would fill every CLI run's output.
+warnings.filterwarnings("ignore", category=PreviewWarning, module="dagster._core.definitions.decorators")
+
+
+def _result(outcome: CheckOutcome) -> AssetCheckResult:
+    metadata = {
+        key: MetadataValue.json(value) if isinstance(value, Mapping | list) else value
+        for key, value in outcome.details.items()
+    }
+    return AssetCheckResult(passed=outcome.passed, description=outcome.summary, metadata=metadata)
+
+
+def _reader(context: AssetCheckExecutionContext, settings: ProbeSettings, partitions_def):
+    """read(table, columns, dims=None): a partition of the checked asset's partition (or of `dims`)."""
+    home = kcal_home(settings.home or None)
+    own = partition_dims(partitions_def, context.partition_key)
+
+    def read(table: str, columns=None, dims: dict | None = None):
+        return read_partition(home, table, own if dims is None else dims, columns)
+
+    return read, own
+
+
+@asset_check(asset="probe_instances", blocking=True, partitions_def=relation_partitions)
+def gold_is_among_the_options(context: AssetCheckExecutionContext, probe_settings: ProbeSettings):
+    """Every gold object is one of its instance's options, and every instance has a gold."""
+    read, _ = _reader(context, probe_settings, relation_partitions)
+    return _result(gold_among_options(read("probe_instances", ["instance_id", "gold_ids", "option_ids"])))
+
+
+@asset_check(asset="statements", blocking=True, partitions_def=relation_partitions)
+def statements_are_instances_by_templates_by_options(
+    context: AssetCheckExecutionContext, probe_settings: ProbeSettings
+):
+    """statements = instances × templates × options, each once, gold ones marked."""
+    read, _ = _reader(context, probe_settings, relation_partitions)
+    statements = read("statements", ["statement_id", "instance_id", "template_id", "option_index", "is_gold"])
+    instances = read("probe_instances", ["instance_id", "n_options", "n_gold"])
+    return _result(statements_cover_the_probe(statements, instances))
+
+
+@asset_check(asset="statement_scores", blocking=True, partitions_def=model_relation_partitions)
+def log_likelihoods_are_finite(context: AssetCheckExecutionContext, probe_settings: ProbeSettings):
+    """No NaN, +inf or positive log-likelihood."""
+    read, _ = _reader(context, probe_settings, model_relation_partitions)
+    return _result(finite_log_likelihoods(read("statement_scores", ["statement_id", *LL_COLUMNS])))
+
+
+@asset_check(asset="statement_scores", blocking=True, partitions_def=model_relation_partitions)
+def one_score_per_statement(context: AssetCheckExecutionContext, probe_settings: ProbeSettings):
+    """As many score rows as the relation has statements, matched by id: none lost, none twice."""
+    read, dims = _reader(context, probe_settings, model_relation_partitions)
+    statements = read("statements", ["statement_id"], {"relation": dims["relation"]})
+    return _result(scores_match_statements(read("statement_scores", ["statement_id"]), statements))
+
+
+@asset_check(asset="estimates", blocking=True, partitions_def=model_relation_partitions)
+def probabilities_are_in_the_unit_interval(
+    context: AssetCheckExecutionContext, probe_settings: ProbeSettings
+):
+    """Every probability-kind confidence in [0, 1], no confidence NaN."""
+    read, _ = _reader(context, probe_settings, model_relation_partitions)
+    columns = ["estimator", "reduction", "instance_id", "template_id", "output_kind", "confidence"]
+    return _result(probabilities_in_unit_interval(read("estimates", columns)))
+
+
+@asset_check(asset="estimates", blocking=True, partitions_def=model_relation_partitions)
+def every_estimator_ran_or_says_why_not(context: AssetCheckExecutionContext, probe_settings: ProbeSettings):
+    """Every registered estimator whose inputs exist has its rows; the others a skip reason."""
+    read, _ = _reader(context, probe_settings, model_relation_partitions)
+    status = read("estimator_status", ["estimator", "reduction", "status", "rows", "reason"])
+    return _result(estimator_coverage(status, read("estimates", ["estimator", "reduction"])))
+
+
+@asset_check(asset="metrics", blocking=True, partitions_def=model_partitions)
+def metrics_are_within_their_ranges(context: AssetCheckExecutionContext, probe_settings: ProbeSettings):
+    """Every value and interval bound within its metric's declared range."""
+    read, _ = _reader(context, probe_settings, model_partitions)
+    columns = [
+        "estimator",
+        "reduction",
+        "split",
+        "scope",
+        "scope_value",
+        "metric",
+        "value",
+        "ci_low",
+        "ci_high",
+    ]
+    return _result(metrics_within_their_ranges(read("metrics", columns)))
+
+
+ASSET_CHECKS = [
+    gold_is_among_the_options,
+    statements_are_instances_by_templates_by_options,
+    log_likelihoods_are_finite,
+    one_score_per_statement,
+    probabilities_are_in_the_unit_interval,
+    every_estimator_ran_or_says_why_not,
+    metrics_are_within_their_ranges,
+]

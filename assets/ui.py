@@ -1,0 +1,143 @@
+"""`kcal ui` (and `make ui`): `dagster dev` on the store, and a stop that leaves no process behind.
+
+Why not `dagster dev` alone: it stops its webserver, daemon and code server only when it gets
+SIGINT itself, and it sets SIGTERM to whatever SIGINT does. Started from a script in the
+background (`cmd &` without job control, as CI and nohup launches do), it inherits SIGINT
+*ignored*: Python then installs no KeyboardInterrupt handler, so `kill -INT` and `kill -TERM` both
+do nothing, and SIGKILL leaves the webserver, the daemon and the code server orphaned. Inside kcal
+the same happens with SIGINT *blocked* (kcal's Ctrl-C handling blocks it, and children inherit
+the mask).
+
+So the launcher runs `dagster dev` in a session and process group of its own, with SIGINT
+unblocked and at its default (exec resets a handled signal to the default), and takes Ctrl-C,
+SIGTERM and SIGHUP itself: it sends SIGINT to the whole group (what a terminal's Ctrl-C does), waits
+`grace` seconds, then SIGTERM, then SIGKILL. Whatever is still in the group when `dagster dev` has
+exited (a run worker) is ended the same way. A second Ctrl-C kills the group at once. Should the
+launcher itself be killed (SIGKILL), the kernel sends `dagster dev` SIGINT (Linux parent-death
+signal), so it still stops its services.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+GRACE_S = 30.0  # dagster dev itself waits up to 60 s per service; a loaded 2-CPU machine needs ~5
+WORKSPACE = Path(__file__).resolve().parents[1] / "workspace.yaml"
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def dagster_dev(workspace: Path = WORKSPACE, host: str = "127.0.0.1", port: int | None = None) -> list[str]:
+    """The `dagster dev` command line, run by this interpreter (the venv that has kcal)."""
+    command = [sys.executable, "-m", "dagster", "dev", "-w", str(workspace), "--host", host]
+    return command + (["--port", str(port)] if port else [])
+
+
+def _interrupted_with_launcher() -> Callable[[], None] | None:
+    """preexec_fn: the kernel sends the child SIGINT when the launcher dies, even by SIGKILL (Linux
+    prctl PR_SET_PDEATHSIG; elsewhere None). The launcher's main thread starts the child and lives
+    as long as the launcher, so the signal fires exactly when the launcher is gone."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved here, not in the forked child
+    except (OSError, AttributeError):
+        return None
+    launcher = os.getpid()
+
+    def preexec() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGINT, 0, 0, 0)
+        if os.getppid() != launcher:  # the launcher died before the signal was armed
+            os._exit(1)
+
+    return preexec
+
+
+def group_members(group: int) -> list[int]:
+    """The live (not zombie) processes of a process group; on systems without /proc, the group
+    counts as one member while signal 0 reaches it."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        try:
+            os.killpg(group, 0)
+        except (ProcessLookupError, PermissionError):
+            return []
+        return [group]
+    members = []
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:  # gone meanwhile
+            continue
+        # pid (comm) state ppid pgrp ...: comm may hold spaces and parentheses, so split after it
+        state, _ppid, pgrp = stat.rsplit(")", 1)[1].split()[:3]
+        if int(pgrp) == group and state != "Z":
+            members.append(int(entry.name))
+    return members
+
+
+def _signal_group(group: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):  # nothing left in it
+        os.killpg(group, signum)
+
+
+def end_group(group: int, leader: subprocess.Popen, wait_s: float = 5.0) -> None:
+    """SIGTERM, then SIGKILL, what is left of the group, waiting `wait_s` after each."""
+    for signum in (signal.SIGTERM, signal.SIGKILL):
+        leader.poll()  # reap the leader, so its zombie does not count
+        if not group_members(group):
+            return
+        _signal_group(group, signum)
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline and (leader.poll() is None or group_members(group)):
+            time.sleep(0.1)
+
+
+def serve(
+    command: Sequence[str],
+    env: Mapping[str, str] | None = None,
+    grace: float = GRACE_S,
+    log: Callable[[str], None] = lambda message: print(message, file=sys.stderr),
+) -> int:
+    """Run `command` (dagster dev) until it exits or a stop signal comes; returns its exit code, or
+    130 when it was stopped. No process of its group outlives this call."""
+    requests: list[int] = []
+    previous = {s: signal.signal(s, lambda signum, frame: requests.append(signum)) for s in STOP_SIGNALS}
+    mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # the child inherits the mask
+    leader = None
+    try:
+        env = None if env is None else dict(env)
+        leader = subprocess.Popen(
+            list(command), env=env, start_new_session=True, preexec_fn=_interrupted_with_launcher()
+        )
+        stopping_since = None
+        while leader.poll() is None:
+            if requests and stopping_since is None:
+                log("kcal: stopping the Dagster UI (Ctrl-C again to kill it at once)")
+                _signal_group(leader.pid, signal.SIGINT)
+                stopping_since = time.monotonic()
+            elif stopping_since is not None and len(requests) > 1:
+                log("kcal: killing the Dagster UI")
+                _signal_group(leader.pid, signal.SIGKILL)
+            elif stopping_since is not None and time.monotonic() - stopping_since > grace:
+                log(f"kcal: the Dagster UI did not stop within {grace:.0f} s; ending its processes")
+                break
+            time.sleep(0.1)
+        return 130 if requests else leader.returncode if leader.returncode is not None else 1
+    finally:
+        if leader is not None:
+            end_group(leader.pid, leader)
+            leader.wait()
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)

@@ -1,0 +1,64 @@
+"""Checks of an estimated partition, run as blocking asset checks before any metric reads it."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from kcal_pipeline.core.checks import CheckOutcome, outcome
+from kcal_pipeline.estimation.registry import ESTIMATORS
+
+
+def probabilities_in_unit_interval(estimates: pl.DataFrame) -> CheckOutcome:
+    """Every probability-kind confidence is a number in [0, 1]; score-kind ones (raw margins,
+    log-likelihoods) only need to be numbers. (NaN is counted once, as NaN: polars orders it
+    above every number.)"""
+    confidence = pl.col("confidence")
+    probability = pl.col("output_kind") == "probability"
+    keys = ("estimator", "reduction", "instance_id", "template_id", "confidence")
+    return outcome(
+        {
+            "probabilities outside [0, 1]": estimates.filter(
+                probability & ~confidence.is_nan() & ((confidence < 0) | (confidence > 1))
+            ).select(keys),
+            "confidences that are NaN or missing": estimates.filter(
+                confidence.is_null() | confidence.is_nan()
+            ).select(keys),
+        },
+        f"{estimates.height} confidences: every probability in [0, 1], none NaN",
+        {"rows": estimates.height, "probability rows": int(estimates.select(probability.sum()).item())},
+    )
+
+
+def estimator_coverage(status: pl.DataFrame, estimates: pl.DataFrame) -> CheckOutcome:
+    """Every registered estimator under each of its reductions either ran, with exactly the rows
+    the status table records (possibly none), or was skipped with a reason (its inputs are absent)."""
+    registered = pl.DataFrame(
+        [(spec.name, reduction) for spec in ESTIMATORS.values() for reduction in spec.reductions],
+        schema={"estimator": pl.String, "reduction": pl.String},
+        orient="row",
+    )
+    rows = estimates.group_by("estimator", "reduction").len()
+    joined = status.join(rows, on=["estimator", "reduction"], how="left").with_columns(
+        pl.col("len").fill_null(0)
+    )
+    ran = joined.filter(pl.col("status") == "ran")
+    skipped = joined.filter(pl.col("status") == "skipped")
+    return outcome(
+        {
+            "registered estimators with no status": registered.join(
+                status, on=["estimator", "reduction"], how="anti"
+            ),
+            # a run may give no rows (e.g. no test instance); its status then says 0
+            "estimators that ran without their rows": ran.filter(pl.col("len") != pl.col("rows")).select(
+                "estimator", "reduction", "rows", estimated="len"
+            ),
+            "estimators skipped without a reason": skipped.filter(
+                pl.col("reason").is_null() | (pl.col("reason") == "")
+            ).select("estimator", "reduction"),
+            "estimators skipped that have rows": skipped.filter(pl.col("len") > 0).select(
+                "estimator", "reduction"
+            ),
+        },
+        f"{ran.height} estimator runs with their rows, {skipped.height} skipped with a reason",
+        {"ran": ran.height, "skipped": skipped.height, "registered": registered.height},
+    )

@@ -1,0 +1,47 @@
+"""Checks of a scored partition, run as blocking asset checks before its estimates are computed."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from kcal_pipeline.core.checks import CheckOutcome, outcome
+
+# Sentence and answer log-likelihoods (sum and mean): what every estimator reads.
+LL_COLUMNS = ("ll_sum", "ll_mean", "ll_answer_sum", "ll_answer_mean")
+TOLERANCE = 1e-4  # float32 log-softmax can round a log-probability of ~0 slightly above it
+
+
+def finite_log_likelihoods(scores: pl.DataFrame) -> CheckOutcome:
+    """No NaN, +inf or positive log-likelihood in the score columns (a log-probability is ≤ 0):
+    each means a broken forward pass (an overflow in half precision, a bad mask), and one such row
+    corrupts every softmax over its options. −inf (a probability that underflowed) is counted."""
+    columns = [c for c in LL_COLUMNS if c in scores.columns]
+    bad = {}
+    for column in columns:
+        value = pl.col(column)
+        bad[f"NaN {column}"] = scores.filter(value.is_nan()).select("statement_id", column)
+        positive = ~value.is_nan() & (value > TOLERANCE)  # polars orders NaN above every number
+        bad[f"+inf or positive {column}"] = scores.filter(positive).select("statement_id", column)
+    negative_infinity = {c: int((scores[c] == float("-inf")).sum()) for c in columns}
+    return outcome(
+        bad,
+        f"{scores.height} statements: every log-likelihood is finite or −inf, and ≤ 0",
+        {"statements": scores.height, "columns": list(columns), "-inf": negative_infinity},
+    )
+
+
+def scores_match_statements(scores: pl.DataFrame, statements: pl.DataFrame) -> CheckOutcome:
+    """One score row per statement of the relation: none lost (a chunk dropped on resume), none
+    twice (a chunk written twice), none foreign (statements rebuilt since scoring)."""
+    unscored = statements.join(scores, on="statement_id", how="anti").select("statement_id")
+    foreign = scores.join(statements, on="statement_id", how="anti").select("statement_id")
+    twice = scores.group_by("statement_id").len().filter(pl.col("len") > 1)
+    return outcome(
+        {
+            "statements without a score": unscored,
+            "scores of no statement": foreign,
+            "statements scored twice": twice,
+        },
+        f"{scores.height} scores, one per statement",
+        {"scores": scores.height, "statements": statements.height},
+    )

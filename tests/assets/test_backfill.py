@@ -1,0 +1,83 @@
+"""`kcal backfill` run by a real Dagster daemon, and the scoring pool: two backfills of one model
+at once, on a store with a small probe (P36, 4 instances, 1 template), a temporary instance and
+the embedded SmolLM2. Their scoring runs take turns (the pool's limit is 1) and both succeed."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from kcal_pipeline.core.storage import partition_path
+from kcal_pipeline.scoring.models import DEFAULT_MODEL
+from tests.conftest import REPO, run_kcal
+
+pytestmark = pytest.mark.integration
+KEY = DEFAULT_MODEL.key
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch):
+    from assets.runner import run_missing
+
+    home = tmp_path / "kcal"
+    monkeypatch.setenv("DAGSTER_HOME", str(home / "dagster"))
+    settings = {"max_instances": 4, "max_templates": 1, "n_negatives": 4}
+    assert not run_missing(home, relations=["P36"], settings=settings, log=lambda m: None).failed
+    return home
+
+
+@pytest.fixture
+def daemon(store):
+    """`dagster-daemon run` on the store's instance, in its own process group; stopped after."""
+    env = {**os.environ, "DAGSTER_HOME": str(store / "dagster"), "KCAL_HOME": str(store)}
+    exe = Path(sys.executable).with_name("dagster-daemon")
+    proc = subprocess.Popen(
+        [str(exe), "run", "-w", str(REPO / "workspace.yaml")],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    yield proc
+    os.killpg(proc.pid, signal.SIGINT)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def test_two_backfills_of_one_model_take_turns_on_the_scoring_pool_and_both_succeed(store, daemon):
+    from dagster import DagsterRunStatus
+
+    from assets.runner import get_instance
+
+    scores = partition_path(store, "statement_scores", {"model": KEY, "relation": "P36"})
+    before = pl.read_parquet(scores)
+    ids = []
+    for _ in range(2):
+        out = run_kcal(store, "backfill", "--model", KEY)
+        assert out.returncode == 0, out.stderr
+        assert f"{KEY} on P36, then its evaluation" in out.stdout
+        ids.append(out.stdout.split()[1].rstrip(":"))
+    instance = get_instance(store)
+    active = {DagsterRunStatus.STARTING, DagsterRunStatus.STARTED}
+    peak, deadline = 0, time.monotonic() + 900
+    while time.monotonic() < deadline:
+        runs = instance.get_runs()
+        peak = max(peak, sum(1 for r in runs if r.run_op_concurrency and r.status in active))
+        if all(instance.get_backfill(i).status.value.startswith("COMPLETED") for i in ids):
+            break
+        time.sleep(1)
+    assert [instance.get_backfill(i).status.value for i in ids] == ["COMPLETED_SUCCESS"] * 2
+    scoring_runs = [
+        r for r in instance.get_runs() if r.run_op_concurrency and r.tags.get("dagster/backfill") in ids
+    ]
+    assert len(scoring_runs) == 2 and peak == 1  # one scoring run at a time
+    assert pl.read_parquet(scores).equals(before)  # rescored: the same rows, none twice
