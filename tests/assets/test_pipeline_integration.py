@@ -260,6 +260,7 @@ def test_the_instance_shows_named_runs_passed_checks_and_no_partition_warnings(r
     from assets.checks import ASSET_CHECKS
     from assets.jobs import STAGE_ASSETS
     from assets.runner import get_instance
+    from kcal_pipeline.core.paths import report_path
 
     home, _, _ = run
     instance = get_instance(home)
@@ -280,6 +281,11 @@ def test_the_instance_shows_named_runs_passed_checks_and_no_partition_warnings(r
     event = instance.get_latest_materialization_event(AssetKey("estimates")).asset_materialization
     assert event.tags["dagster/data_version"] == event.metadata["kcal_data_version"].value
     assert event.metadata["relation"].value == "P36 (capital)"
+    metrics = instance.get_latest_materialization_event(AssetKey("metrics")).asset_materialization.metadata
+    assert metrics["summary"].value.startswith("| relation | instances | accuracy |")
+    assert metrics["report"].value == report_path(home, KEY).as_uri()
+    curves = instance.get_latest_materialization_event(AssetKey("curves")).asset_materialization.metadata
+    assert curves["plots"].value.startswith("![selective](data:image/png;base64,")
 
 
 @pytest.mark.parametrize("alone", ["metrics", "metric_differences"])
