@@ -20,7 +20,6 @@ signal), so it still stops its services.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import signal
 import subprocess
@@ -29,36 +28,17 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from kcal_pipeline.core.processes import signal_when_parent_dies
+
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 GRACE_S = 30.0  # dagster dev itself waits up to 60 s per service; a loaded 2-CPU machine needs ~5
 WORKSPACE = Path(__file__).resolve().parents[1] / "workspace.yaml"
-_PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 def dagster_dev(workspace: Path = WORKSPACE, host: str = "127.0.0.1", port: int | None = None) -> list[str]:
     """The `dagster dev` command line, run by this interpreter (the venv that has kcal)."""
     command = [sys.executable, "-m", "dagster", "dev", "-w", str(workspace), "--host", host]
     return command + (["--port", str(port)] if port else [])
-
-
-def _interrupted_with_launcher() -> Callable[[], None] | None:
-    """preexec_fn: the kernel sends the child SIGINT when the launcher dies, even by SIGKILL (Linux
-    prctl PR_SET_PDEATHSIG; elsewhere None). The launcher's main thread starts the child and lives
-    as long as the launcher, so the signal fires exactly when the launcher is gone."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved here, not in the forked child
-    except (OSError, AttributeError):
-        return None
-    launcher = os.getpid()
-
-    def preexec() -> None:
-        prctl(_PR_SET_PDEATHSIG, signal.SIGINT, 0, 0, 0)
-        if os.getppid() != launcher:  # the launcher died before the signal was armed
-            os._exit(1)
-
-    return preexec
 
 
 def group_members(group: int) -> list[int]:
@@ -118,7 +98,7 @@ def serve(
     try:
         env = None if env is None else dict(env)
         leader = subprocess.Popen(
-            list(command), env=env, start_new_session=True, preexec_fn=_interrupted_with_launcher()
+            list(command), env=env, start_new_session=True, preexec_fn=signal_when_parent_dies(signal.SIGINT)
         )
         stopping_since = None
         while leader.poll() is None:

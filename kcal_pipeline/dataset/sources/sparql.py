@@ -10,7 +10,6 @@ from __future__ import annotations
 import ast
 import atexit
 import contextlib
-import ctypes
 import http.client
 import json
 import os
@@ -25,7 +24,6 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
@@ -34,6 +32,7 @@ from SPARQLWrapper import JSON, POST, SPARQLWrapper
 from SPARQLWrapper.SPARQLExceptions import QueryBadFormed, SPARQLWrapperException
 
 from kcal_pipeline import __version__
+from kcal_pipeline.core.processes import signal_when_parent_dies
 
 DEFAULT_USER_AGENT = (
     f"kcal/{__version__} (https://github.com/kcal-project/kcal; kcal@users.noreply.github.com) "
@@ -200,7 +199,6 @@ def _free_port() -> int:
 
 # --- the local server's lifetime: it never outlives the process that started it -------------------
 
-_PR_SET_PDEATHSIG = 1  # linux/prctl.h
 PID_DIR = ".oxigraph-pids"  # beside the store: one record per running server
 _running: set[LocalEndpoint] = set()
 _running_guard = threading.Lock()
@@ -215,31 +213,6 @@ def _stop_running() -> None:
 
 
 atexit.register(_stop_running)
-
-
-def _die_with_parent() -> Callable[[], None] | None:
-    """preexec_fn that makes the kernel send SIGTERM to the child when its parent dies, even by
-    SIGKILL (Linux prctl PR_SET_PDEATHSIG; elsewhere None: the atexit hook and the stale-server
-    reaping still apply). The death signal follows the *thread* that started the child, so an
-    endpoint is started and stopped by the same long-lived thread (a Dagster resource is)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved here, not in the forked child
-    except (OSError, AttributeError):
-        return None
-    parent = os.getpid()
-
-    def preexec() -> None:
-        # A SIGTERM blocked or ignored by the caller (a Dagster run, a test runner) is inherited
-        # and would swallow the death signal; the server gets the default disposition, unblocked.
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        signal.pthread_sigmask(signal.SIG_SETMASK, set())
-        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-        if os.getppid() != parent:  # the parent died before the death signal was armed
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    return preexec
 
 
 def _proc_stat(pid: int) -> tuple[str, int] | None:
@@ -372,7 +345,7 @@ class LocalEndpoint:
             stdout=subprocess.DEVNULL,
             stderr=self._stderr,
             start_new_session=True,
-            preexec_fn=_die_with_parent(),
+            preexec_fn=signal_when_parent_dies(signal.SIGTERM),
         )
         with _running_guard:
             _running.add(self)
