@@ -8,6 +8,13 @@ paraphrases, minutes of work) has a job of its own, so launching `dataset` never
 """
 
 from dagster import AssetSelection, define_asset_job
+from dagster._core.definitions.repository_definition.valid_definitions import SINGLETON_REPOSITORY_NAME
+from dagster._core.storage.tags import REPOSITORY_LABEL_TAG
+
+# The code location's name (workspace.yaml's location_name). A run started in-process (kcal demo)
+# carries it as the repository label, so the UI lists it under its job, like a run it launched.
+CODE_LOCATION = "kcal"
+IN_CODE_LOCATION = {REPOSITORY_LABEL_TAG: f"{SINGLETON_REPOSITORY_NAME}@{CODE_LOCATION}"}
 
 STAGE_ASSETS: dict[str, tuple[str, ...]] = {
     "dataset": ("relations", "templates", "object_pools", "data_quality"),

@@ -25,7 +25,7 @@ from dagster import (
 
 from assets.checks import ASSET_CHECKS
 from assets.definitions import all_assets
-from assets.jobs import STAGE_JOBS, job_of
+from assets.jobs import IN_CODE_LOCATION, STAGE_JOBS, job_of
 from assets.partitions import (
     catalog_relation_partitions,
     model_partitions,
@@ -274,7 +274,12 @@ def run_stage(
         instance=instance,
         partition_key=partition_key,
         asset_selection=[AssetKey(a) for a in assets],
-        tags={"kcal/source": "kcal (CLI)", "kcal/assets": ", ".join(assets), **runner_tags()},
+        tags={
+            "kcal/source": "kcal (CLI)",
+            "kcal/assets": ", ".join(assets),
+            **runner_tags(),
+            **IN_CODE_LOCATION,
+        },
     )
 
 

@@ -146,9 +146,16 @@ def _fmt(value: float | None) -> str:
     )
 
 
+def _undefined(value: float | None) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
 def interval_text(value: float | None, low: float | None, high: float | None) -> str:
-    """'0.145 [0.090, 0.210]', or the value alone when it has no interval."""
-    if low is None or high is None:
+    """'0.145 [0.090, 0.210]'; the value alone when it has no interval; 'undefined' for a NaN
+    value (AUROC with one class), rather than 'nan [nan, nan]'."""
+    if _undefined(value):
+        return "undefined"
+    if _undefined(low) or _undefined(high):
         return _fmt(value)
     return f"{_fmt(value)} [{_fmt(low)}, {_fmt(high)}]"
 

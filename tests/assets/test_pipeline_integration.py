@@ -261,12 +261,16 @@ def test_the_instance_shows_named_runs_passed_checks_and_no_partition_warnings(r
     from assets.jobs import STAGE_ASSETS
     from assets.runner import get_instance
     from kcal_pipeline.core.paths import report_path
+    from tests.conftest import REPO
 
     home, _, _ = run
     instance = get_instance(home)
     runs = instance.get_runs()
     assert {r.job_name for r in runs} == set(STAGE_ASSETS) - {"paraphrases"}
     assert all(r.tags["kcal/assets"] for r in runs)
+    # listed under their job in the UI: the repository label of the code location workspace.yaml names
+    assert {r.tags[".dagster/repository"] for r in runs} == {"__repository__@kcal"}
+    assert "location_name: kcal " in (REPO / "workspace.yaml").read_text()
     assert instance.get_dynamic_partitions("relation") == ["P36"]
     warnings = [
         e.user_message for r in runs for e in instance.all_logs(r.run_id) if e.level >= logging.WARNING

@@ -93,7 +93,8 @@ def test_png_data_uri_is_a_png():
 def test_interval_text():
     assert plots.interval_text(0.1454, 0.09, 0.2101) == "0.145 [0.090, 0.210]"
     assert plots.interval_text(0.5, None, None) == "0.500"
-    assert plots.interval_text(float("nan"), 0.1, 0.2) == "nan [0.100, 0.200]"
+    assert plots.interval_text(float("nan"), float("nan"), float("nan")) == "undefined"  # one class
+    assert plots.interval_text(0.5, float("nan"), float("nan")) == "0.500"
 
 
 def test_reliability_figure_draws_points_band_and_legend():
