@@ -45,6 +45,15 @@ def partition_changes(current, keys: list[str]) -> tuple[list[str], list[str]]:
     return [k for k in keys if k not in current], sorted(current - set(keys))
 
 
+def relation_partition_changes(current_of, probe) -> list[tuple[str, list[str], list[str]]]:
+    """(name, to add, to delete) for the facts' `catalog_relation` partitions (made equal to the
+    catalog) and the probe's `relation` partitions (joined by `probe`); `current_of(name)` gives a
+    definition's current keys. The runner applies them, the registry sensor requests them."""
+    known = relation_ids()
+    wanted = ((catalog_relation_partitions, known), (relation_partitions, probe))
+    return [(pdef.name, *relation_changes(current_of(pdef.name), keys, known)) for pdef, keys in wanted]
+
+
 def relation_changes(current, wanted, known) -> tuple[list[str], list[str]]:
     """(to add, to delete) for the probe's `relation` partitions: the wanted relations (a run's, or
     those with a probe on disk) join the probe; a relation no longer in the catalog leaves it. A

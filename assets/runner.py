@@ -27,11 +27,10 @@ from assets.checks import ASSET_CHECKS
 from assets.definitions import all_assets
 from assets.jobs import IN_CODE_LOCATION, STAGE_JOBS, job_of
 from assets.partitions import (
-    catalog_relation_partitions,
     model_partitions,
     partition_changes,
     probed_relations,
-    relation_changes,
+    relation_partition_changes,
     relation_partitions,
 )
 from kcal_pipeline.core.paths import dagster_home, registry_path
@@ -152,16 +151,12 @@ def sync_relation_partitions(
     every relation with a probe on disk to the probe's `relation` partitions, and drop those no
     longer in the catalog. Returns the probe's relations."""
     instance = instance or get_instance(home)
-    known = relation_ids()
-    for pdef, wanted in (
-        (catalog_relation_partitions, known),
-        (relation_partitions, [*relations, *probed_relations(home)]),
-    ):
-        added, removed = relation_changes(instance.get_dynamic_partitions(pdef.name), wanted, known)
+    probe = [*relations, *probed_relations(home)]
+    for name, added, removed in relation_partition_changes(instance.get_dynamic_partitions, probe):
         if added:
-            instance.add_dynamic_partitions(pdef.name, added)
+            instance.add_dynamic_partitions(name, added)
         for stale in removed:
-            instance.delete_dynamic_partition(pdef.name, stale)
+            instance.delete_dynamic_partition(name, stale)
     return instance.get_dynamic_partitions(relation_partitions.name)
 
 

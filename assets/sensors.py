@@ -26,15 +26,12 @@ from dagster import (
 )
 
 from assets.partitions import (
-    catalog_relation_partitions,
     model_partitions,
     partition_changes,
     probed_relations,
-    relation_changes,
-    relation_partitions,
+    relation_partition_changes,
 )
 from kcal_pipeline.core.paths import kcal_home
-from kcal_pipeline.dataset.relations import relation_ids
 from resources import ModelProvider
 
 
@@ -45,14 +42,13 @@ def model_registry_sensor(context: SensorEvaluationContext, models: ModelProvide
     requests = [AddDynamicPartitionsRequest(model_partitions.name, added)] if added else []
     if removed:
         requests.append(DeleteDynamicPartitionsRequest(model_partitions.name, removed))
-    known, probed = relation_ids(), probed_relations(kcal_home(models.home or None))
+    probe = probed_relations(kcal_home(models.home or None))
     new, gone = [], []
-    for pdef, wanted in ((catalog_relation_partitions, known), (relation_partitions, probed)):
-        add, delete = relation_changes(context.instance.get_dynamic_partitions(pdef.name), wanted, known)
+    for name, add, delete in relation_partition_changes(context.instance.get_dynamic_partitions, probe):
         if add:
-            requests.append(AddDynamicPartitionsRequest(pdef.name, add))
+            requests.append(AddDynamicPartitionsRequest(name, add))
         if delete:
-            requests.append(DeleteDynamicPartitionsRequest(pdef.name, delete))
+            requests.append(DeleteDynamicPartitionsRequest(name, delete))
         new, gone = new + add, gone + delete
     if not requests:
         return SkipReason("the model partitions equal the registry, the relation partitions the probe")
