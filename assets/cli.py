@@ -223,8 +223,11 @@ def cmd_dataset_quality(args) -> int:
 
 def cmd_models_list(args) -> int:
     reg = Registry(registry_path(kcal_home(args.home)))
-    rows = [(e.key, e.id, e.source, e.kind, e.dtype, e.device, e.batch_size) for e in reg.entries()]
-    _print_table(["key", "id", "source", "kind", "dtype", "device", "batch"], rows)
+    rows = [
+        (e.key, e.id, e.source, e.kind, e.dtype, e.device, e.batch_size, e.token_budget or "auto")
+        for e in reg.entries()
+    ]
+    _print_table(["key", "id", "source", "kind", "dtype", "device", "batch", "token budget"], rows)
     return 0
 
 
@@ -273,6 +276,8 @@ def cmd_models_add(args) -> int:
         dtype=args.dtype,
         device=args.device,
         batch_size=args.batch_size,
+        token_budget=args.token_budget,
+        tf32=args.tf32,
         start_token=args.start_token,
         trust_remote_code=args.trust_remote_code,
         **source,
@@ -418,6 +423,18 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     a.add_argument("--device", default="auto")
     a.add_argument("--batch-size", type=int, default=32)
+    a.add_argument(
+        "--token-budget",
+        type=int,
+        help="token positions (rows × padded width) per causal-LM forward call; default: sized "
+        "automatically (on a GPU from free memory, grown while throughput improves; on CPU batch size × 32)",
+    )
+    a.add_argument(
+        "--no-tf32",
+        dest="tf32",
+        action="store_false",
+        help="float32 models on GPUs: full float32 matmuls instead of TF32 (slower, ~1e-3 closer)",
+    )
     a.add_argument("--start-token", help="token prepended to every statement (default: BOS, else EOS)")
     a.add_argument(
         "--trust-remote-code",

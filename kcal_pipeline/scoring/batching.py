@@ -2,16 +2,19 @@
 
 On a GPU the right batch size depends on the statements' lengths and on what else holds memory, so a
 configured size can fail part-way. Instead of failing the run, a batch that raises CUDA out-of-memory
-is split in half and retried; the smaller size is kept for the rest of the call (the next batches
-are no shorter, since scorers feed the longest first). A batch of one that still runs out of memory
-re-raises: nothing smaller exists.
+is split in half and retried; the smaller size is kept for the rest of the call, and for a token
+budget (budget.py) for the rest of the process (the next batches are no wider, since scorers feed the
+widest first). A batch of one that still runs out of memory re-raises: nothing smaller exists.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from typing import TypeVar
+
+from kcal_pipeline.scoring.budget import TokenBudget
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -44,21 +47,48 @@ def map_batches(
 
     run must return one result per item. progress(done, total) is called after each slice.
     """
+    one = lambda _item: 1  # noqa: E731
+    return map_budgeted(items, one, one, TokenBudget.fixed(batch_size, "batch size"), run, progress)
+
+
+def map_budgeted(
+    items: Sequence[T],
+    width: Callable[[T], int],
+    work: Callable[[T], int],
+    budget: TokenBudget,
+    run: Callable[[list[T]], list[R]],
+    progress: Callable[[int, int], None] | None = None,
+) -> list[R]:
+    """run() on consecutive slices whose count × width(first item) stays within budget.tokens.
+
+    Items come widest first, so a slice's first item sets its padded width. A slice always holds at
+    least one item. Each call's positions, useful work (sum of work(item)) and time go to the budget,
+    which may grow (budget.py); an out-of-memory call halves it and is retried. Results come back in
+    input order, one per item; progress(done, total) counts items.
+    """
     out: list[R] = []
-    total, start, size = len(items), 0, batch_size
+    total, start = len(items), 0
     while start < total:
-        batch = list(items[start : start + size])
+        step = max(1, width(items[start]))
+        batch = list(items[start : start + max(1, min(total - start, budget.tokens // step))])
+        began = time.perf_counter()
         try:
             results = run(batch)
         except Exception as exc:
             if not is_oom(exc) or len(batch) == 1:
                 raise
             _release_memory()
-            size = max(1, len(batch) // 2)
-            log.warning("out of memory at batch size %d; retrying with %d", len(batch), size)
+            budget.after_oom(len(batch) * step, floor=step)
+            log.warning(
+                "out of memory at %d items (%d positions); retrying with a budget of %d positions",
+                len(batch),
+                len(batch) * step,
+                budget.tokens,
+            )
             continue
         if len(results) != len(batch):
             raise RuntimeError(f"batch runner returned {len(results)} results for {len(batch)} items")
+        budget.after_call(len(batch) * step, sum(work(item) for item in batch), time.perf_counter() - began)
         out.extend(results)
         start += len(batch)
         if progress is not None:

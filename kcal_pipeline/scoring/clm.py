@@ -15,12 +15,15 @@ import numpy as np
 import polars as pl
 import torch
 
-from kcal_pipeline.scoring.batching import map_batches
+from kcal_pipeline.scoring.batching import map_batches, map_budgeted
+from kcal_pipeline.scoring.budget import budget_for
+from kcal_pipeline.scoring.precision import matmul_precision
 
 if TYPE_CHECKING:
     from kcal_pipeline.scoring.models.loading import LoadedModel
 
 ROLE_TEMPLATE, ROLE_SUBJECT, ROLE_OBJECT = 0, 1, 2
+PLAIN = "plain"  # this path's name for its token budget (budget.budget_for)
 
 Span = tuple[int, int]
 
@@ -73,7 +76,8 @@ def score_clm(
 ) -> pl.DataFrame:
     """One row per text, in input order: token count, Sum/Mean/Sum(A)/Mean(A) and per-token detail.
 
-    Means over zero tokens (an empty object span) are null rather than NaN.
+    Means over zero tokens (an empty object span) are null rather than NaN. batch_size: statements
+    per forward call; None (the pipeline's way): the model's token budget (budget.py).
     """
     enc = encode_inputs(loaded, texts, subject_spans, object_spans, batch_size)
     if enc is None:
@@ -117,11 +121,12 @@ def validate_inputs(
     batch_size: int | None,
 ):
     """Every scorer's checks: equal lengths, strings, spans inside their text, a positive batch
-    size (the model entry's when None). Returns the inputs as lists and the batch size."""
+    size or None (the scorer's default). Returns the inputs as lists and the batch size."""
     texts, subject_spans, object_spans = list(texts), list(subject_spans), list(object_spans)
     _check_inputs(texts, subject_spans, object_spans)
-    batch_size = loaded.batch_size if batch_size is None else batch_size
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+    if batch_size is not None and (
+        isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1
+    ):
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
     return texts, subject_spans, object_spans, batch_size
 
@@ -148,14 +153,23 @@ def _check_inputs(texts: list, subject_spans: list, object_spans: list) -> None:
 
 
 def _token_logprobs(
-    loaded: LoadedModel, ids: list[list[int]], batch_size: int, progress: Callable[[int, int], None] | None
+    loaded: LoadedModel,
+    ids: list[list[int]],
+    batch_size: int | None,
+    progress: Callable[[int, int], None] | None,
 ) -> list[np.ndarray]:
     """Score in batches of similar length (longest first, stable), then restore input order.
-    A batch that runs out of GPU memory is halved and retried (batching.map_batches)."""
+
+    batch_size: that many statements per call; None: as many as the model's token budget holds
+    (budget.py). A batch that runs out of GPU memory is halved and retried (batching.py)."""
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]), reverse=True)
-    scored = map_batches(
-        order, batch_size, lambda batch: _score_batch(loaded, [ids[i] for i in batch]), progress
-    )
+    run = lambda batch: _score_batch(loaded, [ids[i] for i in batch])  # noqa: E731
+    if batch_size is not None:
+        scored = map_batches(order, batch_size, run, progress)
+    else:
+        width = lambda i: len(ids[i]) + 1  # noqa: E731  (the start token)
+        budget = budget_for(loaded, PLAIN, row_width=width(order[0]) if order else 1)
+        scored = map_budgeted(order, width, width, budget, run, progress)
     out: list[np.ndarray] = [None] * len(ids)  # type: ignore[list-item]
     for i, lp in zip(order, scored, strict=True):
         out[i] = lp
@@ -171,7 +185,7 @@ def _score_batch(loaded: LoadedModel, seqs: list[list[int]]) -> list[np.ndarray]
         input_ids[row, 1 : len(seq) + 1] = torch.tensor(seq, dtype=torch.long)
         mask[row, : len(seq) + 1] = 1
     input_ids, mask = input_ids.to(loaded.device), mask.to(loaded.device)
-    with torch.inference_mode():
+    with torch.inference_mode(), matmul_precision(loaded):
         logits = loaded.model(input_ids=input_ids, attention_mask=mask, use_cache=False).logits
         picked = _target_logprobs(logits[:, :-1], input_ids[:, 1:]).cpu().numpy()
     return [picked[row, : len(seq)] for row, seq in enumerate(seqs)]

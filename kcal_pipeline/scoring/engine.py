@@ -19,9 +19,16 @@ import polars as pl
 
 from kcal_pipeline.core.frames import require_columns
 from kcal_pipeline.core.options import ScoringOptions
-from kcal_pipeline.scoring.clm import score_clm
+from kcal_pipeline.scoring.budget import recorded_budget
+from kcal_pipeline.scoring.clm import PLAIN, score_clm
 from kcal_pipeline.scoring.mlm import score_mlm
-from kcal_pipeline.scoring.prefix import packing_supported, score_clm_shared_prefix
+from kcal_pipeline.scoring.precision import tf32_applies
+from kcal_pipeline.scoring.prefix import (
+    PACKED,
+    packing_decision,
+    packing_supported,
+    score_clm_shared_prefix,
+)
 from kcal_pipeline.scoring.stochastic import SCHEMA as DROPOUT_SCHEMA
 from kcal_pipeline.scoring.stochastic import dropout_plan, dropout_scores
 from kcal_pipeline.scoring.subject_mask import SCHEMA as MASKED_SCHEMA
@@ -48,6 +55,20 @@ def scorer_for(loaded: LoadedModel, options: ScoringOptions) -> tuple[str, Score
     return "clm-plain", score_clm
 
 
+def scoring_choices(loaded: LoadedModel, options: ScoringOptions) -> dict[str, str]:
+    """What a causal LM's partition ran with, for its metadata: the packing decision with its
+    evidence, and each path's token budget as it stands after scoring (it may have grown). Empty
+    for masked LMs, which run fixed batches of masked rows."""
+    if getattr(loaded, "kind", "clm") == "mlm":
+        return {}
+    choices = {"packing": packing_decision(loaded).describe() if options.fast_path else "off (fast_path)"}
+    for path in (PACKED, PLAIN):
+        budget = recorded_budget(loaded, path)
+        if budget is not None:
+            choices[f"token_budget_{path}"] = budget.describe()
+    return choices
+
+
 def fingerprint(loaded: LoadedModel, statements: pl.DataFrame, options: ScoringOptions) -> str:
     """What the scores depend on: the statements' scored fields, the exact weights, the options and
     the scorer version. Equal fingerprints mean equal scores, so nothing needs rescoring."""
@@ -60,6 +81,8 @@ def fingerprint(loaded: LoadedModel, statements: pl.DataFrame, options: ScoringO
         "start": loaded.start_token_id,
         "options": options.fingerprint_values(),
     }
+    if tf32_applies(loaded):  # only where it changes scores, so CPU fingerprints stay as they were
+        meta["tf32"] = True
     h.update(json.dumps(meta, sort_keys=True).encode())
     h.update(statements.select(INPUT_COLUMNS).write_ipc(None, compression="uncompressed").getvalue())
     return h.hexdigest()[:16]

@@ -59,6 +59,7 @@ from kcal_pipeline.scoring.clm import (
     token_roles,
     validate_inputs,
 )
+from kcal_pipeline.scoring.precision import matmul_precision
 
 if TYPE_CHECKING:
     from kcal_pipeline.scoring.models.loading import LoadedModel
@@ -111,6 +112,7 @@ def score_mlm(
     texts, subject_spans, object_spans, batch_size = validate_inputs(
         loaded, texts, subject_spans, object_spans, batch_size
     )
+    batch_size = loaded.batch_size if batch_size is None else batch_size  # masked rows per call
     if not texts:
         return pl.DataFrame(schema=SCHEMA)
     masked = subject_spans if mask_subject else None
@@ -293,7 +295,7 @@ def _score_chunk(
     input_ids[row_of, st.position[np.repeat(slots, n_masked) + offset]] = mask_id
     device = loaded.device
     where = torch.from_numpy(st.position[slots]).to(device)
-    with torch.inference_mode():
+    with torch.inference_mode(), matmul_precision(loaded):
         at_target = _logits_at(
             loaded.model,
             torch.from_numpy(input_ids).to(device),

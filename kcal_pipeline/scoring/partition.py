@@ -17,7 +17,13 @@ import polars as pl
 from kcal_pipeline.core.progress import ProgressMeter
 from kcal_pipeline.core.storage import partition_path
 from kcal_pipeline.scoring.checkpoints import discard, score_in_chunks
-from kcal_pipeline.scoring.engine import ScoringOptions, fingerprint, score_statements, scorer_for
+from kcal_pipeline.scoring.engine import (
+    ScoringOptions,
+    fingerprint,
+    score_statements,
+    scorer_for,
+    scoring_choices,
+)
 from kcal_pipeline.scoring.stochastic import dropout_plan
 
 if TYPE_CHECKING:
@@ -107,6 +113,8 @@ def score_partition(
         return PartitionScores(
             previous, {**meta, "rescored": False, "tokens": int(previous["n_tokens"].sum())}
         )
+    if loaded.kind == "clm" and options.fast_path:
+        print_(f"{relation}: {scoring_choices(loaded, options)['packing']}")
     meter = ProgressMeter(f"scoring {loaded.key} × {relation} ({scorer_name}):", log=print_, stream=stream)
     started = time.perf_counter()
     position = [0]  # statements before the chunk being scored
@@ -146,6 +154,7 @@ def score_partition(
             "statements_per_s": round(statements.height * share / max(elapsed, 1e-9), 1),
             "tokens_per_s": round(tokens * share / max(elapsed, 1e-9), 1),
             "checkpoints": str(directory),
+            **scoring_choices(loaded, options),
         },
     )
 

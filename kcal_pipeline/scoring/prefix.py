@@ -26,15 +26,19 @@ Rules that keep it exact:
   across the slot boundary, so the tokens of "the text before the object" are not a prefix of the
   statement's tokens in general).
 * The model must honour a custom 4D attention mask and explicit position ids. That is checked once
-  per loaded model on a probe set against the plain path; a model that fails (e.g. one whose
-  attention kernel ignores custom masks, or whose positions come from the padding mask) is scored
-  with the plain path instead, with a warning.
+  per loaded model on a probe set, in the model's dtype, against a float32 reference
+  (`packing_decision`); a model that fails (e.g. one whose attention kernel ignores custom masks,
+  or whose positions come from the padding mask) is scored with the plain path instead, with a
+  warning. Calls are filled up to the model's token budget (budget.py).
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import logging
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -42,7 +46,8 @@ import numpy as np
 import polars as pl
 import torch
 
-from kcal_pipeline.scoring.batching import map_batches
+from kcal_pipeline.scoring.batching import map_budgeted
+from kcal_pipeline.scoring.budget import POSITIONS_PER_STATEMENT, TokenBudget, budget_for
 from kcal_pipeline.scoring.clm import (
     SCHEMA,
     Span,
@@ -52,6 +57,7 @@ from kcal_pipeline.scoring.clm import (
     log_normaliser,
     token_roles,
 )
+from kcal_pipeline.scoring.precision import matmul_precision
 
 if TYPE_CHECKING:
     from kcal_pipeline.scoring.models.loading import LoadedModel
@@ -59,8 +65,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 ROW_TOKENS = 256  # trie nodes per packed row: long enough to hold many candidate sets
-TOKENS_PER_ROW_OF_BATCH = 32  # a call's node budget is batch_size × this (32 → 1024 ≈ 4 rows)
-PROBE_ATOL = 1e-4
+PACKED = "packed"  # this path's name for its token budget (budget.budget_for)
+PROBE_ATOL = 1e-4  # float32: packed and plain agree to this (GEMM rounding only)
+PACKING_FACTOR = 1.5  # half precision: packed may be at most this much further from float32 than plain
 
 
 @dataclass
@@ -95,8 +102,8 @@ def score_clm_shared_prefix(
 ) -> pl.DataFrame:
     """Same contract, schema and row order as `score_clm`; computes each shared prefix once.
 
-    batch_size scales the nodes computed per forward call (batch_size × 32, at least one row), so
-    the entry's batch size bounds memory like on the plain path. progress(done, total) counts
+    batch_size: a fixed budget of batch_size × 32 trie nodes per forward call (at least one row);
+    None (the pipeline's way): the model's token budget (budget.py). progress(done, total) counts
     distinct token sequences scored.
     """
     enc = encode_inputs(loaded, texts, subject_spans, object_spans, batch_size)
@@ -149,39 +156,25 @@ def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 def _score_packed(
     loaded: LoadedModel,
     seqs: list[tuple[int, ...]],
-    batch_size: int,
+    batch_size: int | None,
     row_tokens: int,
     progress: Callable[[int, int], None] | None,
 ) -> list[np.ndarray]:
     rows = pack_rows(seqs, loaded.start_token_id, row_tokens)
     rows.sort(key=lambda r: len(r.tokens), reverse=True)  # similar widths share a call
-    budget = max(batch_size * TOKENS_PER_ROW_OF_BATCH, len(rows[0].tokens))
+    if batch_size is None:
+        budget = budget_for(loaded, PACKED, row_width=max(row_tokens, len(rows[0].tokens)))
+    else:
+        budget = TokenBudget.fixed(batch_size * POSITIONS_PER_STATEMENT, f"batch size {batch_size} × 32")
+    before = np.cumsum([0] + [len(r.members) for r in rows])  # sequences in the rows before row i
+    nodes = lambda row: len(row.tokens)  # noqa: E731
+    report = None if progress is None else (lambda done, _total: progress(int(before[done]), len(seqs)))
+    scored = map_budgeted(rows, nodes, nodes, budget, lambda b: _forward_rows(loaded, b), report)
     out: list[np.ndarray] = [None] * len(seqs)  # type: ignore[list-item]
-    done = [0]
-    for call in _plan_calls(rows, budget):
-        for row, lps in zip(
-            call, map_batches(call, len(call), lambda b: _forward_rows(loaded, b)), strict=True
-        ):
-            for (u, _), lp in zip(row.members, lps, strict=True):
-                out[u] = lp
-            done[0] += len(row.members)
-        if progress is not None:
-            progress(done[0], len(seqs))
+    for row, lps in zip(rows, scored, strict=True):
+        for (u, _), lp in zip(row.members, lps, strict=True):
+            out[u] = lp
     return out
-
-
-def _plan_calls(rows: list[_Row], budget: int) -> list[list[_Row]]:
-    """Consecutive rows (longest first) while rows × width stays within the node budget."""
-    calls, current = [], []
-    for row in rows:
-        width = len(current[0].tokens) if current else len(row.tokens)
-        if current and (len(current) + 1) * width > budget:
-            calls.append(current)
-            current = []
-        current.append(row)
-    if current:
-        calls.append(current)
-    return calls
 
 
 def _forward_rows(loaded: LoadedModel, rows: list[_Row]) -> list[list[np.ndarray]]:
@@ -209,7 +202,7 @@ def _forward_rows(loaded: LoadedModel, rows: list[_Row]) -> list[list[np.ndarray
             pp += parents
             tt += [row.tokens[n] for n in path]
     device = loaded.device
-    with torch.inference_mode():
+    with torch.inference_mode(), matmul_precision(loaded):
         logits = loaded.model(
             input_ids=input_ids.to(device),
             attention_mask=mask.to(device),
@@ -245,29 +238,115 @@ _PROBE = [
     "The capital",
     "Zürich is in Switzerland.",
 ]
-_support: dict[int, bool] = {}
+
+
+@dataclass(frozen=True)
+class PackingDecision:
+    """Whether a loaded model scores on packed rows, and the evidence (per-token |Δ log-prob| on the
+    probe set against a float32 reference, max and mean, for the packed and the plain path)."""
+
+    used: bool
+    dtype: str
+    reference: str
+    packed_max: float = float("nan")
+    packed_mean: float = float("nan")
+    plain_max: float = float("nan")
+    plain_mean: float = float("nan")
+    reason: str = ""
+
+    def describe(self) -> str:
+        verdict = "prefix packing on" if self.used else "plain path (prefix packing off)"
+        if self.reason and np.isnan(self.packed_max):
+            return f"{verdict}: {self.reason}"
+        evidence = (
+            f"{self.dtype}, |Δ| per token against {self.reference}: packed max {self.packed_max:.2g} "
+            f"mean {self.packed_mean:.2g}, plain max {self.plain_max:.2g} mean {self.plain_mean:.2g}"
+        )
+        return f"{verdict} ({evidence}{'; ' + self.reason if self.reason else ''})"
+
+
+def accept_packing(packed: tuple[float, float], plain: tuple[float, float]) -> tuple[bool, str]:
+    """The rule, on (max, mean) |Δ| against the float32 reference: packing is no worse than the plain
+    path, within PACKING_FACTOR (rounding in half precision differs with the matrix shapes), or
+    within PROBE_ATOL outright (float32, where the plain path is the reference itself).
+
+    A model that ignores the tree mask or the position ids is off by whole nats (mean Δ 5–70× the
+    plain path's in bfloat16), far outside the factor; honest packing measured 0.97–1.2×.
+    """
+    for what, p, q in (("max", packed[0], plain[0]), ("mean", packed[1], plain[1])):
+        limit = max(PROBE_ATOL, PACKING_FACTOR * q)
+        if not p <= limit:
+            rule = f"max of {PROBE_ATOL:g} and {PACKING_FACTOR} × plain"
+            return False, f"packed {what} |Δ| {p:.2g} > {limit:.2g} ({rule})"
+    return True, ""
+
+
+_decisions: dict[int, PackingDecision] = {}
+_decide = threading.Lock()
 
 
 def packing_supported(loaded: LoadedModel) -> bool:
-    """Does this model give plain-path scores on packed rows? Checked once per loaded model."""
+    """Does this model give plain-path scores on packed rows (up to its dtype's rounding)?"""
+    return packing_decision(loaded).used
+
+
+def packing_decision(loaded: LoadedModel) -> PackingDecision:
+    """Checked once per loaded model on the probe set; logged, and kept for the partitions' metadata.
+
+    Packed and plain are compared against a float32 reference: the plain path itself for a float32
+    model (TF32 off), else the same weights upcast to float32 in place (exact: bfloat16 and float16
+    values are float32 values) and cast back bit for bit afterwards. A half-precision model never
+    met the old rule (packed = plain to 1e-4) and silently took the 3× slower plain path on GPUs.
+    """
+    dtype = str(next(loaded.model.parameters()).dtype).removeprefix("torch.")
+    if any(m.training for m in loaded.model.modules()):
+        # dropout on: not comparable; decided (and cached) in eval mode
+        return PackingDecision(False, dtype, "", reason="model in training mode (dropout)")
     key = id(loaded.model)
-    if key not in _support and any(m.training for m in loaded.model.modules()):
-        return False  # dropout on: the probe would not be comparable; decide (and cache) in eval mode
-    if key not in _support:
-        ids = [loaded.tokenizer(t, add_special_tokens=False)["input_ids"] for t in _PROBE]
-        plain = _token_logprobs(loaded, ids, len(ids), None)
-        try:
-            packed = _score_packed(loaded, [tuple(s) for s in ids], len(ids), ROW_TOKENS, None)
-            diff = max(float(np.abs(a - b).max()) for a, b in zip(plain, packed, strict=True))
-        except Exception as exc:
-            log.warning("prefix packing unavailable for %s (%s); using the plain path", loaded.key, exc)
-            diff = float("inf")
-        else:
-            if diff > PROBE_ATOL:
-                log.warning(
-                    "prefix packing differs from the plain path for %s (max |Δ| %.2g); using the plain path",
-                    loaded.key,
-                    diff,
-                )
-        _support[key] = diff <= PROBE_ATOL
-    return _support[key]
+    with _decide:
+        if key not in _decisions:
+            _decisions[key] = _check_packing(loaded, dtype)
+            decision = _decisions[key]
+            (log.info if decision.used else log.warning)("%s: %s", loaded.key, decision.describe())
+        return _decisions[key]
+
+
+def _check_packing(loaded: LoadedModel, dtype: str) -> PackingDecision:
+    ids = [loaded.tokenizer(t, add_special_tokens=False)["input_ids"] for t in _PROBE]
+    plain = _token_logprobs(loaded, ids, len(ids), None)
+    try:
+        packed = _score_packed(loaded, [tuple(s) for s in ids], len(ids), ROW_TOKENS, None)
+    except Exception as exc:
+        return PackingDecision(False, dtype, "", reason=f"packed rows failed: {type(exc).__name__}: {exc}")
+    try:
+        with _in_float32(loaded.model) as upcast:  # and TF32 off: a true float32 reference
+            reference = _token_logprobs(dataclasses.replace(loaded, tf32=False), ids, len(ids), None)
+    except Exception as exc:  # e.g. no room for a float32 copy of a large model
+        return PackingDecision(
+            False, dtype, "", reason=f"no float32 reference ({type(exc).__name__}: {exc}); plain path"
+        )
+    where = f"the same weights in float32 ({upcast})" if upcast else "the float32 plain path (TF32 off)"
+    packed_err, plain_err = _errors(packed, reference), _errors(plain, reference)
+    used, reason = accept_packing(packed_err, plain_err)
+    return PackingDecision(used, dtype, where, *packed_err, *plain_err, reason=reason)
+
+
+def _errors(scores: list[np.ndarray], reference: list[np.ndarray]) -> tuple[float, float]:
+    diff = np.concatenate([np.abs(a - b) for a, b in zip(scores, reference, strict=True)])
+    return float(diff.max()), float(diff.mean())
+
+
+@contextlib.contextmanager
+def _in_float32(model) -> Iterator[str]:
+    """The model's floating tensors in float32 for the block, then exactly as before (dtype by
+    tensor: a float32 buffer of a bfloat16 model stays float32). Yields what was upcast ('' if none)."""
+    tensors = [t for t in [*model.parameters(), *model.buffers()] if t.is_floating_point()]
+    original = [t.dtype for t in tensors]
+    upcast = sorted({str(d).removeprefix("torch.") for d in original if d != torch.float32})
+    try:
+        for t in tensors:
+            t.data = t.data.float()
+        yield ", ".join(f"from {d}" for d in upcast)
+    finally:
+        for t, dtype in zip(tensors, original, strict=True):
+            t.data = t.data.to(dtype)

@@ -37,8 +37,9 @@ Determinism
   Pass p seeds torch's generator(s) with `seed + p` inside `torch.random.fork_rng`, so the same
   inputs, seed, rate and batch size give identical values, and the caller's global RNG state is
   unchanged afterwards. A dropout mask covers a whole padded batch, so a statement's noise depends
-  on which statements share its batch (batch_size and the other inputs), as with any batched MC
-  dropout; its distribution does not.
+  on which statements share its batch (batch_size or the token budget, and the other inputs), as
+  with any batched MC dropout; its distribution does not. On a GPU the automatic token budget may
+  still be growing during the first passes: pin `token_budget` for bit-identical reruns there.
 """
 
 from __future__ import annotations

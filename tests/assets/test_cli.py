@@ -39,10 +39,18 @@ def test_models_add_list_remove_keeps_partitions_in_sync(tmp_path):
     out = kcal(tmp_path, "models", "add", "lab/my-clm", "--path", str(empty))
     assert out.returncode == 2 and "has no config.json" in out.stderr and "Traceback" not in out.stderr
     model_dir = build_tiny_mlm(tmp_path / "my model")
-    out = kcal(tmp_path, "models", "add", "lab/my-clm", "--path", str(model_dir), "--batch-size", "8")
+    out = kcal(
+        tmp_path, "models", "add", "lab/my-clm", "--path", str(model_dir), "--batch-size", "8",
+        "--token-budget", "2048", "--no-tf32",
+    )  # fmt: skip
     assert out.returncode == 0, out.stderr
     assert partitions(tmp_path) == ["HuggingFaceTB--SmolLM2-135M-Instruct", "lab--my-clm"]
-    assert "lab/my-clm" in kcal(tmp_path, "models", "list").stdout
+    listed = kcal(tmp_path, "models", "list").stdout
+    assert "lab/my-clm" in listed and "token budget" in listed
+    mine = next(line for line in listed.splitlines() if "lab/my-clm" in line)
+    assert mine.split()[-2:] == ["8", "2048"]  # batch, token budget
+    assert next(line for line in listed.splitlines() if "SmolLM2" in line).split()[-1] == "auto"
+    assert "tf32 = false" in (tmp_path / "models.toml").read_text()
     again = kcal(tmp_path, "models", "add", "lab/my-clm", "--path", str(model_dir))
     assert again.returncode == 2 and "lab/my-clm" in again.stderr and "Traceback" not in again.stderr
     assert kcal(tmp_path, "models", "remove", "lab/my-clm").returncode == 0
@@ -59,6 +67,7 @@ def test_models_add_list_remove_keeps_partitions_in_sync(tmp_path):
     "args, needle",
     [
         (["models", "add", "x/y", "--batch-size", "0"], "batch_size"),
+        (["models", "add", "x/y", "--token-budget", "8"], "token_budget must be an integer >= 16"),
         (["models", "remove", "not/registered"], "not/registered"),
         (["models", "add", "x/y", "--gguf", "weights.bin"], "'.gguf' file"),
         (["models", "add", "x/y", "--kind", "seq2seq"], "invalid choice: 'seq2seq'"),

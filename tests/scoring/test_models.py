@@ -60,6 +60,8 @@ def test_add_list_remove_round_trip_through_the_file(registry):
         dtype="bfloat16",
         device="cuda:1",
         batch_size=4,
+        token_budget=8192,
+        tf32=False,
         start_token="</s>",
         trust_remote_code=True,
     )
@@ -92,6 +94,10 @@ def test_duplicate_id_and_colliding_key_are_rejected(registry):
         ("batch_size", 0, {}),
         ("batch_size", True, {}),
         ("batch_size", "8", {}),
+        ("token_budget", 15, {}),
+        ("token_budget", True, {}),
+        ("token_budget", 4096.0, {}),
+        ("tf32", "no", {}),
         ("dtype", "fp8", {}),
         ("device", "tpu", {}),
         ("device", "cuda:x", {}),
@@ -132,6 +138,13 @@ def test_bad_fields_are_rejected_naming_field_and_value(field, value, kw):
 def test_batch_size_message_is_exact():
     with pytest.raises(ModelConfigError, match=r"^batch_size must be a positive integer, got 0$"):
         hf(batch_size=0)
+
+
+def test_token_budget_message_and_defaults():
+    with pytest.raises(ModelConfigError, match=r"^token_budget must be an integer >= 16 .* got 15$"):
+        hf(token_budget=15)
+    assert (hf().token_budget, hf().tf32, hf(token_budget=16).token_budget) == (None, True, 16)
+    assert "token_budget" not in hf().to_dict() and "tf32" not in hf().to_dict()  # defaults stay unwritten
 
 
 def test_kind_is_detected_unless_given():

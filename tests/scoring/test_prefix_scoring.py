@@ -145,7 +145,7 @@ def test_rows_close_when_full_and_long_sequences_get_their_own_row():
 
 def test_packing_is_checked_once_and_supported_by_smollm2(loaded):
     assert packing_supported(loaded) is True
-    assert prefix_mod._support[id(loaded.model)] is True
+    assert prefix_mod._decisions[id(loaded.model)].used is True
 
 
 class Wrapped(torch.nn.Module):
@@ -183,10 +183,10 @@ def wrapped(loaded, **drop):
 
 
 def test_a_model_that_honours_mask_and_positions_passes_the_probe(tiny, monkeypatch):
-    monkeypatch.setattr(prefix_mod, "_support", {})  # a fresh cache, no verdict planted
+    monkeypatch.setattr(prefix_mod, "_decisions", {})  # a fresh cache, no verdict planted
     honest = wrapped(tiny, drop_mask=False, drop_positions=False)
     assert packing_supported(honest) is True
-    assert prefix_mod._support == {id(honest.model): True}
+    assert {k: d.used for k, d in prefix_mod._decisions.items()} == {id(honest.model): True}
 
 
 @pytest.mark.parametrize(
@@ -198,10 +198,10 @@ def test_a_model_that_ignores_mask_or_positions_fails_the_probe_and_takes_the_pl
     tiny, monkeypatch, drop
 ):
     """The real probe (no verdict planted) sends such a model to score_clm, and decides it once."""
-    monkeypatch.setattr(prefix_mod, "_support", {})
+    monkeypatch.setattr(prefix_mod, "_decisions", {})
     bad = wrapped(tiny, **drop)
     assert packing_supported(bad) is False
-    assert prefix_mod._support == {id(bad.model): False}  # decided once, cached
+    assert {k: d.used for k, d in prefix_mod._decisions.items()} == {id(bad.model): False}  # cached
     monkeypatch.setattr(prefix_mod, "_forward_rows", lambda *a: pytest.fail("packed path used"))
     filled = CASES[:6]
     assert_same(

@@ -289,8 +289,14 @@ def test_partition_progress_goes_to_the_log_and_the_bar(loaded, tmp_path):
     import io
 
     lines, stream = [], io.StringIO()
-    run_partition(loaded, tmp_path, log=lines.append, stream=stream)
+    scored = run_partition(loaded, tmp_path, log=lines.append, stream=stream)
+    assert lines[0].startswith("P36: prefix packing on (float32, |Δ| per token against the float32 plain")
     assert lines[-1].startswith(f"scoring {loaded.key} × P36 (clm-packed): 15/15 statements, ")
+    # the packing decision and the token budget the partition ran with are in its metadata
+    assert scored.metadata["packing"] == lines[0].removeprefix("P36: ")
+    assert scored.metadata["token_budget_packed"].startswith(
+        "1024 positions per call (CPU: batch size 32 × 32"
+    )
     assert stream.getvalue().endswith("\x1b[K\n") and "[" + "#" * 24 + "]" in stream.getvalue()
 
 

@@ -69,6 +69,8 @@ class LoadedModel:
     key: str
     batch_size: int = 32  # the entry's default for the scorers
     kind: str = "clm"
+    token_budget: int | None = None  # the entry's; None: sized by scoring/budget.py
+    tf32: bool = True  # the entry's; applies to float32 on CUDA only (scoring/precision.py)
 
 
 _loaded: dict[tuple[str, str], tuple[ModelEntry, LoadedModel]] = {}
@@ -123,6 +125,8 @@ def _load_uncached(entry: ModelEntry, cache_dir: Path) -> LoadedModel:
         key=entry.key,
         batch_size=entry.batch_size,
         kind=kind,
+        token_budget=entry.token_budget,
+        tf32=entry.tf32,
     )
 
 

@@ -22,6 +22,7 @@ SOURCES = ("gguf_package", "gguf_file", "hf", "local")
 GGUF_SOURCES = ("gguf_package", "gguf_file")
 KINDS = ("auto", "clm", "mlm")
 DTYPES = ("float32", "bfloat16", "float16")
+MIN_TOKEN_BUDGET = 16  # below this a call holds less than one short statement
 _DEVICE = re.compile(r"^(auto|cpu|cuda|cuda:[0-9]+)$")
 _PACKAGE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
@@ -70,6 +71,8 @@ class ModelEntry:
     dtype: str = "float32"
     device: str = "auto"
     batch_size: int = 32
+    token_budget: int | None = None  # token positions per forward call; None: sized automatically
+    tf32: bool = True  # float32 matmuls in TF32 on GPUs that have it (~1e-3 on log-probs)
     start_token: str | None = None
     trust_remote_code: bool = False
 
@@ -134,6 +137,14 @@ class ModelEntry:
             raise _bad("device", self.device, "'auto', 'cpu', 'cuda' or 'cuda:N'")
         if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1:
             raise _bad("batch_size", self.batch_size, "a positive integer")
+        budget = self.token_budget
+        if budget is not None and (
+            isinstance(budget, bool) or not isinstance(budget, int) or budget < MIN_TOKEN_BUDGET
+        ):
+            expected = f"an integer >= {MIN_TOKEN_BUDGET} (token positions per call) or unset"
+            raise _bad("token_budget", budget, expected)
+        if not isinstance(self.tf32, bool):
+            raise _bad("tf32", self.tf32, "true or false")
         if self.start_token is not None and (not isinstance(self.start_token, str) or not self.start_token):
             raise _bad("start_token", self.start_token, "a non-empty token string or unset")
         if self.start_token is not None and self.kind == "mlm":
