@@ -2,6 +2,7 @@
 back-off (faults injected: no GPU here), and scores that do not depend on the budget."""
 
 import dataclasses
+import weakref
 from types import SimpleNamespace
 
 import pytest
@@ -38,7 +39,7 @@ def loaded():
 
 @pytest.fixture(autouse=True)
 def fresh_budgets(monkeypatch):
-    monkeypatch.setattr(budget_mod, "_budgets", {})
+    monkeypatch.setattr(budget_mod, "_budgets", weakref.WeakKeyDictionary())
 
 
 def test_memory_per_position_and_the_ceiling_by_hand():
@@ -151,7 +152,7 @@ def test_scores_do_not_depend_on_the_budget_and_growth_runs_on_a_real_model(load
     kw = {"row_tokens": 40} if path == PACKED else {}
     fixed = score(loaded, *args(filled), batch_size=2, **kw)
     growing = TokenBudget(tokens=48, ceiling=4096, grow=True, origin="planted")
-    budget_mod._budgets[(id(loaded.model), path)] = growing
+    budget_mod._budgets.setdefault(loaded.model, {})[path] = growing
     assert budget_for(loaded, path, 40) is growing
     assert_same(fixed, score(loaded, *args(filled), **kw), [f.text for f in filled])
     assert growing.levels and growing.levels[0][0] == 48 and growing.levels[0][1] > 0
@@ -163,7 +164,7 @@ def test_an_out_of_memory_budget_stays_lowered_for_later_calls(loaded, monkeypat
     expected = score_clm(loaded, *args(filled), batch_size=4)
     sizes = []
     monkeypatch.setattr(clm_mod, "_score_batch", oom_above(clm_mod._score_batch, 4, sizes))
-    budget_mod._budgets[(id(loaded.model), PLAIN)] = TokenBudget.fixed(4096, "planted")
+    budget_mod._budgets.setdefault(loaded.model, {})[PLAIN] = TokenBudget.fixed(4096, "planted")
     assert_same(expected, score_clm(loaded, *args(filled)), [f.text for f in filled])
     assert max(sizes) > 4 and sizes[-1] <= 4
     lowered = budget_for(loaded, PLAIN, 40)
@@ -176,7 +177,7 @@ def test_an_out_of_memory_budget_stays_lowered_for_later_calls(loaded, monkeypat
 def test_the_packed_path_backs_off_through_the_same_budget(loaded, monkeypatch):
     seen = []
     monkeypatch.setattr(prefix_mod, "_forward_rows", oom_above(prefix_mod._forward_rows, 1, seen))
-    budget_mod._budgets[(id(loaded.model), PACKED)] = TokenBudget.fixed(400, "planted")
+    budget_mod._budgets.setdefault(loaded.model, {})[PACKED] = TokenBudget.fixed(400, "planted")
     filled = CASES[:30]
     expected = score_clm(loaded, *args(filled))
     assert_same(

@@ -4,10 +4,10 @@ the position ids still falls back, in every dtype. bfloat16 runs on CPU here (sl
 
 import copy
 import dataclasses
+import weakref
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
 
 from kcal_pipeline.core.options import ScoringOptions
 from kcal_pipeline.scoring import prefix as prefix_mod
@@ -24,7 +24,7 @@ from kcal_pipeline.scoring.prefix import (
     score_clm_shared_prefix,
 )
 from tests.scoring.test_clm_scoring import model_cache
-from tests.scoring.test_prefix_scoring import CASES, args, assert_same, wrapped
+from tests.scoring.test_prefix_scoring import CASES, args, assert_same, tiny_llama, wrapped
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +34,7 @@ def loaded():
 
 @pytest.fixture(autouse=True)
 def fresh_decisions(monkeypatch):
-    monkeypatch.setattr(prefix_mod, "_decisions", {})
+    monkeypatch.setattr(prefix_mod, "_decisions", weakref.WeakKeyDictionary())
 
 
 def in_dtype(loaded, dtype: torch.dtype, key: str):
@@ -44,13 +44,7 @@ def in_dtype(loaded, dtype: torch.dtype, key: str):
 
 @pytest.fixture(scope="module")
 def tiny(loaded):
-    """A random 2-layer Llama (weights large enough that a wrong mask moves log-probs by ~2)."""
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=len(loaded.tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128, initializer_range=0.2,
-    )  # fmt: skip
-    return dataclasses.replace(loaded, model=LlamaForCausalLM(config).eval(), key="tiny-llama")
+    return tiny_llama(loaded)
 
 
 def test_the_rule_by_hand():
@@ -121,7 +115,7 @@ def test_the_decision_is_cached_and_a_failing_packed_pass_falls_back(tiny, monke
     monkeypatch.setattr(prefix_mod, "_check_packing", lambda *a: pytest.fail("checked twice"))
     assert packing_decision(half) is first
     monkeypatch.undo()
-    monkeypatch.setattr(prefix_mod, "_decisions", {})
+    monkeypatch.setattr(prefix_mod, "_decisions", weakref.WeakKeyDictionary())
 
     def broken(loaded_, rows):
         raise RuntimeError("custom masks unsupported")
@@ -190,3 +184,19 @@ def test_tf32_is_scoped_to_float32_on_cuda_and_recorded_in_the_fingerprint(loade
     assert fingerprint(loaded, statements, ScoringOptions()) == fingerprint(
         dataclasses.replace(loaded, tf32=False), statements, ScoringOptions()
     )
+
+
+def test_a_freed_model_takes_its_decision_and_budgets_with_it(tiny):
+    """Caches hold models weakly: a new model at a freed one's address gets no stale decision."""
+    import gc
+
+    from kcal_pipeline.scoring import budget as budget_mod
+
+    half = in_dtype(tiny, torch.bfloat16, "tiny-bf16-freed")
+    packing_decision(half)
+    score_clm_shared_prefix(half, *args(CASES[:2]))
+    assert half.model in prefix_mod._decisions and half.model in budget_mod._budgets
+    before = len(budget_mod._budgets)
+    del half
+    gc.collect()
+    assert len(prefix_mod._decisions) == 0 and len(budget_mod._budgets) == before - 1

@@ -2,6 +2,7 @@
 
 import dataclasses
 import random
+import weakref
 
 import numpy as np
 import polars as pl
@@ -145,7 +146,7 @@ def test_rows_close_when_full_and_long_sequences_get_their_own_row():
 
 def test_packing_is_checked_once_and_supported_by_smollm2(loaded):
     assert packing_supported(loaded) is True
-    assert prefix_mod._decisions[id(loaded.model)].used is True
+    assert prefix_mod._decisions[loaded.model].used is True
 
 
 class Wrapped(torch.nn.Module):
@@ -164,8 +165,7 @@ class Wrapped(torch.nn.Module):
         return self.inner(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, **kw)
 
 
-@pytest.fixture(scope="module")
-def tiny(loaded):
+def tiny_llama(loaded):
     """A random 2-layer Llama with SmolLM2's tokenizer: fast, and with weights large enough
     (initializer_range 0.2) that a wrong mask or position moves log-probs by ~2, while the packed
     and plain paths of the honest model agree to ~1e-6 (the probe's tolerance is 1e-4)."""
@@ -177,16 +177,23 @@ def tiny(loaded):
     return dataclasses.replace(loaded, model=LlamaForCausalLM(config).eval(), key="tiny-llama")
 
 
+@pytest.fixture(scope="module")
+def tiny(loaded):
+    return tiny_llama(loaded)
+
+
 def wrapped(loaded, **drop):
     model = Wrapped(loaded.model, **drop).eval()  # eval: a model in training mode is not probed
     return dataclasses.replace(loaded, model=model, key=f"{loaded.key}+{drop}")
 
 
 def test_a_model_that_honours_mask_and_positions_passes_the_probe(tiny, monkeypatch):
-    monkeypatch.setattr(prefix_mod, "_decisions", {})  # a fresh cache, no verdict planted
+    monkeypatch.setattr(
+        prefix_mod, "_decisions", weakref.WeakKeyDictionary()
+    )  # a fresh cache, no verdict planted
     honest = wrapped(tiny, drop_mask=False, drop_positions=False)
     assert packing_supported(honest) is True
-    assert {k: d.used for k, d in prefix_mod._decisions.items()} == {id(honest.model): True}
+    assert {k: d.used for k, d in prefix_mod._decisions.items()} == {honest.model: True}
 
 
 @pytest.mark.parametrize(
@@ -198,10 +205,10 @@ def test_a_model_that_ignores_mask_or_positions_fails_the_probe_and_takes_the_pl
     tiny, monkeypatch, drop
 ):
     """The real probe (no verdict planted) sends such a model to score_clm, and decides it once."""
-    monkeypatch.setattr(prefix_mod, "_decisions", {})
+    monkeypatch.setattr(prefix_mod, "_decisions", weakref.WeakKeyDictionary())
     bad = wrapped(tiny, **drop)
     assert packing_supported(bad) is False
-    assert {k: d.used for k, d in prefix_mod._decisions.items()} == {id(bad.model): False}  # cached
+    assert {k: d.used for k, d in prefix_mod._decisions.items()} == {bad.model: False}  # cached
     monkeypatch.setattr(prefix_mod, "_forward_rows", lambda *a: pytest.fail("packed path used"))
     filled = CASES[:6]
     assert_same(
