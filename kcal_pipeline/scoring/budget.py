@@ -24,6 +24,7 @@ it ran with and how it was chosen.
 from __future__ import annotations
 
 import threading
+import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -142,7 +143,8 @@ class TokenBudget:
         return "".join(parts) + ")"
 
 
-_budgets: dict[tuple[int, str], TokenBudget] = {}
+# model → {path: budget}, weakly keyed by the model object (an id() could be reused by a new model)
+_budgets: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
 
 
@@ -151,17 +153,17 @@ def budget_for(loaded: LoadedModel, path: str, row_width: int) -> TokenBudget:
 
     row_width is the widest row the path builds (its attention cost per position).
     """
-    key = (id(loaded.model), path)
     with _lock:
-        if key not in _budgets:
-            _budgets[key] = initial_budget(loaded, row_width, free_memory(loaded.device))
-        return _budgets[key]
+        paths = _budgets.setdefault(loaded.model, {})
+        if path not in paths:
+            paths[path] = initial_budget(loaded, row_width, free_memory(loaded.device))
+        return paths[path]
 
 
 def recorded_budget(loaded: LoadedModel, path: str) -> TokenBudget | None:
     """The budget a path has used in this process, if it has run (for the partition's metadata)."""
     with _lock:
-        return _budgets.get((id(loaded.model), path))
+        return _budgets.get(loaded.model, {}).get(path)
 
 
 def initial_budget(loaded: LoadedModel, row_width: int, free: int | None) -> TokenBudget:

@@ -38,6 +38,7 @@ import contextlib
 import dataclasses
 import logging
 import threading
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -281,7 +282,9 @@ def accept_packing(packed: tuple[float, float], plain: tuple[float, float]) -> t
     return True, ""
 
 
-_decisions: dict[int, PackingDecision] = {}
+# By the model object itself, weakly: an id() key could hand a freed model's decision to a new
+# model that happens to get its address (a bench that converts one model to several dtypes).
+_decisions: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _decide = threading.Lock()
 
 
@@ -302,7 +305,7 @@ def packing_decision(loaded: LoadedModel) -> PackingDecision:
     if any(m.training for m in loaded.model.modules()):
         # dropout on: not comparable; decided (and cached) in eval mode
         return PackingDecision(False, dtype, "", reason="model in training mode (dropout)")
-    key = id(loaded.model)
+    key = loaded.model
     with _decide:
         if key not in _decisions:
             _decisions[key] = _check_packing(loaded, dtype)
