@@ -166,7 +166,8 @@ def _score_packed(
     if batch_size is None:
         budget = budget_for(loaded, PACKED, row_width=max(row_tokens, len(rows[0].tokens)))
     else:
-        budget = TokenBudget.fixed(batch_size * POSITIONS_PER_STATEMENT, f"batch size {batch_size} × 32")
+        origin = f"batch size {batch_size} × {POSITIONS_PER_STATEMENT}"
+        budget = TokenBudget.fixed(batch_size * POSITIONS_PER_STATEMENT, origin)
     before = np.cumsum([0] + [len(r.members) for r in rows])  # sequences in the rows before row i
     nodes = lambda row: len(row.tokens)  # noqa: E731
     report = None if progress is None else (lambda done, _total: progress(int(before[done]), len(seqs)))
@@ -324,7 +325,7 @@ def _check_packing(loaded: LoadedModel, dtype: str) -> PackingDecision:
     try:
         with _in_float32(loaded.model) as upcast:  # and TF32 off: a true float32 reference
             reference = _token_logprobs(dataclasses.replace(loaded, tf32=False), ids, len(ids), None)
-    except Exception as exc:  # e.g. no room for a float32 copy of a large model
+    except Exception as exc:  # e.g. no room to upcast a large model to float32
         return PackingDecision(
             False, dtype, "", reason=f"no float32 reference ({type(exc).__name__}: {exc}); plain path"
         )
