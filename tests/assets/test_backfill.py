@@ -7,24 +7,31 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import polars as pl
 import pytest
 
 from kcal_pipeline.core.storage import partition_path
 from kcal_pipeline.scoring.models import DEFAULT_MODEL
-from tests.conftest import REPO, run_kcal
+from tests.conftest import REPO, copy_facts_store, run_kcal
 
 pytestmark = pytest.mark.integration
 KEY = DEFAULT_MODEL.key
+# The run queue's default 5 s poll, shortened as a user may in their own instance config.
+QUEUE_EVERY_SECOND = """\
+run_coordinator:
+  module: dagster._core.run_coordinator
+  class: QueuedRunCoordinator
+  config:
+    dequeue_interval_seconds: 1
+"""
 
 
 @pytest.fixture
-def store(tmp_path, monkeypatch):
+def store(tmp_path, monkeypatch, facts_store):
     from assets.runner import run_missing
 
-    home = tmp_path / "kcal"
+    home = copy_facts_store(facts_store, tmp_path / "kcal")
     monkeypatch.setenv("DAGSTER_HOME", str(home / "dagster"))
     settings = {"max_instances": 4, "max_templates": 1, "n_negatives": 4}
     assert not run_missing(home, relations=["P36"], settings=settings, log=lambda m: None).failed
@@ -33,11 +40,15 @@ def store(tmp_path, monkeypatch):
 
 @pytest.fixture
 def daemon(store):
-    """`dagster-daemon run` on the store's instance, in its own process group; stopped after."""
+    """`dagster-daemon run` on the store's instance, in its own process group; stopped after. Its
+    backfill loop runs every second and the run queue every second (tests/assets/daemon.py)."""
+    from assets.runner import INSTANCE_CONFIG
+
+    config = store / "dagster" / "dagster.yaml"
+    config.write_text(f"{INSTANCE_CONFIG}{QUEUE_EVERY_SECOND}")
     env = {**os.environ, "DAGSTER_HOME": str(store / "dagster"), "KCAL_HOME": str(store)}
-    exe = Path(sys.executable).with_name("dagster-daemon")
     proc = subprocess.Popen(
-        [str(exe), "run", "-w", str(REPO / "workspace.yaml")],
+        [sys.executable, "-m", "tests.assets.daemon", "run", "-w", str(REPO / "workspace.yaml")],
         cwd=REPO,
         env=env,
         stdout=subprocess.DEVNULL,

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_kcal
+from tests.conftest import copy_facts_store, run_kcal
 from tests.dataset.test_bear import write_bear
 
 pytestmark = pytest.mark.integration
@@ -15,8 +15,8 @@ def kcal(home: Path, *args: str):
     return run_kcal(home, *args, timeout=900)
 
 
-def test_bear_directory_runs_end_to_end(tmp_path):
-    home = tmp_path / "home"
+def test_bear_directory_runs_end_to_end(tmp_path, facts_store):
+    home = copy_facts_store(facts_store, tmp_path / "home")
     bear = write_bear(tmp_path / "BEAR-tiny")
     out = kcal(home, "dataset", "import-bear", str(bear))
     assert out.returncode == 0, out.stderr
@@ -75,8 +75,8 @@ REAL_BEAR = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "be
     not (REAL_BEAR / "metadata_relations.json").is_file(),
     reason=f"BEAR's own files are not at {REAL_BEAR} (../shared/data/bear beside the repository)",
 )
-def test_the_real_bear_imports_whole_and_a_relation_runs_end_to_end(tmp_path):
-    home = tmp_path / "home"
+def test_the_real_bear_imports_whole_and_a_relation_runs_end_to_end(tmp_path, facts_store):
+    home = copy_facts_store(facts_store, tmp_path / "home")
     out = kcal(home, "dataset", "import-bear", str(REAL_BEAR))
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()

@@ -45,3 +45,20 @@ def test_the_scoring_pool_is_limited_per_run_and_an_earlier_default_is_upgraded(
     assert config.read_text() == INSTANCE_CONFIG
     pools = instance.get_concurrency_config().pool_config
     assert (pools.default_pool_limit, pools.pool_granularity.value) == (1, "run")
+
+
+def test_the_scoring_pool_has_its_limit_in_storage_before_any_run_is_queued(tmp_path, own_dagster_home):
+    """Dagster's run queue takes a pool it has not yet initialised as unlimited for one pass, so two
+    scoring runs queued together on a fresh instance both started (tests/assets/test_backfill.py saw
+    peak 2). kcal writes the pool's limit when it opens the instance; a user's own limit is kept."""
+    from dagster import DagsterInstance
+
+    config = tmp_path / "dagster" / "dagster.yaml"
+    config.parent.mkdir(parents=True)
+    config.write_text(INSTANCE_CONFIG)
+    assert DagsterInstance.from_config(str(config.parent)).event_log_storage.get_concurrency_keys() == set()
+    storage = get_instance(tmp_path).event_log_storage
+    assert storage.get_concurrency_keys() == {"scoring"}
+    assert storage.get_concurrency_info("scoring").slot_count == 1
+    storage.set_concurrency_slots("scoring", 2)  # `dagster instance concurrency set scoring 2`
+    assert get_instance(tmp_path).event_log_storage.get_concurrency_info("scoring").slot_count == 2

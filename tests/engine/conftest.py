@@ -24,7 +24,7 @@ import polars as pl
 import pytest
 from dagster import DagsterInstance, DynamicPartitionsDefinition, MultiPartitionKey
 
-from tests.conftest import REPO
+from tests.conftest import REPO, copy_facts_store
 
 RELATIONS = ["P30", "P37", "P36", "P47"]
 SETTINGS = {"max_instances": 4, "max_templates": 1}
@@ -181,13 +181,12 @@ def partition_tags(key: MultiPartitionKey) -> dict[str, str]:
 
 
 @pytest.fixture(scope="session")
-def probe_store(tmp_path_factory) -> Path:
+def probe_store(tmp_path_factory, facts_store) -> Path:
     """The dataset stages of a small probe on the local oxigraph endpoint, no model registered
     (an empty models.toml), so copies of it start with nothing scored."""
     from assets.runner import run_missing
 
-    home = tmp_path_factory.mktemp("probe") / "kcal"
-    home.mkdir()
+    home = copy_facts_store(facts_store, tmp_path_factory.mktemp("probe") / "kcal")
     (home / "models.toml").write_text("")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("DAGSTER_HOME", str(tmp_path_factory.mktemp("probe-dagster")))

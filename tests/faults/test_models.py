@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from kcal_pipeline.scoring.models import DEFAULT_MODEL, ModelEntry, ModelLoadError, Registry
-from tests.conftest import run_kcal
+from tests.conftest import copy_facts_store, run_kcal
 from tests.scoring.tiny_mlm import build_tiny_mlm
 
 
@@ -124,7 +124,8 @@ def test_a_hub_id_is_registered_with_a_note_that_loading_needs_the_network(tmp_p
 
 
 @pytest.mark.integration
-def test_a_broken_model_fails_its_own_partitions_and_the_others_complete(tmp_path, tiny_mlm):
+def test_a_broken_model_fails_its_own_partitions_and_the_others_complete(tmp_path, tiny_mlm, facts_store):
+    copy_facts_store(facts_store, tmp_path)
     broken = copy_of(tiny_mlm, tmp_path, "broken model")
     registry = Registry(tmp_path / "models.toml")
     registry.add(ModelEntry(id="lab/broken", source="local", path=str(broken)))

@@ -11,6 +11,7 @@ import pytest
 
 from kcal_pipeline.core.storage import partition_path
 from kcal_pipeline.core.versions import DATA_VERSION_KEY, stored_version
+from tests.conftest import copy_facts_store
 
 pytestmark = pytest.mark.integration
 KEY = "HuggingFaceTB--SmolLM2-135M-Instruct"
@@ -19,10 +20,10 @@ MR = {"model": KEY, "relation": "P36"}
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory):
+def store(tmp_path_factory, facts_store):
     from assets.runner import run_missing
 
-    home = tmp_path_factory.mktemp("kcal")
+    home = copy_facts_store(facts_store, tmp_path_factory.mktemp("store") / "kcal")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("DAGSTER_HOME", str(tmp_path_factory.mktemp("dagster")))
 

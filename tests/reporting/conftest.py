@@ -21,11 +21,12 @@ REPORT_SETTINGS = {
 
 
 @pytest.fixture(scope="session")
-def report_store(tmp_path_factory):
+def report_store(tmp_path_factory, facts_store):
     """KCAL_HOME of a finished run (read it; copy it before writing)."""
     from assets.runner import run_missing
+    from tests.conftest import copy_facts_store
 
-    home = tmp_path_factory.mktemp("kcal-report")
+    home = copy_facts_store(facts_store, tmp_path_factory.mktemp("kcal-report") / "kcal")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("DAGSTER_HOME", str(tmp_path_factory.mktemp("dagster-report")))
         summary = run_missing(home, relations=REPORT_RELATIONS, settings=REPORT_SETTINGS, log=lambda m: None)

@@ -115,7 +115,7 @@ class UiServer:
                 )["workspaceOrError"]["locationEntries"]
                 if [(e["name"], e["loadStatus"]) for e in entries] == [("kcal", "LOADED")]:
                     return time.monotonic() - started
-            time.sleep(1)
+            time.sleep(0.25)
         raise AssertionError(f"the UI did not come up within {timeout} s:\n{self.log_tail()}")
 
     def kill_everything(self) -> None:

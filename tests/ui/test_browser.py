@@ -112,7 +112,7 @@ def wait_for_backfill(server: UiServer, backfill_id: str) -> dict:
         backfill = server.graphql(BACKFILL, {"id": backfill_id})["partitionBackfillOrError"]
         if backfill["status"] in ("COMPLETED_SUCCESS", "COMPLETED", "COMPLETED_FAILED", "FAILED", "CANCELED"):
             return backfill
-        time.sleep(3)
+        time.sleep(1)
     raise AssertionError(f"backfill {backfill_id} not done in {BACKFILL_TIMEOUT_S} s: {backfill}")
 
 

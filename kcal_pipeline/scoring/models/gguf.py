@@ -21,6 +21,8 @@ import tempfile
 import threading
 from pathlib import Path
 
+from filelock import FileLock
+
 from kcal_pipeline.scoring.models.registry import ModelEntry, ModelLoadError
 
 log = logging.getLogger(__name__)
@@ -63,7 +65,13 @@ def gguf_cache(entry: ModelEntry, cache_dir: Path) -> tuple[Path, str]:
         expected["mtime_ns"] = stat.st_mtime_ns
     manifest = _read_manifest(target)
     if manifest is None or any(manifest.get(k) != v for k, v in expected.items()):
-        manifest = _build_gguf_cache(gguf, target, expected)
+        # One converter per cache folder: processes that start together (test workers, Celery
+        # workers, a demo beside the UI) wait for the first conversion instead of each doing it.
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(target.parent / f".{target.name}.lock"):
+            manifest = _read_manifest(target)
+            if manifest is None or any(manifest.get(k) != v for k, v in expected.items()):
+                manifest = _build_gguf_cache(gguf, target, expected)
     return target, f"{dist}:{gguf.name}:{manifest['sha256'][:12]}"
 
 
