@@ -39,7 +39,8 @@ for cmd in "${commands[@]}"; do
         "$((${wall%.*} / 60))" "$((${wall%.*} % 60))"
     case "$cmd" in
         test) grep -E '^[0-9]+ (passed|failed)|^=+ .*(passed|failed).* =+$| in [0-9.]+s' "$log" | tail -n 2 ;;
-        demo) grep -E 'statements/s|Nothing to do|took' "$log" | tail -n 8 || true ;;
+        # the scoring log's last line per partition: "scoring MODEL × RELATION (path): N/N statements, R/s, ETA 0s"
+        demo) grep -oE 'scoring [^ ]+ × [^ ]+ \([a-z-]+\): ([0-9]+)/[0-9]+ statements, [0-9.]+/s, ETA 0s' "$log" || true ;;
     esac
     [ "$result" = ok ] || tail -n 40 "$log"
 done

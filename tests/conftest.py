@@ -21,6 +21,13 @@ def pytest_configure(config):
     """KCAL_HOME and DAGSTER_HOME of this process: a temporary folder per worker, so no test writes
     the developer's store (`make` exports the repository's .kcal) and parallel workers never share
     a Dagster instance's SQLite files."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:
+        # torch and its subprocesses (kcal commands, Dagster runs) would each start one thread per
+        # core in every worker: split the cores between the workers instead of oversubscribing them.
+        threads = str(max(1, (os.cpu_count() or 1) // workers))
+        for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+            os.environ.setdefault(var, threads)
     root = Path(tempfile.mkdtemp(prefix=f"kcal-test-{WORKER}-"))
     config._kcal_test_root = root
     os.environ["KCAL_HOME"] = str(root / "kcal")
@@ -35,15 +42,22 @@ def pytest_unconfigure(config):
         shutil.rmtree(root, ignore_errors=True)
 
 
+# Session fixtures that the workers share through the file system (built once under a file lock):
+# they are no reason to put their users on one worker.
+SHARED_ACROSS_WORKERS = {"facts_store"}
+
+
 def _shared_fixtures(item) -> list[str]:
     """The module- or session-scoped fixtures of tests/ that `item` uses (the expensive ones:
-    stores, servers, models), as 'path::name'."""
+    stores, servers, models), as 'path::name'; those in SHARED_ACROSS_WORKERS are left out."""
     info = getattr(item, "_fixtureinfo", None)
     if info is None:
         return []
     shared = []
     for name in info.names_closure:
         for fixturedef in info.name2fixturedefs.get(name, ()):
+            if name in SHARED_ACROSS_WORKERS:
+                continue
             if fixturedef.scope in ("module", "package", "session") and fixturedef.baseid.startswith("tests"):
                 shared.append(f"{fixturedef.baseid}::{fixturedef.argname}")
     return shared
