@@ -14,7 +14,6 @@ REPO = Path(__file__).resolve().parents[1]
 # sessions load it in about a second (the conversion holds a file lock, so parallel workers convert
 # it once). Tests never write anything else there.
 os.environ.setdefault("KCAL_MODEL_CACHE", str(REPO / ".kcal" / "models"))
-WORKER = os.environ.get("PYTEST_XDIST_WORKER", "main")
 
 
 def pytest_configure(config):
@@ -28,7 +27,9 @@ def pytest_configure(config):
         threads = str(max(1, (os.cpu_count() or 1) // workers))
         for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
             os.environ.setdefault(var, threads)
-    root = Path(tempfile.mkdtemp(prefix=f"kcal-test-{WORKER}-"))
+    # read here, not at import: pytest-xdist sets it after this conftest is imported
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    root = Path(tempfile.mkdtemp(prefix=f"kcal-test-{worker}-"))
     config._kcal_test_root = root
     os.environ["KCAL_HOME"] = str(root / "kcal")
     os.environ["DAGSTER_HOME"] = str(root / "dagster")
@@ -55,9 +56,9 @@ def _shared_fixtures(item) -> list[str]:
         return []
     shared = []
     for name in info.names_closure:
+        if name in SHARED_ACROSS_WORKERS:
+            continue
         for fixturedef in info.name2fixturedefs.get(name, ()):
-            if name in SHARED_ACROSS_WORKERS:
-                continue
             if fixturedef.scope in ("module", "package", "session") and fixturedef.baseid.startswith("tests"):
                 shared.append(f"{fixturedef.baseid}::{fixturedef.argname}")
     return shared

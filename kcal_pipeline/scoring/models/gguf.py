@@ -64,15 +64,20 @@ def gguf_cache(entry: ModelEntry, cache_dir: Path) -> tuple[Path, str]:
     if entry.source == "gguf_file":  # a file can be replaced in place; a package version cannot
         expected["mtime_ns"] = stat.st_mtime_ns
     manifest = _read_manifest(target)
-    if manifest is None or any(manifest.get(k) != v for k, v in expected.items()):
+    if _stale(manifest, expected):
         # One converter per cache folder: processes that start together (test workers, Celery
         # workers, a demo beside the UI) wait for the first conversion instead of each doing it.
         target.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(target.parent / f".{target.name}.lock"):
             manifest = _read_manifest(target)
-            if manifest is None or any(manifest.get(k) != v for k, v in expected.items()):
+            if _stale(manifest, expected):
                 manifest = _build_gguf_cache(gguf, target, expected)
     return target, f"{dist}:{gguf.name}:{manifest['sha256'][:12]}"
+
+
+def _stale(manifest: dict | None, expected: dict) -> bool:
+    """No finished cache, or one converted from another GGUF file (source, name, size, mtime)."""
+    return manifest is None or any(manifest.get(k) != v for k, v in expected.items())
 
 
 def _read_manifest(folder: Path) -> dict | None:
