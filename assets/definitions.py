@@ -7,7 +7,7 @@ under `dagster dev` (DefaultSensorStatus.RUNNING, no click in the UI needed):
 `kcal_automation_sensor` requests runs for missing or stale model partitions.
 """
 
-from dagster import AssetSpec, Definitions, load_assets_from_modules, map_asset_specs
+from dagster import AssetSpec, Definitions, in_process_executor, load_assets_from_modules, map_asset_specs
 
 from assets import dataset, estimation, evaluation, reporting, scoring
 from assets.automation import automation_sensor, with_automation
@@ -44,4 +44,10 @@ defs = Definitions(
     schedules=[nightly_evaluation],
     sensors=[model_registry_sensor, automation_sensor],
     resources=default_resources(),
+    # A run launched by the UI or the daemon runs its steps in its own process, one after another:
+    # Dagster's default (a process per step) spends 5-10 s importing torch and the code location
+    # for each step of a few seconds (the backfill test's scoring and evaluation runs: 35-90 s ->
+    # 7-14 s each on two cores), and a CPU host gains nothing from steps in parallel. Scale-out
+    # is the Celery job's (assets/engine.py).
+    executor=in_process_executor,
 )

@@ -101,3 +101,15 @@ def test_each_contract_fails_on_a_violating_import(tmp_path):
     assert "kcal_pipeline.core.keys -> kcal_pipeline.scoring" in out
     assert "kcal_pipeline.dataset.sources.bear -> kcal_pipeline.dataset.instances" in out
     assert "resources.provider -> assets.jobs" in out
+
+
+@pytest.mark.parametrize("module", ["assets.definitions", "assets.cli"])
+def test_the_code_location_and_the_cli_import_without_torch(module):
+    """Every kcal command, run worker, code server and UI process imports these; torch (2 s of a
+    5 s import on two cores) comes in only when something is scored."""
+    probe = f"import sys, {module}; print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))"
+    result = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"

@@ -17,16 +17,9 @@ import polars as pl
 from kcal_pipeline.core.progress import ProgressMeter
 from kcal_pipeline.core.storage import partition_path
 from kcal_pipeline.scoring.checkpoints import discard, score_in_chunks
-from kcal_pipeline.scoring.engine import (
-    ScoringOptions,
-    fingerprint,
-    score_statements,
-    scorer_for,
-    scoring_choices,
-)
-from kcal_pipeline.scoring.stochastic import dropout_plan
 
 if TYPE_CHECKING:
+    from kcal_pipeline.core.options import ScoringOptions
     from kcal_pipeline.scoring.models.loading import LoadedModel
 
 TABLE = "statement_scores"
@@ -84,6 +77,11 @@ def score_partition(
     If the stored partition was scored from the same statements, weights, options and scorer
     version (its fingerprint), it is returned as it is and nothing is rescored.
     """
+    # torch comes in here, not at import: the code location (every kcal command, run worker and
+    # UI process) imports this module and most never score (2 s of a 5 s import).
+    from kcal_pipeline.scoring.engine import fingerprint, score_statements, scorer_for, scoring_choices
+    from kcal_pipeline.scoring.stochastic import dropout_plan
+
     print_ = log or (lambda _: None)
     fp = fingerprint(loaded, statements, options)
     stored = partition_path(Path(home), TABLE, {"model": loaded.key, "relation": relation})

@@ -65,7 +65,7 @@ def daemon(store):
 
 
 def test_two_backfills_of_one_model_take_turns_on_the_scoring_pool_and_both_succeed(store, daemon):
-    from dagster import DagsterRunStatus
+    from dagster import DagsterEventType, DagsterRunStatus
 
     from assets.runner import get_instance
 
@@ -91,4 +91,10 @@ def test_two_backfills_of_one_model_take_turns_on_the_scoring_pool_and_both_succ
         r for r in instance.get_runs() if r.run_op_concurrency and r.tags.get("dagster/backfill") in ids
     ]
     assert len(scoring_runs) == 2 and peak == 1  # one scoring run at a time
+    # Each run's steps ran in its own process (the code location's in-process executor), none in
+    # a process of its own per step.
+    backfill_runs = [r for r in instance.get_runs() if r.tags.get("dagster/backfill") in ids]
+    assert len(backfill_runs) == 4
+    per_step = DagsterEventType.STEP_WORKER_STARTING
+    assert not [r.run_id for r in backfill_runs if instance.all_logs(r.run_id, of_type=per_step)]
     assert pl.read_parquet(scores).equals(before)  # rescored: the same rows, none twice

@@ -13,7 +13,7 @@ from dagster import DagsterInstance, MultiPartitionKey
 from assets.jobs import STAGE_ASSETS
 from assets.runner import run_stage
 from kcal_pipeline.core.storage import partition_path, write_parquet_atomic
-from kcal_pipeline.scoring import partition as partition_mod
+from kcal_pipeline.scoring import engine as engine_mod
 from kcal_pipeline.scoring.models import DEFAULT_MODEL
 from resources import default_resources
 from tests.scoring.test_scoring_engine import STATEMENTS
@@ -23,13 +23,13 @@ DIMS = {"model": DEFAULT_MODEL.key, "relation": "P36"}
 
 
 def test_a_nan_score_fails_its_check_and_estimates_never_run(tmp_path, monkeypatch):
-    original = partition_mod.score_statements
+    original = engine_mod.score_statements
 
     def overflowing(loaded, chunk, options, progress=None):
         scored = original(loaded, chunk, options, progress=progress)
         return scored.with_columns(scored["ll_sum"].scatter(0, math.nan))
 
-    monkeypatch.setattr(partition_mod, "score_statements", overflowing)
+    monkeypatch.setattr(engine_mod, "score_statements", overflowing)
     write_parquet_atomic(STATEMENTS, partition_path(tmp_path, "statements", {"relation": "P36"}))
     instance = DagsterInstance.ephemeral()
     instance.add_dynamic_partitions("model", [DIMS["model"]])

@@ -17,7 +17,7 @@ from assets.definitions import all_assets
 from assets.partitions import model_partitions, relation_partitions
 from kcal_pipeline.core import storage
 from kcal_pipeline.core.storage import partition_path, write_parquet_atomic, write_text_atomic
-from kcal_pipeline.scoring import partition as partition_mod
+from kcal_pipeline.scoring import engine as engine_mod
 from kcal_pipeline.scoring.models import DEFAULT_MODEL
 from kcal_pipeline.scoring.partition import checkpoint_dir
 from resources import default_resources
@@ -43,13 +43,13 @@ def disk_full(monkeypatch, when=lambda file: True):
 
 
 def counting_scorer(monkeypatch) -> list:
-    calls, original = [], partition_mod.score_statements
+    calls, original = [], engine_mod.score_statements
 
     def score(loaded, chunk, options, progress=None):
         calls.append(chunk["statement_id"].to_list())
         return original(loaded, chunk, options, progress=progress)
 
-    monkeypatch.setattr(partition_mod, "score_statements", score)
+    monkeypatch.setattr(engine_mod, "score_statements", score)
     return calls
 
 

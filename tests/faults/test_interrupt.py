@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import copy_facts_store
+
 INTERRUPTED = "interrupted; the next run resumes from the partition checkpoints"
 DEMO = ["demo", "--relation", "P36", "--max-instances", "30", "--chunk-size", "16", "--no-progress"]
 
@@ -31,9 +33,12 @@ def as_from_a_terminal() -> None:
     signal.pthread_sigmask(signal.SIG_SETMASK, set())
 
 
-def ctrl_c_demo(tmp_path: Path, ready) -> tuple[int, str, str, Path]:
-    """Start `kcal demo` in its own process group, Ctrl-C it once ready(home), wait for it to end."""
+def ctrl_c_demo(tmp_path: Path, ready, facts: Path | None = None) -> tuple[int, str, str, Path]:
+    """Start `kcal demo` in its own process group (on a copy of `facts`, else an empty store),
+    Ctrl-C it once ready(home), wait for it to end."""
     home = tmp_path / "home"
+    if facts is not None:
+        copy_facts_store(facts, home)
     env = {**os.environ, "DAGSTER_HOME": str(home / "dagster")}
     env.pop("KCAL_HOME", None)
     out, err = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
@@ -115,8 +120,8 @@ def test_ctrl_c_reaches_a_blocked_main_thread_and_spares_the_children():
 
 
 @pytest.mark.integration
-def test_ctrl_c_during_scoring_prints_one_line_and_exits_130(tmp_path):
-    code, out, err, home = ctrl_c_demo(tmp_path, lambda home: bool(_checkpoints(home)))
+def test_ctrl_c_during_scoring_prints_one_line_and_exits_130(tmp_path, facts_store):
+    code, out, err, home = ctrl_c_demo(tmp_path, lambda home: bool(_checkpoints(home)), facts_store)
     assert_one_line(code, out, err)
     assert _checkpoints(home), "the checkpoints of the interrupted partition are gone"
     assert not (home / "statement_scores").exists()

@@ -130,7 +130,9 @@ def test_a_broken_model_fails_its_own_partitions_and_the_others_complete(tmp_pat
     registry = Registry(tmp_path / "models.toml")
     registry.add(ModelEntry(id="lab/broken", source="local", path=str(broken)))
     (broken / "config.json").write_text("{ truncated")  # broken after `kcal models add` accepted it
-    out = run_kcal(tmp_path, "demo", "--relation", "P36", "--max-instances", "8", "--no-progress")
+    out = run_kcal(
+        tmp_path, "demo", "--relation", "P36", "--max-instances", "8", "--max-templates", "1", "--no-progress"
+    )
     assert out.returncode == 1, out.stderr[-3000:]
     failed = [line for line in out.stderr.splitlines() if line.startswith("kcal: failed: ")]
     assert failed == [

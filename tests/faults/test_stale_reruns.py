@@ -99,18 +99,18 @@ def test_a_changed_template_kind_keeps_the_instances_and_a_scoring_setting_keeps
 def test_an_interrupted_run_never_leaves_stale_partitions_called_done(store, monkeypatch):
     # A run with other settings dies while scoring: statements are new, the scores file is still
     # the old one. The next run must rescore, not say "Nothing to do".
-    from kcal_pipeline.scoring import partition
+    from kcal_pipeline.scoring import engine
 
     home, run = store
-    real = partition.score_statements
+    real = engine.score_statements
 
     def dies(*args, **kwargs):
         raise KeyboardInterrupt("killed while scoring")
 
-    monkeypatch.setattr(partition, "score_statements", dies)
+    monkeypatch.setattr(engine, "score_statements", dies)
     with pytest.raises(BaseException):  # noqa: B017 (whatever Dagster wraps the interrupt in)
         run(max_instances=8)
-    monkeypatch.setattr(partition, "score_statements", real)
+    monkeypatch.setattr(engine, "score_statements", real)
     statements = pl.read_parquet(partition_path(home, "statements", {"relation": "P36"}))
     old_scores = pl.read_parquet(partition_path(home, "statement_scores", MR))
     # the stale state the old runner called done: scores of other statements than the current ones

@@ -12,6 +12,7 @@ import torch
 from kcal_pipeline.core.options import OptionsError
 from kcal_pipeline.core.storage import partition_path, write_parquet_atomic
 from kcal_pipeline.dataset.templates import fill
+from kcal_pipeline.scoring import engine as engine_mod
 from kcal_pipeline.scoring import partition as partition_mod
 from kcal_pipeline.scoring.clm import ROLE_SUBJECT, SCHEMA, score_clm
 from kcal_pipeline.scoring.engine import (
@@ -261,7 +262,7 @@ def store(home, frame, key):
 def test_a_crashed_partition_resumes_to_the_uninterrupted_result(loaded, tmp_path, monkeypatch):
     clean = run_partition(loaded, tmp_path / "clean")
     assert clean.metadata["chunks"] == 4 and clean.metadata["rescored"] is True
-    original, calls = partition_mod.score_statements, []
+    original, calls = engine_mod.score_statements, []
 
     def crash_on_third(loaded_, chunk, options, progress=None):
         calls.append(chunk["statement_id"].to_list())
@@ -269,10 +270,10 @@ def test_a_crashed_partition_resumes_to_the_uninterrupted_result(loaded, tmp_pat
             raise KeyboardInterrupt("killed (injected)")
         return original(loaded_, chunk, options, progress=progress)
 
-    monkeypatch.setattr(partition_mod, "score_statements", crash_on_third)
+    monkeypatch.setattr(engine_mod, "score_statements", crash_on_third)
     with pytest.raises(KeyboardInterrupt):
         run_partition(loaded, tmp_path / "home")
-    monkeypatch.setattr(partition_mod, "score_statements", original)
+    monkeypatch.setattr(engine_mod, "score_statements", original)
     resumed = run_partition(loaded, tmp_path / "home")
     assert (resumed.metadata["chunks_resumed"], resumed.metadata["chunks"]) == (2, 4)
     assert resumed.frame["statement_id"].to_list() == STATEMENTS["statement_id"].to_list()
@@ -313,7 +314,7 @@ def test_an_unchanged_partition_is_not_rescored(loaded, tmp_path, monkeypatch):
     ]
     assert first.frame["model_id"].unique().to_list() == [DEFAULT_MODEL.id]
     store(tmp_path, first.frame, loaded.key)
-    monkeypatch.setattr(partition_mod, "score_statements", lambda *a, **k: pytest.fail("rescored"))
+    monkeypatch.setattr(engine_mod, "score_statements", lambda *a, **k: pytest.fail("rescored"))
     again = run_partition(loaded, tmp_path)
     assert again.metadata["rescored"] is False and again.frame.equals(first.frame)
     for key in ("statements", "tokens", "device", "model_revision", "scorer", "fingerprint"):
@@ -327,7 +328,7 @@ def test_the_partition_records_the_kind_loading_resolved(loaded, tmp_path, monke
     assert first.frame.columns[first.frame.columns.index("model_id") + 1] == "model_kind"
     # a partition stored before the column existed gets it, and is not rescored
     store(tmp_path, first.frame.drop("model_kind"), loaded.key)
-    monkeypatch.setattr(partition_mod, "score_statements", lambda *a, **k: pytest.fail("rescored"))
+    monkeypatch.setattr(engine_mod, "score_statements", lambda *a, **k: pytest.fail("rescored"))
     again = run_partition(loaded, tmp_path)
     assert again.metadata["rescored"] is False and again.frame.equals(first.frame)
     monkeypatch.undo()
