@@ -33,7 +33,7 @@ def store(tmp_path, monkeypatch, facts_store):
 
     home = copy_facts_store(facts_store, tmp_path / "kcal")
     monkeypatch.setenv("DAGSTER_HOME", str(home / "dagster"))
-    settings = {"max_instances": 4, "max_templates": 1, "n_negatives": 4}
+    settings = {"max_instances": 4, "max_templates": 1, "answer_space_size_one_to_one": 8}
     assert not run_missing(home, relations=["P36"], settings=settings, log=lambda m: None).failed
     return home
 

@@ -175,6 +175,26 @@ def test_default_prefix_keeps_imported_ids_apart_from_packaged_ones(bear_dir, fr
     assert set(pl.read_parquet(facts_paths["bear-P19"])["relation_id"]) == {"bear-P19"}
 
 
+def test_a_relation_subset_imports_only_those_relations(bear_dir, fresh_catalog, tmp_path):
+    home = tmp_path / "home"
+    catalog_path, facts_paths = import_bear(bear_dir, home, relations=["P36"], log=lambda _: None)
+    assert set(facts_paths) == {"bear-P36"}  # BEAR's id
+    assert sorted(p.name for p in (home / "datasets" / "bear" / "facts").iterdir()) == ["bear-P36.parquet"]
+    catalog = fresh_catalog(path=str(catalog_path))
+    assert "bear-P36" in catalog and "bear-P19" not in catalog
+    # the prefixed id names the same relation; a later subset merges with the first
+    _, facts_paths = import_bear(bear_dir, home, relations=["bear-P19", "P19"], log=lambda _: None)
+    assert set(facts_paths) == {"bear-P19"}
+    fresh_catalog.cache_clear()
+    assert {"bear-P19", "bear-P36"} <= set(fresh_catalog(path=str(catalog_path)))
+
+
+def test_an_unknown_relation_in_a_subset_is_named_and_nothing_is_written(bear_dir, tmp_path):
+    with pytest.raises(ValueError, match=r"--relation P999: not in .*; it has P19, P36"):
+        import_bear(bear_dir, tmp_path / "home", relations=["P19", "P999"], log=lambda _: None)
+    assert not (tmp_path / "home").exists()
+
+
 def test_fixed_space_instances_have_every_option_and_the_gold(bear_dir, fresh_catalog, tmp_path):
     catalog_path, _ = import_bear(bear_dir, tmp_path / "home", prefix="", log=lambda _: None)
     catalog = fresh_catalog(path=str(catalog_path))

@@ -23,8 +23,9 @@ import io
 import json
 import tomllib
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from dataclasses import replace as with_fields
 from pathlib import Path
 
 import polars as pl
@@ -413,14 +414,31 @@ def imported_entries(path: Path) -> dict[str, dict]:
     return data
 
 
+def select_relations(ds: BearDataset, relations: Sequence[str], prefix: str) -> BearDataset:
+    """`ds` with only `relations` (BEAR's ids, or with the import prefix); all of it when empty."""
+    if not relations:
+        return ds
+    wanted = [r.removeprefix(prefix) if r not in ds.relations else r for r in relations]
+    unknown = [given for given, rid in zip(relations, wanted, strict=True) if rid not in ds.relations]
+    if unknown:
+        raise ValueError(
+            f"--relation {', '.join(unknown)}: not in {ds.root}; it has {', '.join(ds.relations)}"
+        )
+    return with_fields(ds, relations={rid: ds.relations[rid] for rid in dict.fromkeys(wanted)})
+
+
 def import_bear(
     directory: Path | str,
     home: Path | str,
     prefix: str = "bear-",
     log: Callable[[str], None] = print,
     replace: bool = False,
+    relations: Sequence[str] = (),
 ) -> tuple[Path, dict[str, Path]]:
     """BEAR directory -> home/datasets/bear/{catalog.toml, facts/<prefix><rel>.parquet}.
+
+    `relations` (BEAR's ids, e.g. P19, or prefixed ones) imports only those; the whole directory is
+    still read and checked. Fewer relations mean fewer facts partitions for every later run.
 
     Relation ids get `prefix` so an imported P19 never replaces the packaged P19 (the catalog
     loader picks up every home/datasets/*/catalog.toml). A second import merges with the first by
@@ -431,7 +449,7 @@ def import_bear(
     before anything is written; facts are written before the catalog that points at them, so a
     loaded catalog never names a missing file. Returns the catalog and this import's facts files.
     """
-    ds = read_bear(directory)
+    ds = select_relations(read_bear(directory), relations, prefix)
     for warning in ds.warnings():
         log(warning)
     base = Path(home) / "datasets" / "bear"
