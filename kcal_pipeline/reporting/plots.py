@@ -25,6 +25,7 @@ from matplotlib.collections import Collection
 from matplotlib.colors import TwoSlopeNorm
 from matplotlib.figure import Figure
 from matplotlib.image import AxesImage
+from matplotlib.layout_engine import ConstrainedLayoutEngine
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
@@ -92,13 +93,23 @@ def assert_not_empty(fig: Figure, name: str = "") -> Figure:
     return fig
 
 
+def _save(fig: Figure, buffer, **options) -> None:
+    """Save without a tight bounding box (constrained layout already keeps every label inside the
+    figure; "tight" cost one more full draw per save), then keep the positions the layout found:
+    a second save of the figure (SVG for the page, PNG for Dagster's metadata) draws once, without
+    laying it out again (the layout was ~half of a figure's rendering time)."""
+    fig.savefig(buffer, **options)
+    if isinstance(fig.get_layout_engine(), ConstrainedLayoutEngine):
+        fig.set_layout_engine("none")
+
+
 def svg(fig: Figure, label: str) -> str:
     """The figure as inline SVG for an HTML page (checked first): no XML prolog or DOCTYPE, its
     natural width as CSS but never wider than the page (the viewBox keeps the aspect ratio), with
     `label` as its accessible name."""
     assert_not_empty(fig, label)
     buffer = io.StringIO()
-    fig.savefig(buffer, format="svg", metadata=_SVG_METADATA, bbox_inches="tight", pad_inches=0.08)
+    _save(fig, buffer, format="svg", metadata=_SVG_METADATA)
     text = buffer.getvalue()
     text = text[text.index("<svg") :]
     head, rest = text.split(">", 1)
@@ -113,7 +124,7 @@ def png_data_uri(fig: Figure, label: str, dpi: int = 100) -> str:
     """The figure as a PNG data: URI (checked first), e.g. for Dagster's markdown metadata."""
     assert_not_empty(fig, label)
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight", pad_inches=0.08)
+    _save(fig, buffer, format="png", dpi=dpi)
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
