@@ -1,17 +1,31 @@
 """`dagster-daemon run` for a test: `python -m tests.assets.daemon run -w workspace.yaml`, the same
 daemon with its backfill loop every second instead of Dagster's fixed 30 s (DEFAULT_DAEMON_INTERVAL_SECONDS
-in dagster/_daemon/backfill.py, which no setting changes). A backfill advances one stage per loop, so
+in dagster/_daemon/controller.py, which no setting changes). A backfill advances one stage per loop, so
 at 30 s the test spent most of its time asleep; the behaviour under test (what a loop submits, the
-pool's limit) is the same at either interval."""
+pool's limit) is the same at either interval.
 
+The backfill loop imports the constant from the controller at each start (dagster 1.13), so it is
+set there; setting it on dagster._daemon.backfill had no effect (the loop kept 30 s). The check below
+fails loudly should a Dagster upgrade read it from elsewhere again."""
+
+import inspect
 import sys
 
 import dagster._daemon.backfill as backfill
+import dagster._daemon.controller as controller
 from dagster._daemon.cli import main
 
 BACKFILL_LOOP_S = 1
 
+
+def shorten_backfill_loop(seconds: int = BACKFILL_LOOP_S) -> None:
+    source = inspect.getsource(backfill.execute_backfill_iteration_loop)
+    if "from dagster._daemon.controller import DEFAULT_DAEMON_INTERVAL_SECONDS" not in source:
+        raise RuntimeError("the backfill loop no longer reads controller.DEFAULT_DAEMON_INTERVAL_SECONDS")
+    controller.DEFAULT_DAEMON_INTERVAL_SECONDS = seconds
+
+
 if __name__ == "__main__":
-    backfill.DEFAULT_DAEMON_INTERVAL_SECONDS = BACKFILL_LOOP_S
+    shorten_backfill_loop()
     sys.argv[0] = "dagster-daemon"
     sys.exit(main())

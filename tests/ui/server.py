@@ -145,13 +145,24 @@ def _ignoring_sigint() -> None:
     signal.signal(signal.SIGQUIT, signal.SIG_IGN)
 
 
+FAST_DAEMON = Path(__file__).with_name("fast_daemon")  # its sitecustomize: a 1 s backfill loop
+
+
 def start_ui(
-    home: Path, dagster_home: Path, log: Path, terminal: bool = False, sigint_ignored: bool = False
+    home: Path,
+    dagster_home: Path,
+    log: Path,
+    terminal: bool = False,
+    sigint_ignored: bool = False,
+    fast_daemon: bool = False,
 ) -> UiServer:
     """`kcal --home HOME ui` in a session of its own (with a pty as its terminal, or its output in
-    `log`); DAGSTER_HOME is `dagster_home`."""
+    `log`); DAGSTER_HOME is `dagster_home`. fast_daemon: the daemon's backfill loop every second
+    (tests/ui/fast_daemon)."""
     port = free_port()
     env = {**os.environ, "DAGSTER_HOME": str(dagster_home), "PYTHONUNBUFFERED": "1"}
+    if fast_daemon:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(FAST_DAEMON), env.get("PYTHONPATH")]))
     env.pop("KCAL_HOME", None)
     command = [str(KCAL), "--home", str(home), "ui", "--port", str(port)]
     preexec = _with_terminal if terminal else _ignoring_sigint if sigint_ignored else None

@@ -126,7 +126,7 @@ def test_a_backfill_of_two_scoring_partitions_launched_from_the_ui(tmp_path, mon
     build_probe(home)
     stop_automation_sensor(home, dagster_home)
     clock["probe"] = time.monotonic()
-    server = start_ui(home, dagster_home, tmp_path / "ui.log")
+    server = start_ui(home, dagster_home, tmp_path / "ui.log", fast_daemon=True)
     saved: list[Path] = []
     try:
         server.wait_until_up()
