@@ -73,7 +73,7 @@ def option_values(args: argparse.Namespace, options: type[Options]) -> dict:
     return {n: getattr(args, n) for n in options.model_fields if getattr(args, n, None) is not None}
 
 
-def _print_table(cols: list[str], rows: list[tuple], out=sys.stdout) -> None:
+def _print_table(cols: list[str], rows: list[tuple], out=None) -> None:
     def fmt(v):
         return f"{v:.4f}" if isinstance(v, float) else ("NULL" if v is None else str(v))
 

@@ -29,7 +29,6 @@ from kcal_pipeline.evaluation.tables import (
     thresholds_table,
 )
 from kcal_pipeline.reporting.html import markdown_table, summary_table
-from kcal_pipeline.reporting.pages import intervals_table, selective_preview
 from resources import ProbeSettings
 from resources.settings import reads
 
@@ -103,6 +102,8 @@ def curves(context: AssetExecutionContext, estimates: pl.DataFrame, templates: p
     """Reliability (each bin with its 95 % bootstrap band, on the metrics' resamples),
     accuracy–rejection, risk–coverage and ROC curves on the headline selection, per split and answer
     space."""
+    from kcal_pipeline.reporting.pages import selective_preview  # matplotlib: see assets/reporting.py
+
     table = curves_table(estimates, templates)
     plots = markdown_images(selective_preview(table))
     context.add_output_metadata({"plots": MetadataValue.md(plots or "no selective curves (no test split)")})
@@ -112,6 +113,8 @@ def curves(context: AssetExecutionContext, estimates: pl.DataFrame, templates: p
 def metrics_preview(table: pl.DataFrame, report) -> dict:
     """What the UI shows of a model's metrics: the summary and the intervals, and the report page
     (written by the `report` asset)."""
+    from kcal_pipeline.reporting.pages import intervals_table  # matplotlib: see assets/reporting.py
+
     return {
         "summary": MetadataValue.md(markdown_table(summary_table(table))),
         "intervals": MetadataValue.md(markdown_table(intervals_table(table))),

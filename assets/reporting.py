@@ -8,23 +8,18 @@ from assets.partitions import model_partitions
 from kcal_pipeline.core.paths import cross_model_report_path, kcal_home, report_path
 from kcal_pipeline.core.storage import partition_path
 from kcal_pipeline.reporting.html import markdown_table, summary_table, write_report
-from kcal_pipeline.reporting.pages import (
-    cross_model_figures,
-    cross_model_page,
-    intervals_table,
-    leaderboard,
-    model_page,
-    preview_figures,
-)
-from kcal_pipeline.reporting.plots import png_data_uri
 from resources import DuckDBWarehouse, ModelProvider
 from resources.settings import reads
 
 GROUP = "reporting"
+# kcal_pipeline.reporting.pages and .plots import matplotlib (~0.3 s): they are imported in the
+# assets that draw, not at the top, since every run, code server and UI process loads this module.
 
 
 def markdown_images(figures: dict) -> str:
     """Markdown images with PNG data: URIs (100 dpi: a few tens of kB each in the run database)."""
+    from kcal_pipeline.reporting.plots import png_data_uri
+
     return "\n\n".join(f"![{name}]({png_data_uri(fig, name)})" for name, fig in figures.items())
 
 
@@ -41,6 +36,8 @@ def report(
     """The per-relation summary table; also writes the model's HTML report (summary, intervals,
     reliability diagrams with bootstrap bands, selective-prediction curves, marker effects,
     consistency and the gold-count effect)."""
+    from kcal_pipeline.reporting.pages import intervals_table, model_page, preview_figures
+
     key = context.partition_key
     entry = models.entry(key)
     home = kcal_home(warehouse.home or None)
@@ -78,6 +75,8 @@ def cross_model_report(
     """The leaderboard across every model (Base's accuracy and the best-calibrated estimator, with
     intervals); also writes reports/index.html: the leaderboard linking each model's report, ACE
     against accuracy, and the main estimators compared across models."""
+    from kcal_pipeline.reporting.pages import cross_model_figures, cross_model_page, leaderboard
+
     home = kcal_home(warehouse.home or None)
     html_path = cross_model_report_path(home)
     board = leaderboard(metrics)

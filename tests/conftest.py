@@ -134,20 +134,61 @@ class GroupsHonoured:
             )
 
 
-def run_kcal(home: Path, *args: str, timeout: int = 900):
-    """The installed `kcal` command on `home`, with its own DAGSTER_HOME beside it."""
+def run_kcal(home: Path, *args: str, timeout: int = 900, process: bool = False):
+    """`kcal --home HOME ARGS` with its own DAGSTER_HOME beside it, as a CompletedProcess (exit code,
+    stdout, stderr). By default in this process: assets.cli.main with its output captured, the
+    environment restored after and the relation catalog's cache cleared around it (a command such
+    as `dataset import-bear` changes the catalog), which saves each call a Python start and the
+    imports (~1-8 s on two busy cores). process=True runs the installed command in a subprocess,
+    for what only a process shows (its entry point, signals, the interpreter's exit); tests of
+    signals and child processes start their own."""
     import subprocess
     import sys
 
     env = {**os.environ, "DAGSTER_HOME": str(home / "dagster")}
     env.pop("KCAL_HOME", None)
-    return subprocess.run(
-        [str(Path(sys.executable).with_name("kcal")), "--home", str(home), *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=timeout,
-    )
+    argv = ["--home", str(home), *args]
+    if process:
+        return subprocess.run(
+            [str(Path(sys.executable).with_name("kcal")), *argv],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=timeout,
+        )
+    return _kcal_in_process(argv, env)
+
+
+def _kcal_in_process(argv: list[str], env: dict[str, str]):
+    import contextlib
+    import io
+    import subprocess
+    import traceback
+
+    from assets.cli import main
+    from kcal_pipeline.dataset.relations import load_catalog
+
+    saved = dict(os.environ)
+    out, err = io.StringIO(), io.StringIO()
+    os.environ.clear()
+    os.environ.update(env)
+    load_catalog.cache_clear()
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(argv)
+            except SystemExit as exc:  # argparse's usage errors, as the interpreter reports them
+                code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
+                if not isinstance(exc.code, int | None):
+                    print(exc.code, file=sys.stderr)
+            except Exception:
+                traceback.print_exc()
+                code = 1
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+        load_catalog.cache_clear()
+    return subprocess.CompletedProcess(["kcal", *argv], code, out.getvalue(), err.getvalue())
 
 
 # The dataset stages every store starts with: the catalog, every relation's facts from the local

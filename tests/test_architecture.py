@@ -106,8 +106,10 @@ def test_each_contract_fails_on_a_violating_import(tmp_path):
 @pytest.mark.parametrize("module", ["assets.definitions", "assets.cli"])
 def test_the_code_location_and_the_cli_import_without_torch(module):
     """Every kcal command, run worker, code server and UI process imports these; torch (2 s of a
-    5 s import on two cores) comes in only when something is scored."""
-    probe = f"import sys, {module}; print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))"
+    5 s import on two cores) comes in only when something is scored, scipy (0.7 s) when something
+    is fitted or calibrated, matplotlib (0.3 s) when something is drawn."""
+    heavy = ("torch", "transformers", "scipy", "matplotlib")
+    probe = f"import sys, {module}; print(sorted(m for m in {heavy} if m in sys.modules))"
     result = subprocess.run(
         [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120
     )

@@ -32,10 +32,9 @@ from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
-from scipy.special import expit
 
 from kcal_pipeline.estimation.cube import ALL_REDUCTIONS, OptionScoreCube
-from kcal_pipeline.estimation.fitting import GoldMassRows, fit_isotonic, fit_platt, fit_temperatures
+from kcal_pipeline.estimation.fitting import GoldMassRows, expit, fit_isotonic, fit_platt, fit_temperatures
 from kcal_pipeline.estimation.probabilities import (
     option_probabilities,
     template_marginal,

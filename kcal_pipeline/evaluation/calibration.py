@@ -13,8 +13,6 @@ from functools import partial
 
 import numpy as np
 import polars as pl
-import scipy.fft
-from scipy.optimize import brentq
 
 from kcal_pipeline.evaluation.registry import as_arrays, register
 from kcal_pipeline.evaluation.segments import Segments, in_threads
@@ -227,6 +225,8 @@ def _block_spectra(seg: Segments, m: int) -> np.ndarray:
     of the m + 1 grid nodes with the two endpoints counted twice (each is its own mirror image) —
     the same numbers at a third of the cost of the complex transform of the whole circle.
     """
+    import scipy.fft  # on first use: see kcal_pipeline/estimation/fitting.py
+
     pos = seg.c * m
     lo = np.minimum(np.floor(pos).astype(np.int64), m - 1)
     frac = pos - lo
@@ -246,6 +246,8 @@ def _smece_rows(
     """_smece_at for the given rows' (real) spectra, each at its own σ: the smoothed residuals on the
     nodes 0 … m of [0, 1] by the inverse DCT-I (half the circle: the other half mirrors it), then the
     trapezoid. Only the spectrum columns whose Gaussian weight is not exactly 0 are read."""
+    import scipy.fft  # on first use: see kcal_pipeline/estimation/fitting.py
+
     reach = min(spectra.shape[1], int(np.ceil(_GAUSS_REACH / sigma.min())) + 1)
     q = np.arange(reach)
     gauss = m * np.exp(-((np.pi * sigma[:, None] * q[None, :]) ** 2) / 2.0)
@@ -363,6 +365,8 @@ def smooth_ece(c: np.ndarray, y: np.ndarray) -> float:
         return _smece_at(spectrum, lo, c.size)
     if excess(hi) >= 0.0:
         return _smece_at(spectrum, hi, c.size)
+    from scipy.optimize import brentq
+
     sigma = brentq(excess, lo, hi, xtol=SMECE_SIGMA_TOL, rtol=4 * np.finfo(float).eps)
     return _smece_at(spectrum, sigma, c.size)
 
