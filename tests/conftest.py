@@ -163,6 +163,7 @@ def _kcal_in_process(argv: list[str], env: dict[str, str]):
     import contextlib
     import io
     import subprocess
+    import sys
     import traceback
 
     from assets.cli import main

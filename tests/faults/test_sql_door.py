@@ -60,7 +60,7 @@ def test_reading_statements_run_and_a_copy_does_not(kcal, store):
     code, out, err = kcal("select label from relations", "--csv")
     assert code == 0 and out.splitlines() == ["label", "capital"], err
     code, out, err = kcal("select label from relations")  # the table goes to the current stdout
-    assert code == 0 and out.splitlines() == ["label", "-------", "capital"], err
+    assert code == 0 and [line.rstrip() for line in out.splitlines()] == ["label", "-------", "capital"], err
     code, out, _ = kcal("select count(*) as n, min(model) as model from statement_scores", "--csv")
     assert code == 0 and out.splitlines() == ["n,model", "3,lab--m"]
     code, out, _ = kcal("EXPLAIN SELECT count(*) FROM statement_scores", "--csv")
