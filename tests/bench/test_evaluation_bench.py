@@ -8,7 +8,9 @@ import pytest
 
 from bench import evaluation as bench
 
-RESAMPLES = 50
+# Both paths read the same resample index matrices, so agreement does not depend on B; the pandas
+# path loops over the resamples in Python (most of this module's time), so B is small.
+RESAMPLES = 20
 # A subset that still feeds every kind of row: probabilities and scores, template and instance grain
 # (with option estimates), a marker estimator (no cross pairs), a recalibrated one, MACE's SNCA, and
 # Base (every paired difference is against it). The whole registry takes minutes on this data: both
@@ -21,7 +23,7 @@ ESTIMATORS = ("base", "margin", "gap", "token", "template_marginal", "vote3_aver
 def tiny():
     """One model, bench/estimators.py's compact layout (4 relations × 10 instances: markers, a
     MACE-like relation with 1/2/4/6 golds), ≈ 4,000 statements; both paths in this process, with the
-    same B = 50 resample index matrices."""
+    same B = 20 resample index matrices."""
     inputs = bench.build_inputs(3_000, seed=5, models=1)
     inputs = dataclasses.replace(
         inputs, estimates=inputs.estimates.filter(pl.col("estimator").is_in(ESTIMATORS))

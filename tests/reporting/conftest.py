@@ -17,7 +17,7 @@ REPORT_SETTINGS = {
     "answer_space_size": 6,
     "answer_space_size_one_to_one": 6,
     "template_kinds": ["curated", "question", "marker_verbal", "perturbation"],
-    "perturbation_seeds": [4, 44],
+    "perturbation_seeds": [4],
     "answer_space_k": 3,
 }
 
