@@ -35,8 +35,8 @@ demo: install
 # scripts/system-deps.sh apt-installs the Debian packages tests run for real (chromium, redis-server),
 # where missing.
 # Tests run on every core (pytest-xdist; TEST_WORKERS=1 runs them in one process) in file order;
-# `make test-shuffled` runs them in a random order (pytest-randomly prints the seed; replay an order
-# with TEST_ARGS=--randomly-seed=N).
+# `make test-shuffled` runs them in a random order and prints its seed first (pytest-randomly's own
+# header is hidden by -q); replay an order with `make test-shuffled SEED=N`.
 TEST_WORKERS ?= auto
 TEST_ARGS ?=
 PYTEST = $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
@@ -44,9 +44,13 @@ test: install
 	bash scripts/system-deps.sh
 	$(PYTEST) -p no:randomly $(TEST_ARGS)
 
+ifndef SEED
+SEED := $(shell $(PYTHON) -c 'import random; print(random.randrange(10**9))')
+endif
 test-shuffled: install
 	bash scripts/system-deps.sh
-	$(PYTEST) $(TEST_ARGS)
+	@echo "test order: --randomly-seed=$(SEED) (replay: make test-shuffled SEED=$(SEED))"
+	$(PYTEST) --randomly-seed=$(SEED) $(TEST_ARGS)
 
 # ruff (lint and format, configured in pyproject.toml) and the import contracts (stage layering,
 # no Dagster in the library; [tool.importlinter] in pyproject.toml).
