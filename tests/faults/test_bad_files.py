@@ -7,7 +7,6 @@ import polars as pl
 import pytest
 from dagster import AssetKey, DagsterInstance, MultiPartitionKey, materialize
 
-from assets.cli import main
 from assets.definitions import all_assets
 from assets.partitions import model_partitions, relation_partitions
 from kcal_pipeline.core.storage import BadFileError, partition_path, read_partitions, write_parquet_atomic
@@ -17,6 +16,7 @@ from kcal_pipeline.dataset.sources.bear import import_bear
 from kcal_pipeline.dataset.sources.facts import relation_facts
 from kcal_pipeline.scoring.models import DEFAULT_MODEL, ModelConfigError, Registry
 from resources import default_resources
+from tests.conftest import run_kcal
 from tests.dataset.test_bear import FACTS, write_bear
 from tests.scoring.test_scoring_engine import STATEMENTS
 
@@ -30,19 +30,14 @@ IMPORT_AGAIN = "re-run `kcal dataset import-bear`"
 
 
 @pytest.fixture
-def kcal(tmp_path, monkeypatch, capsys):
-    """`kcal --home HOME ...` in this process: (exit code, stdout, stderr)."""
-    monkeypatch.setenv("KCAL_HOME", str(tmp_path / "home"))  # main() sets it; monkeypatch restores it
-    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
+def kcal(tmp_path):
+    """`kcal --home HOME ...` in this process (run_kcal): (exit code, stdout, stderr)."""
 
     def run(*args):
-        load_catalog.cache_clear()
-        code = main(["--home", str(tmp_path / "home"), *args])
-        out = capsys.readouterr()
-        return code, out.out, out.err
+        out = run_kcal(tmp_path / "home", *args)
+        return out.returncode, out.stdout, out.stderr
 
-    yield run
-    load_catalog.cache_clear()
+    return run
 
 
 def damage(path, how):

@@ -5,8 +5,8 @@ import tomllib
 import polars as pl
 import pytest
 
-from assets.cli import main
 from kcal_pipeline.dataset.relations import load_catalog
+from tests.conftest import run_kcal
 from tests.dataset.test_bear import FACTS, METADATA, line, write_bear
 
 # The second directory: P36 again with a larger answer space and other facts (B'), and P37 (C).
@@ -33,19 +33,17 @@ FACTS_2 = {
 
 
 @pytest.fixture
-def kcal(tmp_path, monkeypatch, capsys):
-    home = tmp_path / "home"
-    monkeypatch.setenv("KCAL_HOME", str(home))  # main() sets it; monkeypatch restores it
+def kcal(tmp_path, monkeypatch):
+    """`kcal --home HOME ...` in this process (tests/conftest.py's run_kcal): its stdout. KCAL_HOME
+    is HOME for the test's own reads of the catalog."""
+    monkeypatch.setenv("KCAL_HOME", str(tmp_path / "home"))
 
     def run(*args):
-        load_catalog.cache_clear()
-        code = main(["--home", str(home), *args])
-        out = capsys.readouterr()
-        assert code == 0, out.err
-        return out.out
+        out = run_kcal(tmp_path / "home", *args)
+        assert out.returncode == 0, out.stderr
+        return out.stdout
 
-    yield run
-    load_catalog.cache_clear()
+    return run
 
 
 def imported(home):
@@ -88,24 +86,15 @@ def test_a_second_import_merges_by_relation_and_replace_starts_over(tmp_path, kc
     assert "bear-P19" not in load_catalog() and "bear-P37" in load_catalog()
 
 
-def test_an_unreadable_earlier_catalog_is_named_and_nothing_is_written(tmp_path, kcal, capsys):
+def test_an_unreadable_earlier_catalog_is_named_and_nothing_is_written(tmp_path, kcal):
     home = tmp_path / "home"
     kcal("dataset", "import-bear", str(write_bear(tmp_path / "first")))
     catalog = home / "datasets" / "bear" / "catalog.toml"
     catalog.write_text("[bear-P19\n")
     facts_before = {p: p.read_bytes() for p in catalog.parent.rglob("*.parquet")}
-    load_catalog.cache_clear()
-    code = main(
-        [
-            "--home",
-            str(home),
-            "dataset",
-            "import-bear",
-            str(write_bear(tmp_path / "second", METADATA_2, FACTS_2)),
-        ]
-    )
-    err = capsys.readouterr().err
-    assert code != 0 and str(catalog) in err and "--replace" in err
+    out = run_kcal(home, "dataset", "import-bear", str(write_bear(tmp_path / "second", METADATA_2, FACTS_2)))
+    err = out.stderr
+    assert out.returncode != 0 and str(catalog) in err and "--replace" in err
     assert catalog.read_text() == "[bear-P19\n"
     assert {p: p.read_bytes() for p in catalog.parent.rglob("*.parquet")} == facts_before
     kcal("dataset", "import-bear", str(tmp_path / "second"), "--replace")

@@ -6,7 +6,6 @@ Nothing in the store changes, whatever is typed."""
 import polars as pl
 import pytest
 
-from assets.cli import main
 from kcal_pipeline.core.storage import partition_path, write_parquet_atomic
 from kcal_pipeline.core.warehouse import refresh_views
 from tests.conftest import run_kcal
@@ -36,14 +35,12 @@ def snapshot(home):
 
 
 @pytest.fixture
-def kcal(store, monkeypatch, capsys):
-    """`kcal --home HOME sql QUERY` in this process: (exit code, stdout, stderr)."""
-    monkeypatch.setenv("KCAL_HOME", str(store))  # main() sets it; monkeypatch restores it
+def kcal(store):
+    """`kcal --home HOME sql QUERY` in this process (run_kcal): (exit code, stdout, stderr)."""
 
     def run(query, *flags):
-        code = main(["--home", str(store), "sql", query, *flags])
-        out = capsys.readouterr()
-        return code, out.out, out.err
+        out = run_kcal(store, "sql", query, *flags)
+        return out.returncode, out.stdout, out.stderr
 
     return run
 
