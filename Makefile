@@ -44,13 +44,12 @@ test: install
 	bash scripts/system-deps.sh
 	$(PYTEST) -p no:randomly $(TEST_ARGS)
 
-ifndef SEED
-SEED := $(shell $(PYTHON) -c 'import random; print(random.randrange(10**9))')
-endif
 test-shuffled: install
 	bash scripts/system-deps.sh
-	@echo "test order: --randomly-seed=$(SEED) (replay: make test-shuffled SEED=$(SEED))"
-	$(PYTEST) --randomly-seed=$(SEED) $(TEST_ARGS)
+	@seed="$${SEED:-$$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}"; \
+	echo "test order: --randomly-seed=$$seed (replay: make test-shuffled SEED=$$seed)"; \
+	echo "$(PYTEST) --randomly-seed=$$seed $(TEST_ARGS)"; \
+	$(PYTEST) --randomly-seed=$$seed $(TEST_ARGS)
 
 # ruff (lint and format, configured in pyproject.toml) and the import contracts (stage layering,
 # no Dagster in the library; [tool.importlinter] in pyproject.toml).

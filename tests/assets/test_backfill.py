@@ -35,11 +35,10 @@ def store(tmp_path, monkeypatch, facts_store):
     home = copy_facts_store(facts_store, tmp_path / "kcal")
     monkeypatch.setenv("DAGSTER_HOME", str(home / "dagster"))
     scoring = next(i for i, (_, assets) in enumerate(runner.STAGES) if "statement_scores" in assets)
-    monkeypatch.setattr(runner, "STAGES", runner.STAGES[: scoring + 1])
     settings = {"max_instances": 4, "max_templates": 1, "answer_space_size_one_to_one": 8}
-    assert not runner.run_missing(home, relations=["P36"], settings=settings, log=lambda m: None).failed
-    monkeypatch.undo()
-    monkeypatch.setenv("DAGSTER_HOME", str(home / "dagster"))
+    with pytest.MonkeyPatch.context() as stages:
+        stages.setattr(runner, "STAGES", runner.STAGES[: scoring + 1])
+        assert not runner.run_missing(home, relations=["P36"], settings=settings, log=lambda m: None).failed
     return home
 
 
