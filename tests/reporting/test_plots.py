@@ -131,8 +131,15 @@ def test_reliability_figure_draws_points_band_and_legend():
     assert base.lines[0].get_gid() == plots.REFERENCE
     np.testing.assert_array_equal(base.lines[1].get_xydata(), [[0.2, 0.0], [0.6, 0.5], [0.9, 1.0]])
     plots.assert_not_empty(fig)
-    # six panels: a row of four and a row of two, no empty axes left over
-    assert len(plots.reliability_figure(panels * 3).axes) == 6
+    # six panels: a row of four and a row of two, no empty axes left over; the axes are named (and
+    # their ticks labelled) on the outer panels only: y on the first column, x on each column's
+    # lowest panel (the short last row leaves columns 3 and 4 ending in the first row)
+    six = plots.reliability_figure(panels * 3).axes
+    assert len(six) == 6
+    assert [ax.get_xlabel() for ax in six] == ["", "", *["confidence (bin mean)"] * 4]
+    assert [ax.get_ylabel() for ax in six] == ["accuracy", "", "", "", "accuracy", ""]
+    assert [ax.xaxis.get_tick_params()["labelbottom"] for ax in six] == [False, False, True, True, True, True]
+    assert [t.get_text() for t in six[4].get_xticklabels()] == ["0", "0.25", "0.5", "0.75", "1"]
 
 
 def test_selective_figure_gives_score_families_a_caption_for_accuracy_rejection():
@@ -161,6 +168,10 @@ def test_selective_figure_gives_score_families_a_caption_for_accuracy_rejection(
     ]
     caption = fig.axes[2]
     assert not caption.axison and caption.texts[0].get_text().startswith("no accuracy–rejection curve")
+    # each column names its x axis once, on its lowest drawn panel (above the caption on the left)
+    assert [ax.get_xlabel() for ax in fig.axes] == ["share rejected (C < τ)", "", "", "coverage"]
+    drawn = [ax for ax in fig.axes if ax.axison]
+    assert [ax.xaxis.get_tick_params()["labelbottom"] for ax in drawn] == [True, False, True]
     plots.assert_not_empty(fig)  # a caption panel is not a plot
 
 
