@@ -43,7 +43,12 @@ demo: install
 # header is hidden by -q); replay an order with `make test-shuffled SEED=N`.
 TEST_WORKERS ?= auto
 TEST_ARGS ?=
-PYTEST = $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
+# The tests' temporary stores, Dagster instances and servers' sockets live in RAM (/dev/shm) where
+# it has 4 GiB free: each Dagster event is a SQLite commit, and on this project's virtual disk their
+# fsyncs made a store-heavy test file ~9 % slower (144 s against 131 s). Elsewhere (a container's
+# 64 MB /dev/shm, no /dev/shm) TMPDIR is left as it is. TEST_TMPDIR=/path picks another folder.
+TEST_TMPDIR ?= $(shell df -Pk /dev/shm 2>/dev/null | awk 'NR == 2 && $$4 >= 4194304 { print "/dev/shm" }')
+PYTEST = $(if $(TEST_TMPDIR),TMPDIR=$(TEST_TMPDIR)) $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 test: install
 	bash scripts/system-deps.sh
 	$(PYTEST) -p no:randomly $(TEST_ARGS)

@@ -223,7 +223,10 @@ def facts_store(tmp_path_factory) -> Path:
     with FileLock(str(shared / "kcal-facts-store.lock")):
         if not (home / ".facts-complete").exists():
             shutil.rmtree(home, ignore_errors=True)
-            _build_facts_store(home, Path(tempfile.mkdtemp(prefix="kcal-facts-dagster-")))
+            instance = shared / "kcal-facts-dagster"  # in the basetemp, removed with it
+            shutil.rmtree(instance, ignore_errors=True)
+            instance.mkdir()
+            _build_facts_store(home, instance)
     return home
 
 
