@@ -6,6 +6,8 @@ changed setting kept the old data and an interrupted run could leave stale score
 run called "done".
 """
 
+import shutil
+
 import polars as pl
 import pytest
 
@@ -21,18 +23,34 @@ MR = {"model": KEY, "relation": "P36"}
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory, facts_store):
+def base_store(tmp_path_factory, facts_store):
+    """The probe run once with BASE: its KCAL_HOME and its Dagster instance (read only; `store`
+    hands each test a copy)."""
     from assets.runner import run_missing
 
     home = copy_facts_store(facts_store, tmp_path_factory.mktemp("store") / "kcal")
+    instance = tmp_path_factory.mktemp("dagster")
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("DAGSTER_HOME", str(tmp_path_factory.mktemp("dagster")))
+        mp.setenv("DAGSTER_HOME", str(instance))
+        assert not run_missing(home, relations=["P36"], settings=BASE, log=lambda m: None).failed
+    return home, instance
 
-        def run(**settings):
-            return run_missing(home, relations=["P36"], settings={**BASE, **settings}, log=lambda m: None)
 
-        run()
-        yield home, run
+@pytest.fixture
+def store(base_store, tmp_path, monkeypatch):
+    """A copy of the base store (files and Dagster instance) for one test, and `run(**settings)`:
+    the tests change settings and interrupt runs, so each starts from BASE, whatever ran before."""
+    from assets.runner import run_missing
+
+    home, instance = tmp_path / "kcal", tmp_path / "dagster"
+    shutil.copytree(base_store[0], home)
+    shutil.copytree(base_store[1], instance)
+    monkeypatch.setenv("DAGSTER_HOME", str(instance))
+
+    def run(**settings):
+        return run_missing(home, relations=["P36"], settings={**BASE, **settings}, log=lambda m: None)
+
+    return home, run
 
 
 def materialized(summary) -> set[tuple[str, str]]:
@@ -72,12 +90,12 @@ def test_a_changed_probe_setting_reruns_exactly_what_it_affects(store):
 
 def test_a_changed_template_kind_keeps_the_instances_and_a_scoring_setting_keeps_the_statements(store):
     home, run = store
-    summary = run(answer_space_k=2, template_kinds=["curated", "marker_verbal"])
+    summary = run(template_kinds=["curated", "marker_verbal"])
     assert ("probe_instances", "P36") not in materialized(summary)
     assert ("statements", "P36") in materialized(summary)
     statements = pl.read_parquet(partition_path(home, "statements", {"relation": "P36"}))
     assert statements["template_id"].n_unique() == 3  # the curated template and its two verbal markers
-    summary = run(answer_space_k=2, template_kinds=["curated", "marker_verbal"], subject_mask=True)
+    summary = run(template_kinds=["curated", "marker_verbal"], subject_mask=True)
     assert {a for a, _ in summary.materialized} == {
         "statement_scores",
         "estimates",
