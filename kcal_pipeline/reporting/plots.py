@@ -37,7 +37,7 @@ PANEL_INCHES = 3.2  # one small-multiple panel
 COLUMNS = 4  # panels per row in a grid of small multiples
 _NUMBER = "{:.3f}"
 # Ticks of a [0, 1] axis, fixed with their labels: no locator or formatter runs per panel and draw
-# (a third of the small multiples' rendering time went to them).
+# (a quarter of a model page's figure time went to them).
 UNIT_TICKS = (0.0, 0.25, 0.5, 0.75, 1.0)
 UNIT_TICK_LABELS = ("0", "0.25", "0.5", "0.75", "1")
 
@@ -140,11 +140,11 @@ def png_data_uri(fig: Figure, label: str, dpi: int = 100) -> str:
 
 
 def _grid(count: int, columns: int = COLUMNS, panel: float = PANEL_INCHES, extra_height: float = 0.0):
-    """A figure of `count` small multiples, `columns` per row, on shared axes; axes beyond `count`
-    are removed. Tick labels and axis labels are drawn on the outer panels only (the left column,
-    and the lowest panel of each column): the panels read as one grid, and a 16-panel figure lays
-    out and renders in about half the time (its tick labels were most of the text matplotlib
-    measured)."""
+    """A figure of `count` small multiples, `columns` per row; axes beyond `count` are removed.
+    Callers label the outer panels only (`_outer_labels`): the panels read as one grid, and a
+    16-panel figure lays out and renders in about half the time (its tick labels were most of the
+    text matplotlib measured). The axes are not shared: matplotlib's sibling bookkeeping for shared
+    axes cost what the hidden labels saved, and every panel sets the same limits anyway."""
     cols = max(1, min(columns, count))
     rows = math.ceil(count / cols)
     fig = new_figure(cols * panel, rows * panel + extra_height)
