@@ -27,26 +27,31 @@ Rules that keep it exact:
   statement's tokens in general).
 * The model must honour a custom 4D attention mask and explicit position ids. That is checked once
   per loaded model on a probe set, in the model's dtype, against a float32 reference
-  (`packing_decision`); a model that fails (e.g. one whose attention kernel ignores custom masks,
-  or whose positions come from the padding mask) is scored with the plain path instead, with a
-  warning. Calls are filled up to the model's token budget (budget.py).
+  (`packing_decision`, recorded in the model cache for later processes); a model that fails (e.g.
+  one whose attention kernel ignores custom masks, or whose positions come from the padding mask) is
+  scored with the plain path instead, with a warning. Calls are filled up to the model's token
+  budget (budget.py).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
+import json
 import logging
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
 import torch
 
+from kcal_pipeline.core.storage import write_text_atomic
 from kcal_pipeline.scoring.batching import map_budgeted
 from kcal_pipeline.scoring.budget import POSITIONS_PER_STATEMENT, TokenBudget, budget_for
 from kcal_pipeline.scoring.clm import (
@@ -69,6 +74,7 @@ ROW_TOKENS = 256  # trie nodes per packed row: long enough to hold many candidat
 PACKED = "packed"  # this path's name for its token budget (budget.budget_for)
 PROBE_ATOL = 1e-4  # float32: packed and plain agree to this (GEMM rounding only)
 PACKING_FACTOR = 1.5  # half precision: packed may be at most this much further from float32 than plain
+PACKING_CHECK_VERSION = 1  # raise when _check_packing measures differently: recorded checks then lapse
 
 
 @dataclass
@@ -255,16 +261,20 @@ class PackingDecision:
     plain_max: float = float("nan")
     plain_mean: float = float("nan")
     reason: str = ""
+    recorded: str = ""  # the record this decision was read from ('' when checked in this process)
 
     def describe(self) -> str:
         verdict = "prefix packing on" if self.used else "plain path (prefix packing off)"
         if self.reason and np.isnan(self.packed_max):
-            return f"{verdict}: {self.reason}"
+            return f"{verdict}: {self.reason}{self._source()}"
         evidence = (
             f"{self.dtype}, |Δ| per token against {self.reference}: packed max {self.packed_max:.2g} "
             f"mean {self.packed_mean:.2g}, plain max {self.plain_max:.2g} mean {self.plain_mean:.2g}"
         )
-        return f"{verdict} ({evidence}{'; ' + self.reason if self.reason else ''})"
+        return f"{verdict} ({evidence}{'; ' + self.reason if self.reason else ''}){self._source()}"
+
+    def _source(self) -> str:
+        return f" [checked earlier: {Path(self.recorded).name}]" if self.recorded else ""
 
 
 def accept_packing(packed: tuple[float, float], plain: tuple[float, float]) -> tuple[bool, str]:
@@ -309,10 +319,74 @@ def packing_decision(loaded: LoadedModel) -> PackingDecision:
     key = loaded.model
     with _decide:
         if key not in _decisions:
-            _decisions[key] = _check_packing(loaded, dtype)
-            decision = _decisions[key]
+            record = _record(loaded, dtype)
+            decision = _read_record(*record) if record else None
+            if decision is None:
+                decision = _check_packing(loaded, dtype)
+                if record:
+                    _write_record(*record, decision)
+            _decisions[key] = decision
             (log.info if decision.used else log.warning)("%s: %s", loaded.key, decision.describe())
         return _decisions[key]
+
+
+def _record(loaded: LoadedModel, dtype: str) -> tuple[Path, dict] | None:
+    """Where the check of a model exactly as load_model returned it is recorded, and everything its
+    outcome depends on: the weights (revision), the model class and config, the attention kernel,
+    dtype, device, TF32, torch and transformers, the probe and the rule. A new process then reads
+    the decision (~2 s of three probe passes on two CPUs, and no float32 upcast of a large model on
+    a GPU) instead of checking again; a change in any of these checks again. None for any other model
+    (a copy, a converted or hand-built model) and for a model in training mode."""
+    from kcal_pipeline.scoring.models.loading import loaded_through
+
+    folder = loaded_through(loaded)
+    if folder is None:
+        return None
+    import transformers
+
+    model = loaded.model
+    device = next(model.parameters()).device
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else ""
+    config = model.config
+    key = {
+        "check": PACKING_CHECK_VERSION,
+        "probe": _PROBE,
+        "row_tokens": ROW_TOKENS,
+        "rule": [PROBE_ATOL, PACKING_FACTOR],
+        "revision": loaded.revision,
+        "model_class": f"{type(model).__module__}.{type(model).__qualname__}",
+        "config": hashlib.sha256(config.to_json_string(use_diff=False).encode()).hexdigest(),
+        "attention": str(getattr(config, "_attn_implementation", None)),
+        "dtype": dtype,
+        "device": f"{device.type} {name}".strip(),
+        "tf32": loaded.tf32,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+    }
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    return folder / "packing-checks" / f"{loaded.key}-{digest}.json", key
+
+
+def _read_record(path: Path, key: dict) -> PackingDecision | None:
+    """The recorded decision, or None (absent, unreadable, or for other conditions: check again)."""
+    if not path.is_file():
+        return None
+    try:
+        stored = json.loads(path.read_text("utf-8"))
+        if stored["key"] != key:
+            raise ValueError("its key differs from this model's")
+        return PackingDecision(**stored["decision"], recorded=str(path))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        log.warning("packing check record %s unusable (%s); checking again", path, exc)
+        return None
+
+
+def _write_record(path: Path, key: dict, decision: PackingDecision) -> None:
+    fields = {f.name: getattr(decision, f.name) for f in dataclasses.fields(decision) if f.name != "recorded"}
+    try:  # NaN (no evidence) is written as JSON's NaN, which json reads back
+        write_text_atomic(path, json.dumps({"key": key, "decision": fields}, indent=1, sort_keys=True))
+    except OSError as exc:  # a read-only cache: the next process checks again
+        log.warning("packing check not recorded (%s: %s)", path, exc)
 
 
 def _check_packing(loaded: LoadedModel, dtype: str) -> PackingDecision:

@@ -5,6 +5,7 @@ the position ids still falls back, in every dtype. bfloat16 runs on CPU here (sl
 import copy
 import dataclasses
 import weakref
+from pathlib import Path
 
 import pytest
 import torch
@@ -200,3 +201,75 @@ def test_a_freed_model_takes_its_decision_and_budgets_with_it(tiny):
     del half
     gc.collect()
     assert len(prefix_mod._decisions) == 0 and len(budget_mod._budgets) == before - 1
+
+
+def test_a_later_process_reads_the_recorded_decision_and_any_change_checks_again(
+    loaded, tiny, tmp_path, monkeypatch, caplog
+):
+    """The decision about a model exactly as load_model returned it is recorded in its cache folder:
+    a new process (here: the in-process decisions cleared) reads it instead of checking, and a
+    change in what the outcome depends on (here torch's version), an unreadable record or another
+    model object checks again."""
+    from kcal_pipeline.scoring.models import loading
+
+    monkeypatch.setitem(loading._cache_dirs, loaded.model, tmp_path)
+    checks = []
+    real_check = prefix_mod._check_packing
+    monkeypatch.setattr(prefix_mod, "_check_packing", lambda *a: checks.append(a) or real_check(*a))
+
+    def records():
+        return sorted((tmp_path / "packing-checks").glob("*.json"))
+
+    def new_process():
+        monkeypatch.setattr(prefix_mod, "_decisions", weakref.WeakKeyDictionary())
+
+    first = packing_decision(loaded)
+    (record,) = records()
+    assert len(checks) == 1 and first.used and not first.recorded
+    assert (
+        record.name.startswith(f"{loaded.key}-") and f'"torch": "{torch.__version__}"' in record.read_text()
+    )
+
+    new_process()
+    again = packing_decision(loaded)
+    assert len(checks) == 1 and again.recorded == str(record)
+    assert dataclasses.replace(again, recorded="") == first
+    assert again.describe() == f"{first.describe()} [checked earlier: {record.name}]"
+
+    new_process()
+    with monkeypatch.context() as other_torch:
+        other_torch.setattr(torch, "__version__", "0.0.0+other")
+        assert packing_decision(loaded) == first
+    assert len(checks) == 2 and len(records()) == 2
+
+    new_process()
+    record.write_text("{not json")
+    with caplog.at_level("WARNING", logger=prefix_mod.__name__):
+        assert packing_decision(loaded) == first
+    assert len(checks) == 3 and "unusable" in caplog.text and str(record) in caplog.text
+    new_process()
+    assert packing_decision(loaded).recorded == str(record) and len(checks) == 3  # rewritten whole
+
+    # a model load_model did not return (a copy in another dtype) is checked, and nothing recorded
+    new_process()
+    before = records()
+    packing_decision(in_dtype(tiny, torch.bfloat16, "tiny-bf16-unrecorded"))
+    assert len(checks) == 4 and records() == before
+
+
+def test_a_recorded_fallback_without_evidence_reads_back_the_same(tiny, tmp_path, monkeypatch):
+    """A decision with no numbers (the packed pass failed: NaN evidence) survives the record."""
+    from kcal_pipeline.scoring.models import loading
+
+    def no_masks(*args):
+        raise RuntimeError("no masks")
+
+    half = in_dtype(tiny, torch.bfloat16, "tiny-bf16-recorded")
+    monkeypatch.setitem(loading._cache_dirs, half.model, tmp_path)
+    monkeypatch.setattr(prefix_mod, "_forward_rows", no_masks)
+    first = packing_decision(half)
+    assert not first.used and "no masks" in first.reason
+    monkeypatch.setattr(prefix_mod, "_decisions", weakref.WeakKeyDictionary())
+    monkeypatch.setattr(prefix_mod, "_check_packing", lambda *a: pytest.fail("checked again"))
+    again = packing_decision(half)
+    assert again.describe() == f"{first.describe()} [checked earlier: {Path(again.recorded).name}]"

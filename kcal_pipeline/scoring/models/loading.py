@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import threading
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -75,6 +76,10 @@ class LoadedModel:
 
 _loaded: dict[tuple[str, str], tuple[ModelEntry, LoadedModel]] = {}
 _lock = threading.Lock()
+# The cache folder each model object that load_model returned came through: checks of exactly those
+# weights (prefix.py's packing check) may be recorded there for later processes. Weak, by object: a
+# copy, a converted model or one built elsewhere has no entry, so nothing recorded applies to it.
+_cache_dirs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def load_model(entry: ModelEntry, cache_dir: str | os.PathLike) -> LoadedModel:
@@ -87,7 +92,13 @@ def load_model(entry: ModelEntry, cache_dir: str | os.PathLike) -> LoadedModel:
             return hit[1]
         loaded = _load_uncached(entry, cache_dir)
         _loaded[slot] = (entry, loaded)
+        _cache_dirs[loaded.model] = cache_dir
         return loaded
+
+
+def loaded_through(loaded: LoadedModel) -> Path | None:
+    """The cache folder of a model exactly as load_model returned it (None for any other model)."""
+    return _cache_dirs.get(loaded.model)
 
 
 def _load_uncached(entry: ModelEntry, cache_dir: Path) -> LoadedModel:
