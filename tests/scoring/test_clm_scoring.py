@@ -110,12 +110,18 @@ def test_reductions_follow_the_token_roles(batched):
 
 
 def test_scores_do_not_depend_on_batch_composition_or_order(loaded, batched):
+    """Shuffled, in batches of 3 and 64 (all 40 statements), and alone (batch size 1, which pads each
+    statement to MIN_ROWS rows: a short and a long pair in every template, 10 calls instead of 40)."""
     order = list(range(len(FILLED)))
     random.Random(7).shuffle(order)
     expected = dict(zip((f.text for f in FILLED), batched.iter_rows(named=True), strict=True))
-    for bs in (1, 3, 64):
-        shuffled = score(loaded, [FILLED[i] for i in order], batch_size=bs)
-        for i, row in zip(order, shuffled.iter_rows(named=True), strict=True):
+    alone = [
+        i for i in order if FILLED[i].text in {fill(t, *PAIRS[k]).text for t in TEMPLATES for k in (0, 2)}
+    ]
+    assert len(alone) == 2 * len(TEMPLATES)
+    for bs, subset in ((1, alone), (3, order), (64, order)):
+        shuffled = score(loaded, [FILLED[i] for i in subset], batch_size=bs)
+        for i, row in zip(subset, shuffled.iter_rows(named=True), strict=True):
             want = expected[FILLED[i].text]
             assert row["token_roles"] == want["token_roles"]
             np.testing.assert_allclose(row["token_logprobs"], want["token_logprobs"], atol=1e-4, rtol=0)
