@@ -145,7 +145,7 @@ def _ignoring_sigint() -> None:
     signal.signal(signal.SIGQUIT, signal.SIG_IGN)
 
 
-FAST_DAEMON = Path(__file__).with_name("fast_daemon")  # its sitecustomize: a 1 s backfill loop
+FAST_DAEMON = Path(__file__).with_name("fast_daemon")  # its sitecustomize: a 2 s backfill loop
 
 
 def start_ui(
@@ -157,7 +157,7 @@ def start_ui(
     fast_daemon: bool = False,
 ) -> UiServer:
     """`kcal --home HOME ui` in a session of its own (with a pty as its terminal, or its output in
-    `log`); DAGSTER_HOME is `dagster_home`. fast_daemon: the daemon's backfill loop every second
+    `log`); DAGSTER_HOME is `dagster_home`. fast_daemon: the daemon's backfill loop every 2 s
     (tests/ui/fast_daemon)."""
     port = free_port()
     env = {**os.environ, "DAGSTER_HOME": str(dagster_home), "PYTHONUNBUFFERED": "1"}

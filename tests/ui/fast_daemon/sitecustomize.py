@@ -1,6 +1,6 @@
 """Put on PYTHONPATH by the UI tests that run a backfill (tests/ui/server.py, `fast_daemon=True`):
 in the `dagster-daemon` process that `dagster dev` starts (`python -m dagster._daemon run`), the
-backfill loop runs every second instead of every 30 s, as in tests/assets/daemon.py (which says why
+backfill loop runs every 2 s instead of every 30 s, as in tests/assets/daemon.py (which says why
 that changes no behaviour under test). Every other process (webserver, code server, runs) is left
 as it is."""
 
