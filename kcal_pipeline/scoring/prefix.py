@@ -336,7 +336,7 @@ def _record(loaded: LoadedModel, dtype: str) -> tuple[Path, dict] | None:
     dtype, device, TF32, torch and transformers, the probe and the rule. A new process then reads
     the decision (~2 s of three probe passes on two CPUs, and no float32 upcast of a large model on
     a GPU) instead of checking again; a change in any of these checks again. None for any other model
-    (a copy, a converted or hand-built model) and for a model in training mode."""
+    (a copy, a converted or hand-built model): it is checked in every process."""
     from kcal_pipeline.scoring.models.loading import loaded_through
 
     folder = loaded_through(loaded)
