@@ -244,16 +244,29 @@ def test_a_gguf_file_source_is_converted_once_and_matches_transformers_own_load(
     """A GGUF registered by file path (a tiny llama, tests/scoring/tiny_gguf.py): its own safetensors
     cache with a manifest, the logits of transformers' direct GGUF load, a revision naming the file
     and its hash, no second conversion while the file is unchanged; a missing file is a clear error.
-    (The packaged SmolLM2 takes the same conversion in every session's model cache.)"""
+    The conversion parses the file once (transformers alone parses it for the tokenizer, the config
+    and the weights) and leaves gguf as it found it. (The packaged SmolLM2 takes the same conversion
+    in every session's model cache.)"""
     import hashlib
 
+    import gguf as gguf_lib
     from transformers import AutoModelForCausalLM
 
     from tests.scoring.tiny_gguf import write_tiny_gguf
 
+    parsed = []
+
+    def counting_reader(path, *args, **kwargs):
+        parsed.append(str(path))
+        return reader(path, *args, **kwargs)
+
+    reader, name_map = gguf_lib.GGUFReader, gguf_lib.get_tensor_name_map
+    monkeypatch.setattr(gguf_lib, "GGUFReader", counting_reader)
     tiny = write_tiny_gguf(tmp_path / "tiny.gguf")
     entry = ModelEntry(id="me/smol-file", source="gguf_file", path=str(tiny), start_token="<|endoftext|>")
     other = load_model(entry, tmp_path / "cache")
+    assert parsed == [str(tiny)]
+    assert gguf_lib.GGUFReader is counting_reader and gguf_lib.get_tensor_name_map is name_map
     sha = hashlib.sha256(tiny.read_bytes()).hexdigest()
     assert other.revision == f"file:{tiny}:tiny.gguf:{sha[:12]}"
     assert other.start_token_id == 0

@@ -89,7 +89,7 @@ def _read_manifest(folder: Path) -> dict | None:
 
 def _build_gguf_cache(gguf: Path, target: Path, expected: dict) -> dict:
     """De-quantise once into a temp dir, verify, then rename into place so no reader sees half a cache."""
-    log.info("converting %s to a safetensors cache in %s (once; takes ~30 s)", gguf.name, target)
+    log.info("converting %s to a safetensors cache in %s (once; takes ~15 s)", gguf.name, target)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.tmp-"))
     try:
@@ -102,14 +102,43 @@ def _build_gguf_cache(gguf: Path, target: Path, expected: dict) -> dict:
     return manifest
 
 
+@contextlib.contextmanager
+def _parsed_once():
+    """While converting, transformers parses the file's header (SmolLM2: 49,152 vocabulary strings,
+    read through numpy slices) once each for the tokenizer, the config and the weights, and builds
+    gguf's tensor-name table once per module of the model (397 times, each a table of every
+    architecture's names): ~55 % of the conversion's CPU. Inside this block each file is parsed
+    once (a GGUFReader only reads its memory map) and each (architecture, blocks) table is built
+    once; the conversion's own check (_verify_conversion) still requires the GGUF model's logits."""
+    import functools
+
+    import gguf as gguf_lib
+
+    make_reader, name_map = gguf_lib.GGUFReader, gguf_lib.get_tensor_name_map
+    readers: dict[tuple, object] = {}
+
+    def reader(path, *args, **kwargs):
+        key = (os.fspath(path), args, tuple(sorted(kwargs.items())))
+        if key not in readers:
+            readers[key] = make_reader(path, *args, **kwargs)
+        return readers[key]
+
+    gguf_lib.GGUFReader, gguf_lib.get_tensor_name_map = reader, functools.cache(name_map)
+    try:
+        yield
+    finally:
+        gguf_lib.GGUFReader, gguf_lib.get_tensor_name_map = make_reader, name_map
+
+
 def _convert_gguf(gguf: Path, out: Path) -> None:
     """save_pretrained refuses GGUF-quantised models, so copy the weights into a plain model first."""
     import torch
     from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    source = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    with _parsed_once():
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        source = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     config = copy.deepcopy(source.config)
     del config.quantization_config
     plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
