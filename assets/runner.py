@@ -25,16 +25,14 @@ from dagster import (
 
 from assets.checks import ASSET_CHECKS
 from assets.definitions import all_assets
-from assets.jobs import IN_CODE_LOCATION, STAGE_JOBS, job_of
-from assets.partitions import (
-    model_partitions,
-    partition_changes,
-    probed_relations,
-    relation_partition_changes,
-    relation_partitions,
+from assets.instance import (  # noqa: F401  (get_instance and INSTANCE_CONFIG: the runner's API too)
+    INSTANCE_CONFIG,
+    get_instance,
+    sync_model_partitions,
+    sync_relation_partitions,
 )
-from assets.scoring import SCORING_POOL
-from kcal_pipeline.core.paths import dagster_home, registry_path
+from assets.jobs import IN_CODE_LOCATION, STAGE_JOBS, job_of
+from kcal_pipeline.core.paths import registry_path
 from kcal_pipeline.core.storage import partition_path
 from kcal_pipeline.core.versions import data_version, input_versions, stored_version
 from kcal_pipeline.core.warehouse import refresh_views
@@ -102,76 +100,6 @@ def _interrupted(error: BaseException) -> bool:
 def _one_line(error: BaseException, limit: int = 600) -> str:
     text = f"{type(error).__name__}: {' '.join(str(error).split())}"
     return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-# The instance config kcal writes where there is none: default local storage (SQLite under
-# DAGSTER_HOME); no "join the community" pop-up covering the asset graph in `dagster dev`; and
-# the scoring pool (assets/scoring.py) limited per run: the run queue starts at most
-# `default_limit` runs that score at once (one device; raise it with a device per slot, in this
-# file or with `dagster instance concurrency set scoring N`), the others wait queued.
-INSTANCE_CONFIG = """\
-nux:
-  enabled: false
-concurrency:
-  pools:
-    granularity: run
-    default_limit: 1
-"""
-# What earlier kcal versions wrote: replaced by the current config, unlike a user's own.
-EARLIER_INSTANCE_CONFIGS = {"nux:\n  enabled: false\n"}
-
-
-def get_instance(home: Path) -> DagsterInstance:
-    """The persistent instance under DAGSTER_HOME (default KCAL_HOME/dagster), shared with `dagster dev`."""
-    path = dagster_home(home)
-    path.mkdir(parents=True, exist_ok=True)
-    config = path / "dagster.yaml"
-    text = config.read_text() if config.exists() else ""
-    if not text.strip() or text in EARLIER_INSTANCE_CONFIGS:  # a user's own config is kept
-        config.write_text(INSTANCE_CONFIG)
-    os.environ["DAGSTER_HOME"] = str(path)
-    instance = DagsterInstance.get()
-    initialize_pool_limits(instance)
-    return instance
-
-
-def initialize_pool_limits(instance: DagsterInstance) -> None:
-    """Give the scoring pool its default limit in the instance's storage before any run is queued.
-
-    Dagster's run queue reads the configured pools before it sets a newly seen pool to the default
-    limit, so the first pass that meets `scoring` on a fresh instance takes it as unlimited: two
-    backfills of one model queued together both started scoring (seen under load, peak 2)."""
-    storage = instance.event_log_storage
-    if SCORING_POOL not in storage.get_concurrency_keys():
-        storage.initialize_concurrency_limit_to_default(SCORING_POOL)
-
-
-def sync_model_partitions(home: Path, instance: DagsterInstance | None = None) -> list[str]:
-    """Make the 'model' dynamic partitions equal the registry's keys; returns them."""
-    instance = instance or get_instance(home)
-    keys = [e.key for e in Registry(registry_path(home)).entries()]
-    added, removed = partition_changes(instance.get_dynamic_partitions(model_partitions.name), keys)
-    if added:
-        instance.add_dynamic_partitions(model_partitions.name, added)
-    for stale in removed:
-        instance.delete_dynamic_partition(model_partitions.name, stale)
-    return keys
-
-
-def sync_relation_partitions(
-    home: Path, instance: DagsterInstance | None = None, relations: Sequence[str] = ()
-) -> list[str]:
-    """Make the `catalog_relation` partitions equal the catalog; add `relations` (a run's) and
-    every relation with a probe on disk to the probe's `relation` partitions, and drop those no
-    longer in the catalog. Returns the probe's relations."""
-    instance = instance or get_instance(home)
-    probe = [*relations, *probed_relations(home)]
-    for name, added, removed in relation_partition_changes(instance.get_dynamic_partitions, probe):
-        if added:
-            instance.add_dynamic_partitions(name, added)
-        for stale in removed:
-            instance.delete_dynamic_partition(name, stale)
-    return instance.get_dynamic_partitions(relation_partitions.name)
 
 
 def _partitions(kind: str, models: Sequence[str], relations: Sequence[str]) -> list[tuple[str | None, dict]]:

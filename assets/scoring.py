@@ -3,16 +3,13 @@
 import polars as pl
 from dagster import AssetExecutionContext, asset
 
+from assets.instance import SCORING_POOL
 from assets.partitions import model_relation_partitions, one_dimension_of
 from kcal_pipeline.core.paths import kcal_home
 from kcal_pipeline.core.progress import terminal_stream
 from kcal_pipeline.scoring.partition import score_partition
 from resources import ModelProvider, ScoringSettings
 from resources.settings import reads, scoring_reads
-
-# At most `limit` scoring runs at once (the instance config kcal writes sets 1: one device); more
-# runs queue in the UI instead of fighting over the GPU or the CPU (assets/runner.py).
-SCORING_POOL = "scoring"
 
 
 @asset(
