@@ -8,7 +8,10 @@ daemon took ~13 s more CPU over the backfill test, on the cores its runs need, f
 
 The backfill loop imports the constant from the controller at each start (dagster 1.13), so it is
 set there; setting it on dagster._daemon.backfill had no effect (the loop kept 30 s). The check below
-fails loudly should a Dagster upgrade read it from elsewhere again."""
+fails loudly should a Dagster upgrade read it from elsewhere again.
+
+Its SQLite storages also keep one engine per database (assets/sqlite_engines.py, as every process
+that loads kcal's code location does): most of the daemon's CPU is in those queries."""
 
 import inspect
 import sys
@@ -16,6 +19,8 @@ import sys
 import dagster._daemon.backfill as backfill
 import dagster._daemon.controller as controller
 from dagster._daemon.cli import main
+
+from assets.sqlite_engines import cache_sqlite_engines
 
 BACKFILL_LOOP_S = 2
 
@@ -29,5 +34,6 @@ def shorten_backfill_loop(seconds: int = BACKFILL_LOOP_S) -> None:
 
 if __name__ == "__main__":
     shorten_backfill_loop()
+    cache_sqlite_engines()
     sys.argv[0] = "dagster-daemon"
     sys.exit(main())
