@@ -146,8 +146,9 @@ def test_map_budgeted_backs_off_on_out_of_memory_and_keeps_the_lower_budget():
 @pytest.mark.parametrize("path", [PACKED, PLAIN])
 def test_scores_do_not_depend_on_the_budget_and_growth_runs_on_a_real_model(loaded, path):
     """A growing budget planted for the model (as on a GPU) gives the fixed budget's scores (fp32,
-    ≤ 1e-4), and its trail is recorded."""
-    filled = CASES
+    ≤ 1e-4), and its trail is recorded. 40 of the 71 cases: batches enough for the budget to be
+    measured and grow (all 71 took the plain path ~18 s, at batch size 2 for the fixed scores)."""
+    filled = CASES[:40]
     score = score_clm_shared_prefix if path == PACKED else score_clm
     kw = {"row_tokens": 40} if path == PACKED else {}
     fixed = score(loaded, *args(filled), batch_size=2, **kw)
