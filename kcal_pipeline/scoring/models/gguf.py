@@ -102,6 +102,9 @@ def _build_gguf_cache(gguf: Path, target: Path, expected: dict) -> dict:
     return manifest
 
 
+_PARSING = threading.Lock()  # one conversion at a time swaps gguf's names (two would restore crosswise)
+
+
 @contextlib.contextmanager
 def _parsed_once():
     """While converting, transformers parses the file's header (SmolLM2: 49,152 vocabulary strings,
@@ -114,7 +117,6 @@ def _parsed_once():
 
     import gguf as gguf_lib
 
-    make_reader, name_map = gguf_lib.GGUFReader, gguf_lib.get_tensor_name_map
     readers: dict[tuple, object] = {}
 
     def reader(path, *args, **kwargs):
@@ -123,11 +125,13 @@ def _parsed_once():
             readers[key] = make_reader(path, *args, **kwargs)
         return readers[key]
 
-    gguf_lib.GGUFReader, gguf_lib.get_tensor_name_map = reader, functools.cache(name_map)
-    try:
-        yield
-    finally:
-        gguf_lib.GGUFReader, gguf_lib.get_tensor_name_map = make_reader, name_map
+    with _PARSING:
+        make_reader, name_map = gguf_lib.GGUFReader, gguf_lib.get_tensor_name_map
+        gguf_lib.GGUFReader, gguf_lib.get_tensor_name_map = reader, functools.cache(name_map)
+        try:
+            yield
+        finally:
+            gguf_lib.GGUFReader, gguf_lib.get_tensor_name_map = make_reader, name_map
 
 
 def _convert_gguf(gguf: Path, out: Path) -> None:
