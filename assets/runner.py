@@ -25,12 +25,7 @@ from dagster import (
 
 from assets.checks import ASSET_CHECKS
 from assets.definitions import all_assets
-from assets.instance import (  # noqa: F401  (get_instance and INSTANCE_CONFIG: the runner's API too)
-    INSTANCE_CONFIG,
-    get_instance,
-    sync_model_partitions,
-    sync_relation_partitions,
-)
+from assets.instance import get_instance, sync_model_partitions, sync_relation_partitions
 from assets.jobs import IN_CODE_LOCATION, STAGE_JOBS, job_of
 from kcal_pipeline.core.paths import registry_path
 from kcal_pipeline.core.storage import partition_path

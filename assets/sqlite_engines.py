@@ -11,12 +11,13 @@ An engine with NullPool holds no connection between uses (each `connect()` opens
 connection and closing it closes the file), so reusing it changes nothing Dagster relies on: the
 same connections, transactions, busy timeout and locking, and `engine.dispose()` (which Dagster calls
 after each use) only recreates the empty pool. What is kept is the initialised dialect and the
-statement cache. Engines are kept per (URL, pool class, connect args) in a bounded LRU, since the
+statement cache. NullPool engines are kept per (URL, connect args) in a bounded LRU, since the
 event log has one database file per run.
 
-Applied by the code location (assets/definitions.py) and the runner, so every process that loads
-kcal's definitions (the CLI's in-process runs, run workers, code servers) gets it; a Dagster
-process that never imports kcal (the webserver, the daemon) runs unchanged.
+Applied by the code location (assets/definitions.py) and `get_instance` (assets/instance.py), so
+every process that loads kcal's definitions or opens its instance (the CLI's in-process runs, run
+workers, code servers) gets it; a Dagster process that never imports kcal (`dagster dev`'s
+webserver and daemon) runs unchanged.
 `bench/dagster_sqlite.py` measures it side by side; tests/assets/test_sqlite_engines.py checks it.
 """
 
@@ -78,10 +79,11 @@ class EngineCache:
 ENGINES = EngineCache()
 
 
-def cache_sqlite_engines() -> None:
-    """Make Dagster's SQLite storages take their engines from ENGINES (idempotent). Refuses, naming
-    the module, when a Dagster upgrade no longer builds engines through `create_engine` there:
-    silently keeping the slow path would hide the regression."""
+def cache_sqlite_engines(engines=ENGINES) -> None:
+    """Make Dagster's SQLite storages take their engines from `engines` (default ENGINES; the bench
+    swaps in its variants; idempotent). Refuses, naming the module, when a Dagster upgrade no longer
+    builds engines through `create_engine` there: silently keeping the slow path would hide the
+    regression."""
     for module in STORAGE_MODULES:
         current = getattr(module, "create_engine", None)
         if current is None:
@@ -89,5 +91,5 @@ def cache_sqlite_engines() -> None:
                 f"{module.__name__} has no create_engine any more: assets/sqlite_engines.py needs "
                 "updating for this Dagster version"
             )
-        if current is not ENGINES:
-            module.create_engine = ENGINES
+        if current is not engines:
+            module.create_engine = engines

@@ -62,11 +62,6 @@ class Counting:
         return sqlalchemy.create_engine(url, **options)
 
 
-def use(factory) -> None:
-    for module in sqlite_engines.STORAGE_MODULES:
-        module.create_engine = factory
-
-
 def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=8)
@@ -93,7 +88,7 @@ def main(argv=None) -> int:
         for round_ in range(args.rounds):
             order = list(variants) if round_ % 2 == 0 else list(reversed(variants))
             for name in order:
-                use(variants[name])
+                sqlite_engines.cache_sqlite_engines(variants[name])
                 started = time.perf_counter()
                 for relation in relations:
                     materialize([statements], instance=instances[name], partition_key=relation)
@@ -102,7 +97,7 @@ def main(argv=None) -> int:
                         [statements, scores], instance=instances[name], partition_key=key, selection=[scores]
                     )
                 times[name].append((time.perf_counter() - started) / (2 * len(relations)))
-    use(sqlite_engines.ENGINES)
+    sqlite_engines.cache_sqlite_engines()
     runs = 2 * len(relations) * args.rounds
     print(
         f"bench/dagster_sqlite.py: {args.rounds} rounds × {2 * len(relations)} in-process runs per variant "

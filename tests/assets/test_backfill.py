@@ -46,7 +46,7 @@ def store(tmp_path, monkeypatch, facts_store):
 def daemon(store):
     """`dagster-daemon run` on the store's instance, in its own process group; stopped after. Its
     backfill loop runs every 2 s and the run queue every second (tests/assets/daemon.py)."""
-    from assets.runner import INSTANCE_CONFIG
+    from assets.instance import INSTANCE_CONFIG
 
     config = store / "dagster" / "dagster.yaml"
     config.write_text(f"{INSTANCE_CONFIG}{QUEUE_EVERY_SECOND}")

@@ -3,7 +3,7 @@ pop-up, and a user's own config left alone."""
 
 import pytest
 
-from assets.runner import INSTANCE_CONFIG, get_instance
+from assets.instance import INSTANCE_CONFIG, get_instance
 from kcal_pipeline.core.paths import dagster_home
 
 
