@@ -16,10 +16,10 @@ from assets.engine import kcal_scoring_celery
 from assets.jobs import STAGE_JOBS
 from assets.schedules import nightly_evaluation
 from assets.sensors import model_registry_sensor
-from assets.sqlite_engines import cache_sqlite_engines
+from assets.sqlite_engines import speed_up_sqlite_storages
 from resources import default_resources
 
-cache_sqlite_engines()  # every process that loads the code location: see assets/sqlite_engines.py
+speed_up_sqlite_storages()  # every process that loads the code location: see assets/sqlite_engines.py
 
 OWNERS = ["team:kcal"]
 # Every asset is a Parquet table under KCAL_HOME with a DuckDB view, computed with polars; the

@@ -18,7 +18,7 @@ from assets.partitions import (
     relation_partition_changes,
     relation_partitions,
 )
-from assets.sqlite_engines import cache_sqlite_engines
+from assets.sqlite_engines import speed_up_sqlite_storages
 from kcal_pipeline.core.paths import dagster_home, registry_path
 from kcal_pipeline.scoring.models import Registry
 
@@ -52,7 +52,7 @@ def get_instance(home: Path) -> DagsterInstance:
     if not text.strip() or text in EARLIER_INSTANCE_CONFIGS:  # a user's own config is kept
         config.write_text(INSTANCE_CONFIG)
     os.environ["DAGSTER_HOME"] = str(path)
-    cache_sqlite_engines()
+    speed_up_sqlite_storages()
     instance = DagsterInstance.get()
     initialize_pool_limits(instance)
     return instance

@@ -10,8 +10,9 @@ The backfill loop imports the constant from the controller at each start (dagste
 set there; setting it on dagster._daemon.backfill had no effect (the loop kept 30 s). The check below
 fails loudly should a Dagster upgrade read it from elsewhere again.
 
-Its SQLite storages also keep one engine per database (assets/sqlite_engines.py, as every process
-that loads kcal's code location does): most of the daemon's CPU is in those queries."""
+Its SQLite storages also keep one engine per database and read the migration scripts once
+(assets/sqlite_engines.py, as every process that loads kcal's code location does): most of the
+daemon's CPU is in those queries and in setting up each new run's event-log file."""
 
 import inspect
 import sys
@@ -20,7 +21,7 @@ import dagster._daemon.backfill as backfill
 import dagster._daemon.controller as controller
 from dagster._daemon.cli import main
 
-from assets.sqlite_engines import cache_sqlite_engines
+from assets.sqlite_engines import speed_up_sqlite_storages
 
 BACKFILL_LOOP_S = 2
 
@@ -34,6 +35,6 @@ def shorten_backfill_loop(seconds: int = BACKFILL_LOOP_S) -> None:
 
 if __name__ == "__main__":
     shorten_backfill_loop()
-    cache_sqlite_engines()
+    speed_up_sqlite_storages()
     sys.argv[0] = "dagster-daemon"
     sys.exit(main())

@@ -1,5 +1,6 @@
-"""bench/dagster_sqlite.py runs both variants on real SQLite instances and prints its table (no
-timing asserted: the bench prints those); the cached variant builds one engine per database."""
+"""bench/dagster_sqlite.py runs its three variants on real SQLite instances and prints its table (no
+timing asserted: the bench prints those); the engine cache builds one engine per database, the kept
+migration scripts are not loaded again per run."""
 
 import re
 
@@ -7,13 +8,25 @@ from assets import sqlite_engines
 from bench import dagster_sqlite as bench
 
 
-def test_the_bench_prints_both_variants_and_restores_the_cache(capsys):
+def test_the_bench_prints_every_variant_and_restores_the_speed_ups(capsys):
     assert bench.main(["--rounds", "2", "--partitions", "1"]) == 0
     out = capsys.readouterr().out
-    rows = {m[0]: int(m[1]) for m in re.findall(r"^(plain.*?|kcal cache)\s+\d+\s+\d+\s+(\d+)$", out, re.M)}
-    assert set(rows) == {"plain (an engine per connection)", "kcal cache"}, out
-    # 2 rounds × 2 runs: the runs database, the event log's index and one shard per run (the rest of
-    # the instance was opened before the bench swapped engines in); plain builds one per connection
-    assert rows["kcal cache"] == 2 + 4 and rows["plain (an engine per connection)"] > 10 * rows["kcal cache"]
-    assert re.search(r"plain ÷ cached per run: \d+\.\d\d .*n = 4 runs each", out), out
+    row = r"^(plain.*?|kcal engine cache|engine cache \+ kept scripts)\s+\d+\s+\d+\s+(\d+)\s+(\d+)$"
+    rows = {m[0]: (int(m[1]), int(m[2])) for m in re.findall(row, out, re.M)}
+    plain, cache, kept = (
+        "plain (an engine per connection)",
+        "kcal engine cache",
+        "engine cache + kept scripts",
+    )
+    assert set(rows) == {plain, cache, kept}, out
+    # 2 rounds × 2 runs: one engine per run's new event-log file (the instance's own databases were
+    # opened before the counts start); plain builds one per connection
+    assert rows[cache][0] == rows[kept][0] == 4 and rows[plain][0] > 10 * rows[cache][0]
+    # each new run file: the head check and the stamp loaded every migration script, twice per run
+    assert rows[plain][1] == rows[cache][1] == 2 * 4 and rows[kept][1] == 0
+    for name in (cache, kept):
+        assert re.search(rf"plain ÷ {re.escape(name)} per run: \d+\.\d\d .*n = 4 runs each", out), out
     assert all(m.create_engine is sqlite_engines.ENGINES for m in sqlite_engines.STORAGE_MODULES)
+    assert all(
+        m.ScriptDirectory is sqlite_engines.KeptScriptDirectory for m in sqlite_engines.SCRIPT_DIRECTORY_USERS
+    )
