@@ -31,6 +31,22 @@ def lengths(context) -> int:
     return len(context.partition_key)
 
 
+def three_runs(home, monkeypatch) -> DagsterInstance:
+    """A real SQLite instance in `home` with two relation partitions, materialized three times."""
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    instance = DagsterInstance.get()
+    instance.add_dynamic_partitions("relation", ["P36", "P1412"])
+    for key in ("P36", "P1412", "P36"):
+        assert materialize([lengths], instance=instance, partition_key=key).success
+    return instance
+
+
+def assert_three_runs_recorded(instance: DagsterInstance) -> None:
+    events = instance.fetch_materializations(lengths.key, limit=10).records
+    assert sorted(e.partition_key for e in events) == ["P1412", "P36", "P36"]
+
+
 class Counting:
     def __init__(self):
         self.urls = []
@@ -71,18 +87,12 @@ def test_runs_on_a_sqlite_instance_build_one_engine_per_database_and_record_the_
     created = Counting()
     for module in STORAGE_MODULES:
         monkeypatch.setattr(module, "create_engine", EngineCache(created))
-    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
-    (tmp_path / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
-    instance = DagsterInstance.get()
-    instance.add_dynamic_partitions("relation", ["P36", "P1412"])
-    for key in ("P36", "P1412", "P36"):
-        assert materialize([lengths], instance=instance, partition_key=key).success
+    instance = three_runs(tmp_path, monkeypatch)
     # every partition lookup, event and run record went through a kept engine: one per database
     # file (runs, schedules, the event log's index and one shard per run), not one per connection
     databases = sorted(f"sqlite:///{p}" for p in tmp_path.rglob("*.db"))
     assert len(databases) == 3 + 3 and sorted(created.urls) == databases
-    events = instance.fetch_materializations(lengths.key, limit=10).records
-    assert sorted(e.partition_key for e in events) == ["P1412", "P36", "P36"]
+    assert_three_runs_recorded(instance)
     assert instance.get_materialized_partitions(lengths.key) == {"P36", "P1412"}
     assert len(instance.get_runs()) == 3 and instance.get_dynamic_partitions("relation") == ["P36", "P1412"]
 
@@ -113,19 +123,13 @@ def test_new_run_files_are_stamped_at_head_with_the_scripts_read_once(tmp_path, 
     loads = []
     real_load = ScriptDirectory._load_revisions
     monkeypatch.setattr(ScriptDirectory, "_load_revisions", lambda self: loads.append(1) or real_load(self))
-    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
-    (tmp_path / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
-    instance = DagsterInstance.get()
-    instance.add_dynamic_partitions("relation", ["P36", "P1412"])
-    for key in ("P36", "P1412", "P36"):
-        assert materialize([lengths], instance=instance, partition_key=key).success
+    instance = three_runs(tmp_path, monkeypatch)
     stamped = shard_revisions(tmp_path)
     assert len(stamped) == 3 and set(stamped.values()) == {head}  # the revision alembic's own would stamp
     # one directory per storage config (runs, event log, schedules: ≤ 3), its revisions loaded once,
     # where each new run file built two (the head check and the stamp) and loaded both
     assert 1 <= KeptScriptDirectory.built <= 3 and len(loads) == KeptScriptDirectory.built
-    events = instance.fetch_materializations(lengths.key, limit=10).records
-    assert sorted(e.partition_key for e in events) == ["P1412", "P36", "P36"]
+    assert_three_runs_recorded(instance)
 
 
 def test_another_script_location_is_built_anew_and_keep_false_restores_alembic(monkeypatch):
