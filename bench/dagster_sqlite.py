@@ -108,6 +108,7 @@ def main(argv=None) -> int:
     current = [variants[0]]
     load = ScriptDirectory._load_revisions
     count_script_loads(current)
+    dagster_home = os.environ.get("DAGSTER_HOME")
     try:
         with tempfile.TemporaryDirectory() as tmp:
             instances = {}
@@ -137,7 +138,11 @@ def main(argv=None) -> int:
                             [statements, scores], instance=instance, partition_key=key, selection=[scores]
                         )
                     variant.seconds.append((time.perf_counter() - started) / (2 * len(relations)))
-    finally:
+    finally:  # the caller's DAGSTER_HOME again: Dagster would recreate the deleted folder to log to it
+        if dagster_home is None:
+            os.environ.pop("DAGSTER_HOME", None)
+        else:
+            os.environ["DAGSTER_HOME"] = dagster_home
         ScriptDirectory._load_revisions = load
         sqlite_engines.speed_up_sqlite_storages()
     runs = 2 * len(relations) * args.rounds

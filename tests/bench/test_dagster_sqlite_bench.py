@@ -2,6 +2,7 @@
 timing asserted: the bench prints those); the engine cache builds one engine per database, the kept
 migration scripts are not loaded again per run."""
 
+import os
 import re
 
 from assets import sqlite_engines
@@ -9,7 +10,9 @@ from bench import dagster_sqlite as bench
 
 
 def test_the_bench_prints_every_variant_and_restores_the_speed_ups(capsys):
+    dagster_home = os.environ["DAGSTER_HOME"]  # the worker's (tests/conftest.py)
     assert bench.main(["--rounds", "2", "--partitions", "1"]) == 0
+    assert os.environ["DAGSTER_HOME"] == dagster_home  # not a deleted temporary one for later tests
     out = capsys.readouterr().out
     row = r"^(plain.*?|kcal engine cache|engine cache \+ kept scripts)\s+\d+\s+\d+\s+(\d+)\s+(\d+)$"
     rows = {m[0]: (int(m[1]), int(m[2])) for m in re.findall(row, out, re.M)}
