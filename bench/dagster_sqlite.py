@@ -78,8 +78,9 @@ class Variant:
         sqlite_engines.cache_migration_scripts(self.keep_scripts)
 
 
-def count_script_loads(current: list[Variant]) -> None:
-    """Count ScriptDirectory revision loads (every migration script imported) for current[0]."""
+def count_script_loads(current: list[Variant]):
+    """Count ScriptDirectory revision loads (every migration script imported) for current[0];
+    returns alembic's own loader, to put back."""
     load = ScriptDirectory._load_revisions
 
     def counted(self):
@@ -87,6 +88,7 @@ def count_script_loads(current: list[Variant]) -> None:
         return load(self)
 
     ScriptDirectory._load_revisions = counted
+    return load
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -106,8 +108,7 @@ def main(argv=None) -> int:
         Variant("engine cache + kept scripts", sqlite_engines.EngineCache(both), True, both),
     ]
     current = [variants[0]]
-    load = ScriptDirectory._load_revisions
-    count_script_loads(current)
+    load = count_script_loads(current)
     dagster_home = os.environ.get("DAGSTER_HOME")
     try:
         with tempfile.TemporaryDirectory() as tmp:
