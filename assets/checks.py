@@ -57,9 +57,11 @@ def gold_is_among_the_options(context: AssetCheckExecutionContext, probe_setting
 def statements_are_instances_by_templates_by_options(
     context: AssetCheckExecutionContext, probe_settings: ProbeSettings
 ):
-    """statements = instances × templates × options, each once, gold ones marked."""
+    """statements = instances × templates × options, each once, gold ones marked (a context template:
+    the instances with a valid demonstration)."""
     read, _ = _reader(context, probe_settings, relation_partitions)
-    statements = read("statements", ["statement_id", "instance_id", "template_id", "option_index", "is_gold"])
+    columns = ["statement_id", "instance_id", "template_id", "option_index", "is_gold", "context_end"]
+    statements = read("statements", columns)
     instances = read("probe_instances", ["instance_id", "n_options", "n_gold"])
     return _result(statements_cover_the_probe(statements, instances))
 

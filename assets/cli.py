@@ -186,6 +186,8 @@ def cmd_dataset_import_bear(args) -> int:
             prefix=args.prefix,
             replace=args.replace,
             relations=args.relation or (),
+            templates=args.templates,
+            subset=args.subset,
         )
     except ValueError as exc:  # bad input, named by file and line; found before anything is written
         if "kcal dataset import-bear" in str(exc):
@@ -472,6 +474,19 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         help="import only this BEAR relation, e.g. P19 (repeatable; default: all). Every relation in "
         "the catalog gets its own facts run, so a subset makes later runs shorter",
+    )
+    b.add_argument(
+        "--templates",
+        metavar="FILE",
+        help="templates in BEAR's metadata format (e.g. Kissling et al.'s metadata_relations.json: 5 "
+        "paraphrases + 2 verbal + 5 numeric markers per relation) replacing the directory's; its answer "
+        "spaces must equal the directory's",
+    )
+    b.add_argument(
+        "--subset",
+        choices=["lite"],
+        help="lite: only the relations and lines bear_lite_indices.json lists (in DIR or beside it): "
+        "BEAR out of a BEAR-big directory",
     )
     _writes(b).set_defaults(func=cmd_dataset_import_bear)
     pp = dsub.add_parser("paraphrase", help="generate template paraphrases with an instruct model")

@@ -44,17 +44,19 @@ EVERY_RELATION = AllPartitionMapping()
 SAME_RELATION = IdentityPartitionMapping()
 
 
-@asset(group_name=GROUP, code_version="3", metadata=reads("catalog"))
+@asset(group_name=GROUP, code_version="4", metadata=reads("catalog"))  # 4: bear_domains
 def relations() -> pl.DataFrame:
     """The relation catalog (closed-set relations, MACE domains, imported sets) as a table."""
     return relations_frame(load_catalog())
 
 
-@asset(group_name=GROUP, code_version="4", metadata=reads("catalog", "probe.perturbation_seeds"))
+# 5: explicit_markers, the catalog's hand-written markers (a BEAR import with --templates)
+# 6: context variants (context_1shot/3shot/wrong/fixed); the one-shot perturbation is context_1shot
+@asset(group_name=GROUP, code_version="6", metadata=reads("catalog", "probe.perturbation_seeds"))
 def templates(context: AssetExecutionContext, probe_settings: ProbeSettings) -> pl.DataFrame:
     """Curated templates of every relation (rank 0 = headline; marked_text = the hand-marked form)
-    and their marker and perturbation variants (extra space and typo once per perturbation seed);
-    a run picks kinds with probe_settings.template_kinds."""
+    and their marker, perturbation (extra space and typo once per perturbation seed) and context
+    variants; a run picks kinds with probe_settings.template_kinds."""
     return curated_and_variants(
         templates_frame(load_catalog()), probe_settings.perturbation_seeds, log=context.log.info
     )
@@ -108,15 +110,23 @@ def object_pools(wikidata_facts: pl.DataFrame) -> pl.DataFrame:
     return pools_of(wikidata_facts, load_catalog())
 
 
+def sweep_copies(instances: pl.DataFrame) -> dict[str, int]:
+    """Copies per k of the option-count sweep, all draws together ({} without the sweep)."""
+    if "subsample_k" not in instances.columns:
+        return {}
+    counts = instances.drop_nulls("subsample_k").group_by("subsample_k").len().sort("subsample_k")
+    return {str(k): n for k, n in counts.iter_rows()}
+
+
 @asset(
     group_name=GROUP,
     partitions_def=relation_partitions,
-    code_version="3",
+    code_version="4",  # 4: the option-count sweep (`#k<k>d<draw>` copies, subsample_draw)
     ins={"wikidata_facts": AssetIn(partition_mapping=SAME_RELATION)},
     metadata=reads(
         "relation", "probe.answer_space", "probe.answer_space_size", "probe.answer_space_size_one_to_one",
         "probe.n_negatives", "probe.seed", "probe.max_instances", "probe.dev_fraction",
-        "probe.answer_space_k",
+        "probe.answer_space_k", "probe.answer_space_draws",
     ),
 )  # fmt: skip
 def probe_instances(
@@ -136,6 +146,7 @@ def probe_instances(
             "mean_options": float(instances["n_options"].mean()),
             "n_gold": MetadataValue.json(dict(instances.group_by("n_gold").len().sort("n_gold").iter_rows())),
             "dev": int((instances["split"] == "dev").sum()),
+            "sweep_copies": MetadataValue.json(sweep_copies(instances)),
             "seed": probe_settings.seed,
             "n_negatives": probe_settings.n_negatives,
             "answer_space": MetadataValue.json(
@@ -158,7 +169,8 @@ def probe_instances(
 @asset(
     group_name=GROUP,
     partitions_def=relation_partitions,
-    code_version="4",
+    code_version="5",  # 5: context_end, context templates (demonstrations from the relation's facts)
+    ins={"wikidata_facts": AssetIn(partition_mapping=SAME_RELATION)},
     metadata=reads(
         "probe.template_kinds", "probe.max_templates", "probe.seed", "probe.perturbation_seeds",
         "probe.capitalize_statements", "table:generated_templates",
@@ -168,9 +180,12 @@ def statements(
     context: AssetExecutionContext,
     probe_instances: pl.DataFrame,
     templates: pl.DataFrame,
+    wikidata_facts: pl.DataFrame,
     probe_settings: ProbeSettings,
 ) -> pl.DataFrame:
-    """Every instance × chosen template × option as a sentence, with subject and object spans."""
+    """Every instance × chosen template × option as a sentence, with subject and object spans; a
+    context template's statements open with demonstrations drawn from the relation's facts
+    (context_end: where the statement proper begins)."""
     # generated_templates is optional (materialized on demand), so it is read from its table when
     # present rather than declared as an input that every run would have to materialize first.
     home = kcal_home(probe_settings.home or None)
@@ -185,7 +200,12 @@ def statements(
         log=context.log.info,
     )
     frame = relation_statements(
-        probe_instances, chosen, probe_settings.seed, capitalize=probe_settings.capitalize_statements
+        probe_instances,
+        chosen,
+        probe_settings.seed,
+        capitalize=probe_settings.capitalize_statements,
+        facts=wikidata_facts,
+        log=context.log.info,
     )
     context.add_output_metadata(
         {

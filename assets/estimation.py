@@ -8,7 +8,9 @@ from kcal_pipeline.estimation import build_cube
 from kcal_pipeline.estimation.marginal import option_estimates as option_estimates_of
 from kcal_pipeline.estimation.registry import compute_estimate_tables
 
-CODE_VERSION = "6"  # 4: all families, fits, status, per-option tables; 5: exact recal fits; 6: SCA ≤ 1
+# 4: all families, fits, status, per-option tables; 5: exact recal fits; 6: SCA ≤ 1;
+# 7: answer_space_draw (the option-count sweep: fits per k and draw)
+CODE_VERSION = "7"
 
 
 @multi_asset(
@@ -19,7 +21,8 @@ CODE_VERSION = "6"  # 4: all families, fits, status, per-option tables; 5: exact
         "estimates": AssetOut(
             code_version=CODE_VERSION,
             description="Prediction, confidence and correctness of every registered estimator (per "
-            "template or per instance, under each reduction it declares), with split and answer_space_k.",
+            "template or per instance, under each reduction it declares), with split, answer_space_k "
+            "and answer_space_draw.",
         ),
         "option_estimates": AssetOut(
             code_version=CODE_VERSION,
@@ -29,7 +32,8 @@ CODE_VERSION = "6"  # 4: all families, fits, status, per-option tables; 5: exact
         "estimator_fits": AssetOut(
             code_version=CODE_VERSION,
             description="Parameters estimators fitted on the dev split (temperature, Platt slope and "
-            "intercept, isotonic steps, tuned τ), per template and answer space, with n_dev.",
+            "intercept, isotonic steps, tuned τ), per template and answer space (k and draw), with "
+            "n_dev.",
         ),
         "estimator_status": AssetOut(
             code_version=CODE_VERSION,

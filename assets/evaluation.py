@@ -36,7 +36,8 @@ GROUP = "evaluation"
 ALL_RELATIONS = one_dimension_of("estimates", "model")
 ALL_OPTIONS = one_dimension_of("option_estimates", "model")
 EVERY_PROBE = {"probe_instances": AssetIn(partition_mapping=AllPartitionMapping())}
-CODE_VERSION = "5"  # 5: statements asserted at P > τ, template-kind τ recorded, seeded consistency
+# 5: statements asserted at P > τ, template-kind τ recorded, seeded consistency; 6: answer_space_draw
+CODE_VERSION = "6"
 
 
 @multi_asset(
@@ -46,12 +47,14 @@ CODE_VERSION = "5"  # 5: statements asserted at P > τ, template-kind τ recorde
     outs={
         "metrics": AssetOut(
             is_required=False,  # either output alone may be selected (can_subset)
-            code_version="6",  # 6: the mean_confidence metric
+            # 7: the bear_domain scope; 8: answer_space_draw (option-count sweep); 9: the signed gap
+            # (with intervals), multi-hot Brier and classwise ECE, statement metrics per breakdown
+            code_version="9",
             description="Every registered metric that applies to each estimator, per split and "
             "answer space, never pooled, on the headline selection: overall, per relation, domain, "
-            "gold count, MACE mixture and option count, with seeded bootstrap intervals (test "
-            "split); and per curated template with their mean over templates (BEAR's relation "
-            "accuracy).",
+            "gold count, MACE mixture, option count and BEAR topic domain, with seeded bootstrap "
+            "intervals (test split); and per curated template with their mean over templates "
+            "(BEAR's relation accuracy).",
         ),
         "metric_differences": AssetOut(
             is_required=False,
@@ -97,7 +100,8 @@ def metrics(
         yield Output(differences_table(estimates, templates), output_name="metric_differences")
 
 
-@asset(group_name=GROUP, partitions_def=model_partitions, ins=ALL_RELATIONS, code_version="6")  # 6: the band
+# 6: the band; 7: answer_space_draw
+@asset(group_name=GROUP, partitions_def=model_partitions, ins=ALL_RELATIONS, code_version="7")
 def curves(context: AssetExecutionContext, estimates: pl.DataFrame, templates: pl.DataFrame) -> pl.DataFrame:
     """Reliability (each bin with its 95 % bootstrap band, on the metrics' resamples),
     accuracy–rejection, risk–coverage and ROC curves on the headline selection, per split and answer
@@ -161,7 +165,7 @@ EVERY_MODEL = {
 }
 
 
-@asset(group_name=GROUP, ins=EVERY_MODEL, code_version="1")
+@asset(group_name=GROUP, ins=EVERY_MODEL, code_version="2")  # 2: answer_space_draw
 def family_comparison(
     context: AssetExecutionContext, metrics: pl.DataFrame, statement_scores: pl.DataFrame
 ) -> pl.DataFrame:

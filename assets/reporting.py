@@ -23,7 +23,8 @@ def markdown_images(figures: dict) -> str:
     return "\n\n".join(f"![{name}]({png_data_uri(fig, name)})" for name, fig in figures.items())
 
 
-@asset(group_name=GROUP, partitions_def=model_partitions, code_version="5", metadata=reads("model"))
+# 6: the option-count sweep figure
+@asset(group_name=GROUP, partitions_def=model_partitions, code_version="6", metadata=reads("model"))
 def report(
     context: AssetExecutionContext,
     metrics: pl.DataFrame,

@@ -18,7 +18,9 @@ from resources.settings import reads, scoring_reads
     # on the Celery executor (assets/engine.py), only workers started with `-q scoring` (GPU hosts) take it
     op_tags={"dagster-celery/queue": "scoring"},
     partitions_def=model_relation_partitions,
-    code_version="4",  # 3: dropout/subject-mask record columns, mask tokens for masked LMs; 4: model_kind
+    # 3: dropout/subject-mask record columns, mask tokens for masked LMs; 4: model_kind;
+    # 5: a statement's context (statements.context_end) is conditioned on, in no reduction
+    code_version="5",
     ins=one_dimension_of("statements", "relation"),
     metadata=reads("model", *scoring_reads()),
 )

@@ -131,12 +131,16 @@ def build_inputs(statements: int, seed: int, models: int | None = None) -> Input
         {
             "relation_id": [p.relation_id for p in data.plans],
             "domain": [MACE_DOMAIN if p.mace else CLOSED_SET for p in data.plans],
-        }
+            # BEAR topic domains, several or none per relation (scope bear_domain)
+            "bear_domains": [BEAR_DOMAINS[i % len(BEAR_DOMAINS)] for i in range(len(data.plans))],
+        },
+        schema_overrides={"bear_domains": pl.List(pl.String)},
     )
     return Inputs(estimates, options, data.templates, relations, probe, data.scores.height, left_out)
 
 
 _FILES = ("estimates", "option_estimates", "templates", "relations", "probe_instances")
+BEAR_DOMAINS = (["Geographic"], ["Geographic", "Political"], [])
 
 
 def save(inputs: Inputs, folder: Path) -> None:
@@ -162,7 +166,7 @@ def kcal_stage(inputs: Inputs, models: list[str], n_resamples: int, seed: int) -
     values (`intervals`)."""
     from kcal_pipeline.estimation.registry import HEADLINE_SPLIT
     from kcal_pipeline.evaluation.bootstrap import (
-        DEFAULT_METRICS,
+        INTERVAL_METRICS,
         LEVEL,
         ResampledValues,
         bootstrap_intervals,
@@ -208,7 +212,7 @@ def kcal_stage(inputs: Inputs, models: list[str], n_resamples: int, seed: int) -
             pl.col("split") == HEADLINE_SPLIT
         )
         t6 = time.perf_counter()
-        bootstrap_intervals(test, DEFAULT_METRICS, n_resamples=n_resamples, seed=0, level=LEVEL)
+        bootstrap_intervals(test, INTERVAL_METRICS, n_resamples=n_resamples, seed=0, level=LEVEL)
         intervals = time.perf_counter() - t6
         seconds["metrics"] += (t1 - t0) - intervals
         seconds["intervals"] += intervals
@@ -232,7 +236,8 @@ DEGENERATE = 0.95
 TOP_OBJECTS = 5
 MIXTURES = ((1,), (1, 2), (1, 2, 4), (1, 2, 4, 6))
 KIND_GROUPS = TEMPLATE_KINDS  # the breakdown's grouping of template kinds: data, not a definition
-BOOTSTRAPPED = ("accuracy", "ace", "brier", "auroc", "aurc")
+DIFFERENCED = ("accuracy", "ace", "brier", "auroc", "aurc")  # the paired differences' metrics
+BOOTSTRAPPED = (*DIFFERENCED, "confidence_gap")  # the metrics table's intervals
 PERCENTILES = (2.5, 97.5)  # the 95 % percentile interval
 
 
@@ -279,6 +284,20 @@ def ece_at(bins):
 
 def brier(c, y):
     return np.mean((c - y) ** 2)
+
+
+def multihot_brier(c, y, instance, option):
+    """Over an instance's options Σ_o (p_o − y_o)², every gold a 1; the mean over instances."""
+    per_instance = {}
+    for i, p, gold in zip(instance, c, y, strict=True):
+        per_instance[i] = per_instance.get(i, 0.0) + (p - gold) ** 2
+    return np.mean(list(per_instance.values()))
+
+
+def classwise_ece(c, y, instance, option):
+    """Kull et al.: per class (an option object of one relation), the 20-bin ECE over the rows
+    offering it; the unweighted mean over classes."""
+    return np.mean([ece_at(BINS)(c[option == k], y[option == k]) for k in sorted(set(option))])
 
 
 SMECE_M = 10_000  # grid intervals on [0, 1], as kcal's: the grid is part of the number at 1e-9
@@ -422,7 +441,7 @@ def answer_coverage(predicted, gold):
 @dataclasses.dataclass(frozen=True)
 class Metric:
     needs: str  # probability | any
-    input: str  # confidence | threshold | statements | predictions
+    input: str  # confidence | threshold | statements | options | predictions
     higher: bool | None
     fn: Callable
     tau: float | str | None = None  # a fixed τ, or "tuned"
@@ -437,6 +456,9 @@ def metric_table() -> dict[str, Metric]:
     t["smooth_ece"] = Metric("probability", "confidence", False, smooth_ece)
     t["h_score"] = Metric("probability", "confidence", True, h_score)
     t["mean_confidence"] = Metric("probability", "confidence", None, lambda c, y: c.mean())
+    t["confidence_gap"] = Metric("probability", "confidence", None, lambda c, y: c.mean() - y.mean())
+    t["multihot_brier"] = Metric("probability", "options", False, multihot_brier)
+    t["classwise_ece"] = Metric("probability", "options", False, classwise_ece)
     t |= {f"ace_b{b}": Metric("probability", "confidence", False, ace_at(b)) for b in SWEEP}
     t |= {f"ece_b{b}": Metric("probability", "confidence", False, ece_at(b)) for b in SWEEP}
     t["auroc"] = Metric("any", "confidence", True, auroc)
@@ -523,7 +545,8 @@ def pd_concat(frames):
 
 
 def pd_attach(frame, relations, probe):
-    out = frame.merge(relations[["relation_id", "domain"]], on="relation_id", how="left")
+    attributes = ["relation_id", "domain", *(["bear_domains"] if "bear_domains" in relations else [])]
+    out = frame.merge(relations[attributes], on="relation_id", how="left")
     cols = ["relation_id", "instance_id", "n_gold", "n_options", "gold_ids"]
     return out.merge(probe[cols], on=["relation_id", "instance_id"], how="left")
 
@@ -561,6 +584,10 @@ def pd_scopes(g, attributes: bool):
                 yield "mixture_domain", f"{','.join(map(str, counts))}|{r}", rows
     for k in sorted(set(options)):
         yield "n_options", str(k), np.flatnonzero(options == k)
+    if "bear_domains" in g:  # a row counts in each of its relation's domains
+        lists = [list(v) for v in g["bear_domains"]]
+        for d in sorted({d for v in lists for d in v}):
+            yield "bear_domain", d, np.array([i for i, v in enumerate(lists) if d in v], dtype=np.int64)
 
 
 def pd_taus(df, strict=False):
@@ -584,6 +611,9 @@ def pd_metric_rows(df, names, attributes):
         kind = key["output_kind"]
         applicable = [m for m in names if METRIC_DEFS[m].needs == "any" or kind == "probability"]
         c, y = g["confidence"].to_numpy(float), g["correct"].to_numpy(bool)
+        if any(METRIC_DEFS[m].input == "options" for m in applicable):  # labels: relation + id
+            instance = (g["relation_id"] + "|" + g["instance_id"]).to_numpy(object)
+            option = (g["relation_id"] + "|" + g["option_id"]).to_numpy(object)
         per_relation = {}
         if any(METRIC_DEFS[m].input == "predictions" for m in applicable):
             pred = g["predicted_id"].to_numpy(object)
@@ -611,6 +641,8 @@ def pd_metric_rows(df, names, attributes):
                         continue
                 elif spec.input == "confidence":
                     v = spec.fn(cs, ys)
+                elif spec.input == "options":
+                    v = spec.fn(cs, ys, instance[rows_], option[rows_])
                 else:
                     v = spec.fn(cs, ys, tau if spec.tau == "tuned" else spec.tau)
                 rows.append((*head, scope, value, m, float(v), len(rows_), spec.higher))
@@ -626,14 +658,15 @@ def pd_compute_metrics(frame, statements=None, attributes=True):
     option estimates; MACE mixtures = the mean over their domains' values."""
     import pandas as pd
 
-    names = [m for m, d in METRIC_DEFS.items() if d.input != "statements"]
+    on_options = ("statements", "options")
+    names = [m for m, d in METRIC_DEFS.items() if d.input not in on_options]
     if "gold_ids" not in frame.columns:
         names = [m for m in names if METRIC_DEFS[m].input != "predictions"]
     rows = pd_metric_rows(sort_rows(frame), names, attributes)
     if statements is not None and len(statements):
         st = pd_with_defaults(statements.rename(columns={"probability": "confidence", "is_gold": "correct"}))
         st = sort_rows(st, ("relation_id", "instance_id", "option_index"))
-        rows += pd_metric_rows(st, [m for m, d in METRIC_DEFS.items() if d.input == "statements"], False)
+        rows += pd_metric_rows(st, [m for m, d in METRIC_DEFS.items() if d.input in on_options], attributes)
     out = pd.DataFrame(rows, columns=METRIC_COLUMNS)
     parts = out[out["scope"] == "mixture_domain"].copy()
     if len(parts):
@@ -794,7 +827,7 @@ def pd_differences(test, plans, estimator_order):
         for key, g in groups(joined, [*on[:4], "output_kind", "output_kind_b"]):
             kinds = (key["output_kind"], key["output_kind_b"])
             usable = [
-                m for m in BOOTSTRAPPED if METRIC_DEFS[m].needs == "any" or kinds == ("probability",) * 2
+                m for m in DIFFERENCED if METRIC_DEFS[m].needs == "any" or kinds == ("probability",) * 2
             ]
             sides = [
                 (g[f"confidence{s}"].to_numpy(float), g[f"correct{s}"].to_numpy(bool)) for s in ("", "_b")
@@ -953,7 +986,7 @@ def pd_thresholds(headline, statements, est, templates):
 
 # --- consistency (Zhao et al. 2025) -------------------------------------------------------------
 
-RANDOM_SETUPS = ("extra-space", "typo", "one-shot")
+RANDOM_SETUPS = ("extra-space", "typo", "context-1shot", "context-3shot", "context-wrong")
 NO_SEED = -1  # the seed key of a setup that is not a seeded draw (seeds are non-negative)
 CONSISTENCY_COLUMNS = ["model_id", "kind", "setup_a", "setup_b", "estimator_a", "estimator_b", "reduction",
                        "relation_id", "seed", "statistic", "n_seeds", "threshold_a", "threshold_b",
@@ -1161,7 +1194,7 @@ def pandas_stage(p: PandasInputs, models, n_resamples, seed, estimator_order, ma
         headline = pd_headline(est, p.templates)
         frame = pd_attach(headline, p.relations, p.probe)
         out["metrics"] += [
-            pd_compute_metrics(frame, options),
+            pd_compute_metrics(frame, pd_attach(options, p.relations, p.probe)),
             pd_template_kind_metrics(est, p.templates),
             pd_template_metrics(est, p.templates),
         ]

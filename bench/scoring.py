@@ -3,8 +3,10 @@ loaded model object, in one process; then kcal's MLM scorer against lm-pub-quiz 
 
 Statements come from the embedded snapshot through kcal's own library functions (no Dagster):
 relations P36, P30, P37, --instances instances split evenly, 5 templates each (curated c0, c1, c2,
-the numeric marker c0:numeric-50 and the one-shot perturbation c1:one-shot) × every option (gold +
-5 distractors; P37 may have several golds). Deterministic (seed 13).
+the numeric marker c0:numeric-50 and the 1-shot context c1:context-1shot) × every option (gold +
+5 distractors; P37 may have several golds). Deterministic (seed 13). The context's demonstration
+comes from the relation's facts (P30's continents are all options: it has none) and is scored as
+plain text here, so every path scores the same tokens.
 
 Timed paths (each warmed up first; batch size 32, the model entry's):
   kcal fast    score_clm_shared_prefix
@@ -63,7 +65,7 @@ import polars as pl  # noqa: E402
 import torch  # noqa: E402
 
 RELATIONS = ("P36", "P30", "P37")
-TEMPLATE_PICKS = ("c0", "c1", "c2", "c0:numeric-50", "c1:one-shot")
+TEMPLATE_PICKS = ("c0", "c1", "c2", "c0:numeric-50", "c1:context-1shot")
 SEED = 13
 BATCH = 32
 
@@ -114,12 +116,12 @@ def build_statements(n_instances: int, workdir: Path) -> pl.DataFrame:
         chosen = run_templates(
             templates.filter(pl.col("relation_id") == rid),
             None,
-            ["curated", "marker_numeric", "perturbation"],
+            ["curated", "marker_numeric", "context_1shot"],
             3,
             ProbeOptions().perturbation_seeds,
         )
         chosen = chosen.filter(pl.col("template_id").is_in([f"{rid}:{p}" for p in TEMPLATE_PICKS]))
-        parts.append(relation_statements(instances, chosen, SEED))
+        parts.append(relation_statements(instances, chosen, SEED, facts=facts[rid]))
     return pl.concat(parts, how="diagonal_relaxed")
 
 

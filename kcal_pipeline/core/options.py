@@ -14,7 +14,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 # "question": question-answer templates with the answer last (MACE), read by the answer-conditional
 # estimators; relations without questions (closed-set ones) simply have none.
-TEMPLATE_KINDS = ("curated", "generated", "marker_verbal", "marker_numeric", "perturbation", "question")
+# "context_*": the parent template after demonstrations it is conditioned on, never scored
+# (dataset/instances/context.py): 1 or 3 true facts, a wrong one, or Zhao et al.'s fixed one.
+CONTEXT_TEMPLATE_KINDS = ("context_1shot", "context_3shot", "context_wrong", "context_fixed")
+TEMPLATE_KINDS = (
+    "curated", "generated", "marker_verbal", "marker_numeric", "perturbation", "question",
+    *CONTEXT_TEMPLATE_KINDS,
+)  # fmt: skip
 MLM_VARIANTS = ("original", "within_word_l2r")  # METHODS §1
 MlmVariant = Literal[MLM_VARIANTS]
 # How closed-set options are formed (METHODS §1, §5); see dataset/instances/probe.py build_instances.
@@ -78,7 +84,7 @@ class ProbeOptions(Options):
         5, ge=1, description="distractors per instance for answer_space=sampled and MACE questions"
     )
     seed: int = Field(
-        13, description="seed of sampling, splits, one-shot demonstrations and answer-space subsamples"
+        13, description="seed of sampling, splits, context demonstrations and answer-space subsamples"
     )
     perturbation_seeds: list[int] = Field(
         default_factory=lambda: [4, 44, 99],
@@ -103,8 +109,17 @@ class ProbeOptions(Options):
         min_length=1,
         description="template kinds that become statements",
     )
-    answer_space_k: int = Field(
-        0, ge=0, description="also probe every instance with k options (gold kept); 0 = off, else >= 2"
+    answer_space_k: list[int] = Field(
+        default_factory=list,
+        description="the option-count sweep (Kissling et al. §5.4): also probe every instance with its "
+        "answer space cut to each k (golds kept), e.g. 5,10,20,30,60; a single k works too; "
+        "empty or 0 = off, else each k >= 2",
+    )
+    answer_space_draws: int = Field(
+        3,
+        ge=1,
+        description="draws per k of the option-count sweep, each its own seeded subsample "
+        "(answer_space_draw 1..N): the sweep reports the mean and spread over them",
     )
     page_size: int = Field(0, ge=0, description="page SPARQL results (live Wikidata); 0 = one query")
     min_sitelinks: int = Field(0, ge=0, description="popularity filter where the endpoint has sitelinks")
@@ -134,12 +149,34 @@ class ProbeOptions(Options):
             raise ValueError(f"seeds must be distinct, got {repeated} more than once")
         return seeds
 
+    @field_validator("answer_space_k", mode="before")
+    @classmethod
+    def _answer_space_ks(cls, ks: object) -> object:
+        """A bare k (an int, or "5" from a config) is a sweep of one; 0 alone means off."""
+        if isinstance(ks, int | str) and not isinstance(ks, bool):
+            ks = [ks]
+        if isinstance(ks, list | tuple) and [str(k).strip() for k in ks] == ["0"]:
+            return []
+        return ks
+
+    @field_validator("answer_space_k")
+    @classmethod
+    def _sorted_ks(cls, ks: list[int]) -> list[int]:
+        return sorted(ks)  # one spelling per sweep: 10,5 and 5,10 are the same run
+
     @model_validator(mode="after")
     def _answer_space_k(self) -> ProbeOptions:
-        if self.answer_space_k == 1:
+        ks = self.answer_space_k
+        shown = ks[0] if len(ks) == 1 else ",".join(map(str, ks))
+        if 1 in ks:
             raise ValueError(
-                "answer_space_k=1: a one-option copy is always 'correct'; use 0 (off) or at least 2"
+                f"answer_space_k={shown}: a one-option copy is always 'correct'; use 0 (off) or at least 2"
             )
+        if any(k < 1 for k in ks):
+            raise ValueError(f"answer_space_k={shown}: every k must be >= 2 (0 alone switches the sweep off)")
+        repeated = sorted({k for k in ks if ks.count(k) > 1})
+        if repeated:
+            raise ValueError(f"answer_space_k={shown}: each k once, got {repeated} more than once")
         return self
 
     @property

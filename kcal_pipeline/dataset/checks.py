@@ -27,9 +27,18 @@ def gold_among_options(instances: pl.DataFrame) -> CheckOutcome:
 
 def statements_cover_the_probe(statements: pl.DataFrame, instances: pl.DataFrame) -> CheckOutcome:
     """statements = instances × templates × options: every instance under every template the
-    relation's statements use, with exactly its options, each once, and its gold ones marked."""
+    relation's statements use, with exactly its options, each once, and its gold ones marked.
+
+    A context template (statements with context_end > 0) covers only the instances that have a
+    valid demonstration (dataset/instances/context.py logs the others), so it is not required of
+    every instance; its prompts must still be exactly their options."""
+    context = (
+        statements.filter(pl.col("context_end") > 0)["template_id"].unique()
+        if "context_end" in statements.columns
+        else pl.Series([], dtype=pl.String)
+    )
     templates = statements["template_id"].n_unique()
-    expected = templates * int(instances["n_options"].sum())
+    plain = templates - context.len()
     per_prompt = statements.group_by("instance_id", "template_id").agg(
         pl.len().alias("statements"),
         pl.col("option_index").n_unique().alias("distinct_options"),
@@ -38,7 +47,9 @@ def statements_cover_the_probe(statements: pl.DataFrame, instances: pl.DataFrame
     joined = instances.select("instance_id", "n_options", "n_gold").join(
         per_prompt, on="instance_id", how="left"
     )
-    unscored = joined.filter(pl.col("template_id").is_null()).select("instance_id")
+    in_context = pl.col("template_id").is_in(context.implode())
+    expected = plain * int(instances["n_options"].sum()) + int(joined.filter(in_context)["n_options"].sum())
+    unscored = joined.filter(pl.col("template_id").is_null() & pl.lit(plain > 0)).select("instance_id")
     prompts = joined.filter(pl.col("template_id").is_not_null())
     wrong_options = prompts.filter(
         (pl.col("statements") != pl.col("n_options")) | (pl.col("distinct_options") != pl.col("n_options"))
@@ -47,12 +58,15 @@ def statements_cover_the_probe(statements: pl.DataFrame, instances: pl.DataFrame
         "instance_id", "template_id", "n_gold", "gold"
     )
     missing_templates = (
-        prompts.group_by("instance_id")
+        prompts.filter(~in_context)
+        .group_by("instance_id")
         .agg(pl.len().alias("templates"))
-        .filter(pl.col("templates") != templates)
+        .filter(pl.col("templates") != plain)
     )
     strangers = statements.join(instances, on="instance_id", how="anti").select("statement_id", "instance_id")
     counts = {"statements": statements.height, "expected": expected, "templates": templates}
+    if context.len():
+        counts["context_templates"] = context.len()
     return outcome(
         {
             "instances without statements": unscored,

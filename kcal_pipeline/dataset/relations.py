@@ -16,7 +16,13 @@ from importlib import resources
 from pathlib import Path
 
 from kcal_pipeline.core.keys import check_pid, check_qid, check_relation_id
-from kcal_pipeline.dataset.templates import OBJECT_SLOT, check_marked_template, check_template
+from kcal_pipeline.dataset.templates import (
+    MARKER_VARIANTS,
+    OBJECT_SLOT,
+    check_marked_template,
+    check_template,
+    marker_variant_of,
+)
 
 DOMAINS = ("closed_set", "mace")
 KINDS = ("n_to_1", "n_to_m", "one_to_one", "multi_answer", "rule")
@@ -47,6 +53,14 @@ class RelationSpec:
     # Question-answer templates, the answer [Y] last (MACE): their ll_answer_sum is
     # log P(answer | question), what answer-conditional estimators (SCA, Token) read.
     questions: tuple[str, ...] = ()
+    # Hand-written marker templates of the first template (Kissling's BEAR file), verbatim, and
+    # their variant names (templates.MARKER_VARIANTS), pairwise. When given they are the relation's
+    # only marker variants (variants.marker_variants); marked_templates then has no use.
+    marker_templates: tuple[str, ...] = ()
+    marker_variants: tuple[str, ...] = ()
+    # BEAR's topic domains of the relation (relation_info.json: Geographic, Biographical, …); a
+    # relation may have several. The metrics scope bear_domain splits on them.
+    bear_domains: tuple[str, ...] = ()
 
 
 _REQUIRED = ("label", "kind", "object_type", "templates")
@@ -92,7 +106,53 @@ def parse_entry(rid: str, entry: dict, origin: str) -> RelationSpec:
     fields.update(templates=tuple(templates), answer_space_ids=tuple(ids), answer_space_labels=tuple(labels))
     fields.update(questions=questions)
     fields.update(marked_templates=marked)
+    markers, variants = _explicit_markers(entry, templates, where)
+    fields.update(marker_templates=markers, marker_variants=variants)
+    fields.update(bear_domains=_string_list(entry.get("bear_domains", []), "bear_domains", where))
     return RelationSpec(relation_id=rid, **fields)
+
+
+def _string_list(value, field: str, where: str) -> tuple[str, ...]:
+    """A list of distinct non-empty strings, or an error naming the field and the value."""
+    if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+        raise ValueError(f"{where}: {field} must be a list of non-empty strings, got {value!r}")
+    if len(set(value)) != len(value):
+        raise ValueError(f"{where}: {field} has duplicates: {value!r}")
+    return tuple(value)
+
+
+def _explicit_markers(
+    entry: dict, templates: list[str], where: str
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(marker_templates, marker_variants), checked pairwise: each text a template whose content
+    says the variant its name claims (templates.marker_variant_of, against the first template),
+    each variant once; errors name the field and the index."""
+    texts = _string_list(entry.get("marker_templates", []), "marker_templates", where)
+    names = _string_list(entry.get("marker_variants", []), "marker_variants", where)
+    if len(texts) != len(names):
+        raise ValueError(
+            f"{where}: marker_templates has {len(texts)} entries but marker_variants has {len(names)}; "
+            "give one variant name per marker template, in the same order"
+        )
+    if texts and entry.get("marked_templates"):
+        raise ValueError(
+            f"{where}: marker_templates and marked_templates both say where markers go; give one "
+            "(marker_templates are the only markers of a relation that has them)"
+        )
+    for i, (text, name) in enumerate(zip(texts, names, strict=True)):
+        if name not in MARKER_VARIANTS:
+            raise ValueError(f"{where}: marker_variants[{i}] {name!r} is not one of {list(MARKER_VARIANTS)}")
+        at = f"{where} marker_templates[{i}]"
+        check_template(text, at)
+        if text in templates:
+            raise ValueError(f"{at}: {text!r} is one of the templates, not a marked form of one")
+        found = marker_variant_of(text, templates[0], at)
+        if found != name:
+            raise ValueError(
+                f"{at}: {text!r} reads as {found or 'no marker'!r} (against the first template "
+                f"{templates[0]!r}) but marker_variants[{i}] says {name!r}"
+            )
+    return texts, names
 
 
 def _questions(questions, where: str) -> tuple[str, ...]:

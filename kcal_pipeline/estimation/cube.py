@@ -48,7 +48,8 @@ class OptionScoreCube:
     I instances (sorted by id), T templates (sorted by id), O = the largest option_index + 1.
     `scores[col]` is float64 `[I, T, O]` (or `[I, T, O, M]` for the M dropout passes) with −inf
     where `valid` is False. Per instance: `gold`, `option_ids` (None where padded), `n_options`,
-    `split`, `answer_space_k` (0 = the full answer space, k = a `#k` subsample copy); per template:
+    `split`, `answer_space_k` (0 = the full answer space, k = a `#k<k>d<draw>` subsample copy) and
+    `answer_space_draw` (0 = the full answer space, else the copy's draw); per template:
     `template_kinds`, `template_ranks`.
     """
 
@@ -64,6 +65,7 @@ class OptionScoreCube:
     n_options: np.ndarray
     split: np.ndarray
     answer_space_k: np.ndarray
+    answer_space_draw: np.ndarray
     scores: dict[str, np.ndarray] = field(default_factory=dict)
     # Per template, its text when the templates table was given (else None): where the answer slot
     # sits decides what ll_answer_sum is conditioned on (estimation/conditioning.py).
@@ -82,6 +84,14 @@ class OptionScoreCube:
     def present(self) -> np.ndarray:
         """[I, T]: the (instance, template) pairs that have at least one scored option."""
         return self.valid.any(axis=2)
+
+    def answer_spaces(self) -> tuple[list[tuple[int, int]], np.ndarray]:
+        """The distinct (answer_space_k, answer_space_draw) pairs, ascending, and each instance's
+        index among them: the answer spaces a dev-fitted estimator fits one map per (each draw of a
+        sweep is an answer space of its own, never pooled with another)."""
+        pairs = np.stack([self.answer_space_k, self.answer_space_draw], axis=1).astype(np.int64)
+        keys, inverse = np.unique(pairs.reshape(-1, 2), axis=0, return_inverse=True)
+        return [(int(k), int(d)) for k, d in keys.tolist()], inverse.reshape(-1).astype(np.int64)
 
     def templates_of_kind(self, *kinds: str) -> np.ndarray:
         """Indices (ascending) of the templates of the given kinds."""
@@ -133,15 +143,26 @@ def _check_finite(frame: pl.DataFrame, column: str, values: np.ndarray) -> None:
 
 
 def _per_instance(instance_ids: np.ndarray, instances: pl.DataFrame | None, counted: np.ndarray):
-    """(n_options, split, answer_space_k) per instance, from probe_instances when given (else the
-    counted options, split null, k 0). answer_space_k is probe_instances.subsample_k, 0 where it is
-    null or the column is absent (no subsampling): metrics keep the two apart."""
+    """(n_options, split, answer_space_k, answer_space_draw) per instance, from probe_instances
+    when given (else the counted options, split null, k and draw 0). answer_space_k is
+    probe_instances.subsample_k and answer_space_draw its subsample_draw, 0 where null or the
+    column is absent (no subsampling; a copy without a draw column is draw 1): metrics keep the
+    full space and every (k, draw) apart."""
     if instances is None:
-        return counted, np.full(len(instance_ids), None, dtype=object), np.zeros(len(instance_ids), np.int32)
+        zeros = np.zeros(len(instance_ids), np.int32)
+        return counted, np.full(len(instance_ids), None, dtype=object), zeros, zeros.copy()
     require_columns(instances, ["instance_id", "n_options", "split"], "probe_instances")
-    k = pl.col("subsample_k") if "subsample_k" in instances.columns else pl.lit(None)
+    k = (pl.col("subsample_k") if "subsample_k" in instances.columns else pl.lit(None)).fill_null(0)
+    draw = pl.col("subsample_draw") if "subsample_draw" in instances.columns else pl.lit(None)
+    draw = pl.when(k == 0).then(0).otherwise(draw.fill_null(1))
     ordered = pl.DataFrame({"instance_id": instance_ids}).join(
-        instances.select("instance_id", "n_options", "split", k.fill_null(0).cast(pl.Int32).alias("k")),
+        instances.select(
+            "instance_id",
+            "n_options",
+            "split",
+            k.cast(pl.Int32).alias("k"),
+            draw.cast(pl.Int32).alias("draw"),
+        ),
         on="instance_id",
         how="left",
         maintain_order="left",
@@ -153,6 +174,7 @@ def _per_instance(instance_ids: np.ndarray, instances: pl.DataFrame | None, coun
         ordered["n_options"].to_numpy().astype(np.int64),
         ordered["split"].to_numpy(),
         ordered["k"].to_numpy().astype(np.int32),
+        ordered["draw"].to_numpy().astype(np.int32),
     )
 
 
@@ -230,7 +252,7 @@ def build_cube(
         cube_scores[column] = target
 
     counted = valid.any(axis=1).sum(axis=1)
-    n_options, split, answer_space_k = _per_instance(instance_ids, instances, counted)
+    n_options, split, answer_space_k, answer_space_draw = _per_instance(instance_ids, instances, counted)
     kinds, ranks = _per_template(relation_id, template_ids, templates)
     return OptionScoreCube(
         model_id=model_id,
@@ -248,6 +270,7 @@ def build_cube(
         n_options=n_options,
         split=split,
         answer_space_k=answer_space_k,
+        answer_space_draw=answer_space_draw,
         scores=cube_scores,
     )
 

@@ -101,8 +101,9 @@ def _at_zero(name: str) -> Callable[[OptionScoreCube, str], Estimate]:
 
 def _tuned(name: str) -> Callable[[OptionScoreCube, str], Estimate]:
     def estimate(cube: OptionScoreCube, reduction: str) -> Estimate:
-        """τ from TAU_GRID with the lowest dev Brier score per answer space (ties: the smallest
-        τ); an answer space without dev instances gets no rows, and a fit row saying so."""
+        """τ from TAU_GRID with the lowest dev Brier score per answer space (answer_space_k and
+        draw; ties: the smallest τ); an answer space without dev instances gets no rows, and a fit
+        row saying so."""
         s = _samples(cube)
         n_instances = len(s.predicted)
         grid = np.stack([_confidence(name, s, tau) for tau in TAU_GRID])  # [G, I]
@@ -111,15 +112,18 @@ def _tuned(name: str) -> Callable[[OptionScoreCube, str], Estimate]:
         dev = answered & (cube.split == "dev")
         chosen = np.full(n_instances, -1)
         fits = []
-        for k in np.unique(cube.answer_space_k[answered]).tolist():
-            group = answered & (cube.answer_space_k == k)
+        spaces, space_of = cube.answer_spaces()
+        for index in np.unique(space_of[answered]).tolist():
+            k, draw = spaces[index]
+            space = {"answer_space_k": k, "answer_space_draw": draw}
+            group = answered & (space_of == index)
             on_dev = group & dev
             n_dev = int(on_dev.sum())
             if n_dev == 0:
                 fits.append(
                     {
                         "parameter": "tau",
-                        "answer_space_k": k,
+                        **space,
                         "n_dev": 0,
                         "note": "no dev-split instances in this answer space: no rows",
                     }
@@ -128,7 +132,7 @@ def _tuned(name: str) -> Callable[[OptionScoreCube, str], Estimate]:
             brier = ((grid[:, on_dev] - correct[on_dev]) ** 2).mean(axis=1)
             best = int(np.argmin(brier))  # the first minimum: the smallest τ
             chosen[group] = best
-            fits.append({"parameter": "tau", "value": TAU_GRID[best], "answer_space_k": k, "n_dev": n_dev})
+            fits.append({"parameter": "tau", "value": TAU_GRID[best], **space, "n_dev": n_dev})
         confidence = grid[np.maximum(chosen, 0), np.arange(n_instances)]
         return Estimate(s.predicted, confidence, rows=chosen >= 0, fits=tuple(fits))
 

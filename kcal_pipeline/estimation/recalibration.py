@@ -5,7 +5,8 @@ None of the seed papers recalibrates, and users ask whether a cheap post-hoc map
 raw estimators get wrong. Each map is fitted per group, on the group's dev-split rows, labelled
 with the underlying estimator's own correctness (ŷ ∈ G), and applied to every row of the group
 (dev rows are in-sample; the metrics read the test split). Groups: template grain (Base, Margin)
-one per (template, answer_space_k); instance grain (template marginal) one per answer_space_k.
+one per (template, answer space); instance grain (template marginal) one per answer space, an answer
+space being (answer_space_k, answer_space_draw): each draw of the option-count sweep is fitted alone.
 The prediction is always the plain estimator's, so a change in ACE is calibration alone.
 
 - temperature: p = softmax(ll/T) (template marginal: the mean over templates of softmax(ll_t/T)),
@@ -137,12 +138,12 @@ UNDERLYING = (
 
 @dataclass(frozen=True)
 class _Groups:
-    """The estimate's cells with a row, each with its group: (template, answer_space_k) at template
-    grain, answer_space_k at instance grain; groups ordered by template, then k."""
+    """The estimate's cells with a row, each with its group: (template, answer space) at template
+    grain, the answer space at instance grain; groups ordered by template, then k, then draw."""
 
     cells: tuple  # (instances,) or (instances, templates), one entry per cell
     group: np.ndarray  # [cells] group index
-    keys: list  # per group: (template index or None, answer_space_k)
+    keys: list  # per group: (template index or None, answer_space_k, answer_space_draw)
     dev: np.ndarray  # [cells] in the dev split
 
     @property
@@ -158,12 +159,13 @@ class _Groups:
         return tuple(c[mask] for c in self.cells)
 
     def fit_row(self, cube: OptionScoreCube, g: int, parameter: str, value, note: str | None = None) -> dict:
-        template, k = self.keys[g]
+        template, k, draw = self.keys[g]
         return {
             "parameter": parameter,
             "value": None if value is None else float(value),
             "template_id": None if template is None else str(cube.template_ids[template]),
             "answer_space_k": k,
+            "answer_space_draw": draw,
             "n_dev": int(self.n_dev[g]),
             "note": note,
         }
@@ -176,10 +178,12 @@ def _groups(cube: OptionScoreCube, grain: Grain, rows: np.ndarray) -> _Groups:
     else:
         instances = np.flatnonzero(rows)
         cells, template_key = (instances,), np.zeros(len(instances), dtype=np.int64)
-    k = cube.answer_space_k[instances].astype(np.int64)
-    width = int(k.max(initial=0)) + 1
-    pairs, group = np.unique(template_key * width + k, return_inverse=True)
-    keys = [(None if grain != "template" else int(p // width), int(p % width)) for p in pairs.tolist()]
+    spaces, space_of = cube.answer_spaces()
+    width = len(spaces)
+    pairs, group = np.unique(template_key * width + space_of[instances], return_inverse=True)
+    keys = [
+        (None if grain != "template" else int(p // width), *spaces[int(p % width)]) for p in pairs.tolist()
+    ]
     return _Groups(cells, group.reshape(-1), keys, cube.split[instances] == "dev")
 
 

@@ -113,6 +113,7 @@ OUTPUT_SCHEMA = {
     "instance_id": pl.String,
     "split": pl.String,
     "answer_space_k": pl.Int32,
+    "answer_space_draw": pl.Int32,
     "template_id": pl.String,
     "estimator": pl.String,
     "reduction": pl.String,
@@ -126,7 +127,8 @@ OUTPUT_SCHEMA = {
 SORT_KEYS = ("model_id", "relation_id", "instance_id", "template_id", "estimator", "reduction")
 # The headline numbers (demo summary, the report's summary, the headline_estimates view): the test
 # split (dev only tunes thresholds and recalibration) on each instance's full answer space (the
-# `#k` subsample copies are the options-count study, read beside them, never pooled with them).
+# `#k<k>d<draw>` subsample copies are the option-count sweep, read beside them, never pooled with
+# them; answer_space_draw is 0 exactly where answer_space_k is, so one filter on k selects them).
 HEADLINE_SPLIT = "test"
 FULL_ANSWER_SPACE = 0
 
@@ -248,6 +250,7 @@ def _cube_frame(cube: OptionScoreCube, parts: list[_Part]) -> pl.DataFrame:
             "instance_id": _strings(cube.instance_ids.tolist(), ii),
             "split": _strings(cube.split.tolist(), ii),
             "answer_space_k": cube.answer_space_k[ii],
+            "answer_space_draw": cube.answer_space_draw[ii],
             "template_id": _strings(cube.template_ids.tolist(), tt),
             "estimator": _strings([lab[0] for lab in labels], label),
             "reduction": _strings([lab[1] for lab in labels], label),
@@ -271,6 +274,7 @@ FITS_SCHEMA = {
     "reduction": pl.String,
     "template_id": pl.String,
     "answer_space_k": pl.Int32,
+    "answer_space_draw": pl.Int32,
     "parameter": pl.String,
     "value": pl.Float64,
     "n_dev": pl.Int64,
@@ -295,7 +299,9 @@ def _fit_rows(cube: OptionScoreCube, spec: EstimatorSpec, reduction: str, out: E
                 f"estimator {spec.name!r}: a fit needs 'parameter' and only the columns "
                 f"{list(FITS_SCHEMA)}; got {sorted(fit)}"
             )
-        rows.append({**dict.fromkeys(FITS_SCHEMA), "answer_space_k": 0, **base, **fit})
+        rows.append(
+            {**dict.fromkeys(FITS_SCHEMA), "answer_space_k": 0, "answer_space_draw": 0, **base, **fit}
+        )
     return rows
 
 

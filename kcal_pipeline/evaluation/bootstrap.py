@@ -7,10 +7,10 @@ instances within each drawn relation with replacement (the two-stage bootstrap f
 Davison & Hinkley 1997, §3.8); scope "relation" draws only instances. Intervals are percentile
 intervals (Efron & Tibshirani 1993, §13.3). Resamples are drawn once per row layout as INDEX
 matrices (`Resamples`) into a group's rows, so every estimator on the same instances, the paired
-differences and an outside reference implementation all read the very same resamples. The five
-batched metrics evaluate all resamples at once (vectorised over resamples, in chunks that bound
-memory; no Python loop per resample) and equal the registered single-sample metric applied
-resample by resample.
+differences and an outside reference implementation all read the very same resamples. The
+batched metrics (BATCHED) evaluate all resamples at once (vectorised over resamples, in chunks
+that bound memory; no Python loop per resample) and equal the registered single-sample metric
+applied resample by resample.
 """
 
 from __future__ import annotations
@@ -24,18 +24,29 @@ import numpy as np
 import polars as pl
 
 from kcal_pipeline.evaluation.calibration import BINS
-from kcal_pipeline.evaluation.registry import GROUP, METRICS, SCOPE_KEY_SCHEMA, as_arrays, with_defaults
+from kcal_pipeline.evaluation.registry import (
+    ANSWER_SPACE_KEYS,
+    GROUP,
+    METRICS,
+    SCOPE_KEY_SCHEMA,
+    as_arrays,
+    with_defaults,
+)
 from kcal_pipeline.evaluation.segments import in_threads, row_percentiles
 
 N_RESAMPLES = 1000
 LEVEL = 0.95
 DEFAULT_METRICS = ("accuracy", "ace", "brier", "auroc", "aurc")
+# The metrics table's intervals: DEFAULT_METRICS (the paired differences' metrics) and the signed gap.
+INTERVAL_METRICS = (*DEFAULT_METRICS, "confidence_gap")
 PAD = -1  # index of a padding cell in a Resamples matrix
 # Resamples per chunk are chosen so that one chunk holds about this many cells ([b, M] or [b, U]):
 # the gathered values, the sort keys and the per-value counts stay a few tens of MB whatever B and N.
 _CHUNK_CELLS = 1 << 21
-_KEYS = ("model_id", "estimator", "reduction", "split", "answer_space_k")
-_PAIR_ON = ("model_id", "reduction", "split", "answer_space_k", "relation_id", "instance_id")
+_KEYS = ("model_id", "estimator", "reduction", "split", *ANSWER_SPACE_KEYS)
+# A paired difference's group (its first _N_PAIR_GROUP keys), then the instance both answered.
+_PAIR_ON = ("model_id", "reduction", "split", *ANSWER_SPACE_KEYS, "relation_id", "instance_id")
+_N_PAIR_GROUP = 3 + len(ANSWER_SPACE_KEYS)
 
 
 @dataclass(frozen=True)
@@ -228,6 +239,11 @@ def _brier(ch: _Chunk) -> np.ndarray:
     return np.where(ch.valid, (ch.c - ch.y) ** 2, 0.0).sum(axis=1) / ch.n
 
 
+def _confidence_gap(ch: _Chunk) -> np.ndarray:
+    """calibration.confidence_gap per row: mean C − accuracy."""
+    return ((ch.count * ch.distinct).sum(axis=1) - ch.positives.sum(axis=1)) / ch.n
+
+
 def _ascending_value_index(cumulative: np.ndarray, pos: np.ndarray) -> np.ndarray:
     """Per row, the distinct value at ascending position pos [b, q] of the sample whose value
     counts accumulate to `cumulative` [b, U]: the first v with cumulative[v] > pos. One
@@ -292,6 +308,7 @@ BATCHED: dict[str, Callable[[_Chunk], np.ndarray]] = {
     "brier": _brier,
     "auroc": _auroc,
     "aurc": _aurc,
+    "confidence_gap": _confidence_gap,
 }
 assert set(BATCHED) <= set(METRICS), "every batched metric is a registered metric"
 
@@ -430,7 +447,14 @@ class ResampledValues:
 
 
 def _value_key(estimator: str, output_kind: str, key: dict, row_set: int, sc: ScopeResamples) -> tuple:
-    return (estimator, output_kind, *(key[k] for k in _PAIR_ON[:4]), row_set, sc.scope, sc.scope_value)
+    return (
+        estimator,
+        output_kind,
+        *(key[k] for k in _PAIR_ON[:_N_PAIR_GROUP]),
+        row_set,
+        sc.scope,
+        sc.scope_value,
+    )
 
 
 def _memo(values: ResampledValues | None, n_resamples: int, seed: int) -> ResampledValues:
@@ -500,6 +524,7 @@ PAIRED_SCHEMA = {
     "reduction": pl.String,
     "split": pl.String,
     "answer_space_k": pl.Int32,
+    "answer_space_draw": pl.Int32,
     "scope": pl.String,
     "scope_value": pl.String,
     "estimator_a": pl.String,
@@ -544,7 +569,7 @@ def paired_differences(
         if missing:
             raise ValueError(f"pairs: estimator(s) {missing} not in the estimates (have {sorted(present)})")
         joined = _paired(df, a, b)
-        by = [*_PAIR_ON[:4], "output_kind", "output_kind_b"]
+        by = [*_PAIR_ON[:_N_PAIR_GROUP], "output_kind", "output_kind_b"]
         for group, g in joined.group_by(by, maintain_order=True):
             key = dict(zip(by, group, strict=True))
             kinds = (key["output_kind"], key["output_kind_b"])
@@ -562,7 +587,9 @@ def paired_differences(
                     requests.append((value_key, usable, c, y, sc.resamples))
                 (ca, ya), (cb, yb) = ((c[sc.rows], y[sc.rows]) for c, y in sides)
                 for m in usable:
-                    keys.append((*(key[k] for k in _PAIR_ON[:4]), sc.scope, sc.scope_value, a, b, m))
+                    keys.append(
+                        (*(key[k] for k in _PAIR_ON[:_N_PAIR_GROUP]), sc.scope, sc.scope_value, a, b, m)
+                    )
                     point = METRICS[m](ca, ya, kinds[0]) - METRICS[m](cb, yb, kinds[1])
                     points.append((point, ca.size))
                     operands.append((len(requests) - 2, len(requests) - 1, m))

@@ -1,5 +1,6 @@
-"""Calibration metrics (METHODS §3): ACE, ECE, Brier, smooth ECE, H, mean confidence, the ACE/ECE sweep,
-and the reliability curve they are read from.
+"""Calibration metrics (METHODS §3): ACE, ECE, Brier, smooth ECE, H, mean confidence and its signed
+gap to accuracy, the ACE/ECE sweep, the reliability curve they are read from, and two metrics of the
+whole option distribution (multi-hot Brier, classwise ECE; input "options").
 
 They compare a confidence with a frequency, so they need probabilities in [0, 1]. Binned metrics
 and the reliability curves share one binning function, so a curve always shows the bins its number
@@ -408,6 +409,101 @@ def mean_confidence(c: np.ndarray, y: np.ndarray) -> float:
     """Mean C: what the estimator claims on average, read beside the accuracy (above it:
     overconfident); descriptive. Per gold count it shows MACE's cardinality effect."""
     return c.mean()
+
+
+def _confidence_gap_batched(seg: Segments) -> np.ndarray:
+    return seg.mean(seg.c) - seg.mean(seg.y.astype(np.float64))
+
+
+@register(
+    "confidence_gap",
+    label="mean confidence − accuracy (> 0: over-confident)",
+    family="calibration",
+    needs="probability",
+    higher_is_better=None,
+    batched=_confidence_gap_batched,
+    value_range=(-1.0, 1.0),
+)
+def confidence_gap(c: np.ndarray, y: np.ndarray) -> float:
+    """Mean C − accuracy, signed: positive = over-confident, negative = under-confident (seed 000's
+    first finding is the sign). Descriptive (higher_is_better None): over- and under-confident
+    instances cancel in it, so rank by ACE/ECE, or by |gap| where one number must order them."""
+    return c.mean() - y.mean()
+
+
+# --- the whole option distribution ---------------------------------------------------------------
+# METHODS (all-option calibration; seed 000, Limitations; lm-pub-quiz): over the template marginal
+# P(o | r, s) of every option o of every instance (option_estimates), y_o = 1 for EVERY gold option.
+#   multi-hot Brier = (1/N) Σ_i Σ_o (p_io − y_io)²: summed over options, averaged over instances,
+#     not divided by the option count: with one gold it is sklearn's multi-class brier_score_loss
+#     (range [0, 2]); with G golds a distribution (Σ_o p = 1) scores at least (G − 1)²/G.
+#   classwise ECE (Kull et al. 2019) = (1/K) Σ_j Σ_b (n_jb / n_j)·|acc_jb − conf_jb|: class j = an
+#     option object within its relation, binned over the n_j instances that offer it (all of the
+#     relation's instances in a full answer space; in a `#k` subsample, or MACE's per-question
+#     options, only those that drew it), 20 equal-width bins as ECE; mean over the K classes present.
+
+
+def _distinct_per_sample(seg: Segments, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(per row: a dense number of its (sample, code) pair; per pair: its sample), pairs ascending."""
+    width = int(codes.max(initial=0)) + 1
+    pairs, pair = np.unique(seg.segment * width + codes, return_inverse=True)
+    return pair, pairs // width
+
+
+def _multihot_brier_batched(seg: Segments, instance: np.ndarray, option: np.ndarray) -> np.ndarray:
+    _, pair_sample = _distinct_per_sample(seg, instance)
+    return seg.sum((seg.c - seg.y) ** 2) / np.bincount(pair_sample, minlength=seg.count)
+
+
+@register(
+    "multihot_brier",
+    label="multi-hot Brier over all options (Σ_o per instance, mean over instances)",
+    family="all_options",
+    needs="probability",
+    higher_is_better=False,
+    input="options",
+    batched=_multihot_brier_batched,
+    value_range=(0.0, np.inf),
+)
+def multihot_brier(c: np.ndarray, y: np.ndarray, instance: np.ndarray, option: np.ndarray) -> float:
+    """(1/N) Σ_i Σ_o (P(o | r, s) − 1[o gold])², every gold a 1: the whole distribution, not just
+    its top answer, is scored (see the METHODS comment above for the range and the multi-gold floor)."""
+    return ((c - y) ** 2).sum() / np.unique(instance).size
+
+
+def _class_gaps(c, y, pair: np.ndarray, pairs: int) -> np.ndarray:
+    """Per (sample, class) pair: Σ_b |Σ y − Σ c| / n over its equal-width bins, which is
+    Σ_b (n_b/n)·|acc_b − conf_b|."""
+    key = pair * BINS + _bin_ids(c, BINS, "uniform")
+    size = pairs * BINS
+    diff = np.bincount(key, weights=y.astype(np.float64), minlength=size)
+    diff -= np.bincount(key, weights=c, minlength=size)
+    return np.abs(diff).reshape(pairs, BINS).sum(axis=1) / np.bincount(pair, minlength=pairs)
+
+
+def _classwise_ece_batched(seg: Segments, instance: np.ndarray, option: np.ndarray) -> np.ndarray:
+    pair, pair_sample = _distinct_per_sample(seg, option)
+    gaps = _class_gaps(seg.c, seg.y, pair, pair_sample.size)
+    return np.bincount(pair_sample, weights=gaps, minlength=seg.count) / np.bincount(
+        pair_sample, minlength=seg.count
+    )
+
+
+@register(
+    "classwise_ece",
+    label=f"classwise ECE over all options ({BINS} equal-width bins per class, mean over classes)",
+    family="all_options",
+    needs="probability",
+    higher_is_better=False,
+    input="options",
+    batched=_classwise_ece_batched,
+)
+def classwise_ece(c: np.ndarray, y: np.ndarray, instance: np.ndarray, option: np.ndarray) -> float:
+    """Kull et al.'s classwise (static) calibration error: per class, ECE of P(class) against
+    1[class gold] over the instances offering it; the unweighted mean over classes. Unlike ACE on
+    the top answer it also sees what the model believes of the options it did not pick."""
+    classes, cls = np.unique(option, return_inverse=True)
+    return _class_gaps(c, y, cls, classes.size).mean()
 
 
 # The bin-count sweep: ACE and ECE at 5–50 bins (20 is `ace`/`ece` itself), so a reader sees how much

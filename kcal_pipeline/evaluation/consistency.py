@@ -20,11 +20,12 @@ Setups (every one on the test split, thresholds tuned on the dev split of the sa
   - "original": each relation's headline template (curated, rank 0, as the headline metrics use)
     for template-grain estimators, and every instance-grain estimator, on the full answer space;
   - a variant name of the headline template (templates.variant of a row whose parent_id is the
-    headline: "certainly", "numeric-50", "extra-space", "typo", "one-shot", …);
+    headline: "certainly", "numeric-50", "extra-space", "typo", "context-1shot", "context-fixed", …;
+    the context variants put demonstrations before the same statement, conditioned on, not scored);
   - "paraphrase": every other curated or generated template of the relation, against the
     headline (pass generated_templates concatenated to `templates` to include those);
-  - "answer_space_k=<k>": the `#k` subsample copy of each instance against the instance itself
-    (headline template or instance grain).
+  - "answer_space_k=<k>": the `#k<k>d<draw>` subsample copies of each instance (the option-count
+    sweep) against the instance itself (headline template or instance grain), one draw at a time.
 Intra-method rows pair "original" with each other setup of the same estimator; cross-method rows
 pair two estimators on "original" (template-grain ones on the same template, instance-grain ones
 together; the marker estimators, which read a marked variant on their parent's row, are left out:
@@ -33,9 +34,12 @@ their prompt is not the row's). Rows are pooled over relations (relation_id null
 Random setups and seeds (Zhao et al. draw each random perturbation with seeds 4, 44 and 99 and
 report the mean and spread): the extra-space and typo variants exist once per perturbation seed
 (templates.perturbation_seed; ids `<parent>:typo-s44`), and each draw is its own setup with its
-own threshold; its rows have statistic "value" and that seed. The one-shot demonstration and the
-answer-space subsample are drawn with the probe seed: their rows carry it. Per pair and relation,
-every seeded setup also gets two summary rows over its seeds, seed null and statistic "mean" or
+own threshold; its rows have statistic "value" and that seed. The context demonstrations (1-shot,
+3-shot, wrong) are drawn with the probe seed: their rows carry it; the fixed one is not drawn. The
+answer-space subsamples are drawn answer_space_draws times (with the probe seed): each draw is a
+setup's draw like a perturbation seed's, its rows carry the draw number (1, 2, …) as their seed and
+its own threshold. Per pair and relation, every seeded setup also gets two summary rows over its
+seeds, seed null and statistic "mean" or
 "std" (sample standard deviation; NaN with one seed): the measures and thresholds are that
 statistic over the seeds (NaN values left out, NaN if none is left), fallback_a/b is true if any
 seed's is, n is null and n_seeds counts the seeds. Every other row has statistic "value", seed
@@ -50,6 +54,7 @@ import numpy as np
 import polars as pl
 
 from kcal_pipeline.core.frames import require_columns
+from kcal_pipeline.dataset.instances.variants import SUBSAMPLE_SUFFIX
 from kcal_pipeline.estimation.cube import PARAPHRASE_KINDS
 from kcal_pipeline.estimation.registry import ESTIMATORS, FULL_ANSWER_SPACE, HEADLINE_SPLIT
 from kcal_pipeline.evaluation.decisions import DEGENERATE_SHARE, FIXED_THRESHOLD
@@ -64,10 +69,11 @@ EVAL_SPLIT = HEADLINE_SPLIT
 FALLBACK_THRESHOLD = FIXED_THRESHOLD
 ORIGINAL = "original"
 PARAPHRASE = "paraphrase"
-# Setups drawn with the probe seed (dataset/instances/variants.py: the one-shot demonstration's
-# subject, the answer-space subsample; the doubled space and the typo too in a templates table
-# without perturbation_seed): their rows carry it. A template's perturbation_seed wins over it.
-RANDOM_VARIANTS = ("extra-space", "typo", "one-shot")
+# Setups drawn with the probe seed (dataset/instances/context.py: the demonstrations of the context
+# variants; the doubled space and the typo too in a templates table without perturbation_seed):
+# their rows carry it. A template's perturbation_seed, or a subsample copy's draw, wins over it.
+# context-fixed (the same demonstration everywhere) is not drawn.
+RANDOM_VARIANTS = ("extra-space", "typo", "context-1shot", "context-3shot", "context-wrong")
 ANSWER_SPACE_SETUP = "answer_space_k="
 
 CONSISTENCY_SCHEMA = {
@@ -232,6 +238,8 @@ def consistency_measures(accept_a, accept_b, predicted_a=None, predicted_b=None)
 
 _EST_COLUMNS = ("model_id", "relation_id", "instance_id", "estimator", "confidence")
 _EST_OPTIONAL = ("template_id", "reduction", "split", "answer_space_k", "predicted_id", "correct")
+# A copy's instance id is its parent's plus this suffix (variants.SUBSAMPLE_SUFFIX: `#k<k>d<draw>`).
+_COPY_SUFFIX = SUBSAMPLE_SUFFIX
 
 
 def _check_estimates(estimates: pl.DataFrame) -> None:
@@ -272,14 +280,20 @@ def _template_roles(templates: pl.DataFrame) -> pl.DataFrame:
 
 def setup_rows(estimates: pl.DataFrame, templates: pl.DataFrame) -> pl.DataFrame:
     """The estimates that take part in a comparison, each with its `setup`, its `seed` (the
-    perturbation seed of a seeded variant's draw, else null), its `instance` (the instance id
-    without a `#k` subsample suffix) and its `anchor` (the relation's headline template for
-    template-grain rows, null for instance-grain ones): two rows of one estimator with the same
-    (model, relation, instance, reduction, anchor) are the same item in two setups.
+    perturbation seed of a seeded variant's draw, the draw of a subsample copy, else null), its
+    `instance` (the instance id without a `#k<k>d<draw>` subsample suffix) and its `anchor` (the
+    relation's headline template for template-grain rows, null for instance-grain ones): two rows
+    of one estimator with the same (model, relation, instance, reduction, anchor) are the same
+    item in two setups.
     Template-grain rows on a template the templates table does not list, on a variant of a
     non-headline template, or on a non-headline template of a subsample copy take no part."""
     _check_estimates(estimates)
     k = pl.col("answer_space_k").fill_null(FULL_ANSWER_SPACE).cast(pl.Int32)
+    draw = (
+        pl.col("answer_space_draw").cast(pl.Int64)
+        if "answer_space_draw" in estimates.columns
+        else pl.when(k == FULL_ANSWER_SPACE).then(None).otherwise(1).cast(pl.Int64)
+    )
     rows = estimates.select(
         "model_id",
         "relation_id",
@@ -289,6 +303,7 @@ def setup_rows(estimates: pl.DataFrame, templates: pl.DataFrame) -> pl.DataFrame
         pl.col("reduction").cast(pl.String),
         pl.col("split").cast(pl.String),
         k.alias("k"),
+        draw.alias("draw"),
         pl.col("confidence").cast(pl.Float64),
         pl.col("predicted_id").cast(pl.String),
         pl.col("correct").cast(pl.Boolean),
@@ -312,7 +327,9 @@ def setup_rows(estimates: pl.DataFrame, templates: pl.DataFrame) -> pl.DataFrame
         .then(pl.lit(PARAPHRASE))
     )
     instance = (
-        pl.when(full).then(pl.col("instance_id")).otherwise(pl.col("instance_id").str.replace(r"#k\d+$", ""))
+        pl.when(full)
+        .then(pl.col("instance_id"))
+        .otherwise(pl.col("instance_id").str.replace(_COPY_SUFFIX, ""))
     )
     variant_of_headline = full & ~instance_grain & ~headline & (pl.col("parent_id") == pl.col("head_id"))
     return (
@@ -320,12 +337,14 @@ def setup_rows(estimates: pl.DataFrame, templates: pl.DataFrame) -> pl.DataFrame
             setup=setup,
             seed=pl.when(variant_of_headline)
             .then(pl.col("perturbation_seed"))
+            .when(~full)
+            .then(pl.col("draw"))
             .otherwise(pl.lit(None, pl.Int64)),
             instance=instance,
             anchor=pl.when(instance_grain).then(pl.lit(None, pl.String)).otherwise(pl.col("head_id")),
         )
         .filter(pl.col("setup").is_not_null())
-        .drop("kind", "parent_id", "variant", "perturbation_seed", "head_id", "k")
+        .drop("kind", "parent_id", "variant", "perturbation_seed", "head_id", "k", "draw")
     )
 
 
@@ -482,10 +501,10 @@ def compute_consistency(
     over relations (relation_id null), the thresholds with their fallback flags, the aligned test
     items n and the five measures. Pairs with no aligned test item are left out.
 
-    A seeded perturbation's rows carry its templates.perturbation_seed, one row per seed; `seed`
-    is the probe seed, carried by the other random setups (RANDOM_VARIANTS without a perturbation
-    seed, the answer-space subsamples). Every seeded pair also gets its "mean" and "std" rows over
-    the seeds (module docstring).
+    A seeded perturbation's rows carry its templates.perturbation_seed, one row per seed, and an
+    answer-space subsample's its draw, one row per draw; `seed` is the probe seed, carried by the
+    other random setups (RANDOM_VARIANTS without a perturbation seed). Every seeded pair also gets
+    its "mean" and "std" rows over the seeds (module docstring).
     """
     rows = setup_rows(estimates, templates)
     decided = _decisions(rows, decision_thresholds(rows))
@@ -507,7 +526,7 @@ def compute_consistency(
         .filter(pl.col("n") > 0)
     )
     values = measures_from_counts(*(table[c].to_numpy() for c in COUNTS))
-    random = pl.col("setup_b").is_in(RANDOM_VARIANTS) | pl.col("setup_b").str.starts_with(ANSWER_SPACE_SETUP)
+    random = pl.col("setup_b").is_in(RANDOM_VARIANTS)
     probe_seed = pl.when((pl.col("kind") == "intra") & random).then(pl.lit(seed, pl.Int64))
     table = table.with_columns(
         **{m: pl.Series(values[m], dtype=pl.Float64) for m in MEASURES},

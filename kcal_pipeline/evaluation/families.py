@@ -34,7 +34,16 @@ PAIRING = {
     "metric": "accuracy",
 }
 # What identifies one number of one model in the metrics table.
-METRIC_KEYS = ("estimator", "reduction", "split", "answer_space_k", "scope", "scope_value", "metric")
+METRIC_KEYS = (
+    "estimator",
+    "reduction",
+    "split",
+    "answer_space_k",
+    "answer_space_draw",
+    "scope",
+    "scope_value",
+    "metric",
+)
 METRICS_COLUMNS = ["model_id", *METRIC_KEYS, "value", "n", "higher_is_better", "ci_low", "ci_high"]
 
 PAIR_SCHEMA = {
@@ -146,16 +155,21 @@ def family_comparison(metrics: pl.DataFrame, families: Mapping[str, str]) -> Fam
     `families`: model id → "clm" or "mlm" (model_families). Models are paired with
     pair_models_by_accuracy on PAIRING: Base's test-split accuracy under reduction "sum", scope
     "all", answer_space_k 0. Then, per pair and per (estimator, reduction, split, answer_space_k,
-    scope, scope_value, metric) that BOTH models have (an inner join: a relation only one of them
-    was scored on is left out): causal_value, masked_value, masked_minus_causal (masked − causal:
-    positive means the masked model scores higher, better or worse as higher_is_better says),
-    both models' interval and n, and the pair's accuracy_gap. Rows in pairing order, then by key.
+    answer_space_draw, scope, scope_value, metric) that BOTH models have (an inner join: a relation
+    only one of them was scored on is left out): causal_value, masked_value, masked_minus_causal
+    (masked − causal: positive means the masked model scores higher, better or worse as
+    higher_is_better says), both models' interval and n, and the pair's accuracy_gap. Rows in
+    pairing order, then by key.
 
     A model of `families` that is in no pair is in `unpaired` with the reason: no metrics, no
     pairing accuracy, no model of the other family, or all of them paired with closer models.
     Errors: a family other than "clm"/"mlm"; a model in `metrics` without a family; two rows for
     one model and key.
     """
+    if "answer_space_draw" not in metrics.columns and "answer_space_k" in metrics.columns:
+        # a metrics table from before the option-count sweep: one draw per cut answer space
+        draw = pl.when(pl.col("answer_space_k") == 0).then(0).otherwise(1).cast(pl.Int32)
+        metrics = metrics.with_columns(answer_space_draw=draw)
     _has_columns(metrics, METRICS_COLUMNS, "metrics")
     _check_families(families)
     models = metrics["model_id"].unique().sort().to_list()

@@ -14,6 +14,10 @@ A spec's `input` says what its function reads (INPUT_KINDS):
     fixed τ or a tuning rule that compute_metrics applies to the dev split of the same group;
   - "statements": fn(c, y, τ) as "threshold", but over asserted statements: c = the template
     marginal P(o | r, s) of each (instance, option) from `option_estimates`, y = the option is gold;
+  - "options": fn(c, y, instance, option) over the same (instance, option) rows, no τ, for the
+    metrics of the whole option distribution (multi-hot Brier, classwise ECE): `instance` and
+    `option` are integer codes (equal codes = the same instance; the same class, i.e. the same
+    option object within its relation), so a metric can sum within an instance or bin per class;
   - "predictions": fn(predicted ids, gold id lists) on ONE relation; scope "all" is the unweighted
     mean of the relations' values (template bias is a property of a relation's answer distribution).
 """
@@ -33,8 +37,10 @@ from kcal_pipeline.evaluation.scopes import breakdown_members, macro_average_mix
 from kcal_pipeline.evaluation.segments import Segments
 
 Needs = Literal["probability", "any"]
-InputKind = Literal["confidence", "threshold", "statements", "predictions"]
-INPUT_KINDS = ("confidence", "threshold", "statements", "predictions")
+InputKind = Literal["confidence", "threshold", "statements", "options", "predictions"]
+INPUT_KINDS = ("confidence", "threshold", "statements", "options", "predictions")
+# The inputs read from option_estimates (one row per instance × option) rather than the estimates.
+OPTION_INPUTS = ("statements", "options")
 MetricFn = Callable[..., float]
 # The split whose rows tune a "threshold"/"statements" spec's τ; metrics on it are in-sample.
 TUNING_SPLIT = "dev"
@@ -114,8 +120,9 @@ class MetricSpec:
     input: InputKind = "confidence"
     threshold: float | TuningRule | None = None
     # All samples at once (evaluation/segments.py): (Segments) -> [S] for input "confidence",
-    # (Segments, τ [S]) -> [S] for "threshold"/"statements", (frame with columns segment,
-    # predicted_id, gold_ids; S) -> [S] for "predictions". Must equal fn sample by sample.
+    # (Segments, τ [S]) -> [S] for "threshold"/"statements", (Segments, instance, option: codes
+    # per row) -> [S] for "options", (frame with columns segment, predicted_id, gold_ids; S) -> [S]
+    # for "predictions". Must equal fn sample by sample.
     batched: Callable[..., np.ndarray] | None = None
     # Where every defined value lies (NaN = undefined is allowed): the metrics asset's blocking
     # check refuses a table with a value outside it, which only a bug can produce.
@@ -129,10 +136,18 @@ class MetricSpec:
         return self.needs == "any" or output_kind == "probability"
 
     def __call__(
-        self, confidence, correct, output_kind: str = "probability", *, tau: float | None = None
+        self,
+        confidence,
+        correct,
+        output_kind: str = "probability",
+        *,
+        tau: float | None = None,
+        instance=None,
+        option=None,
     ) -> float:
         """fn on validated inputs. A "predictions" metric takes (predicted ids, gold id lists) in
-        place of (confidence, correct); a tuned threshold metric needs `tau`."""
+        place of (confidence, correct); a tuned threshold metric needs `tau`; an "options" metric
+        the `instance` and `option` of every row (any hashable labels)."""
         if self.input == "predictions":
             return float(self.fn(*as_predictions(confidence, correct)))
         if not self.applies_to(output_kind):
@@ -144,11 +159,26 @@ class MetricSpec:
         c, y = as_arrays(confidence, correct, output_kind)
         if self.input == "confidence":
             return float(self.fn(c, y))
+        if self.input == "options":
+            return float(self.fn(c, y, *option_codes(self.name, c.size, instance, option)))
         if tau is None:
             if self.tuned:
                 raise ValueError(f"metric {self.name!r} uses a threshold tuned on the dev split: pass tau")
             tau = self.threshold
         return float(self.fn(c, y, float(tau)))
+
+
+def option_codes(metric: str, n: int, instance, option) -> tuple[np.ndarray, np.ndarray]:
+    """An "options" metric's row labels as integer codes (np.unique's inverse), one per row."""
+    codes = []
+    for name, labels in (("instance", instance), ("option", option)):
+        if labels is None:
+            raise ValueError(f"metric {metric!r} reads options: pass {name}, one label per row")
+        values = np.asarray(labels)
+        if values.shape != (n,):
+            raise ValueError(f"metric {metric!r}: {name} must be 1-D of length {n}, got shape {values.shape}")
+        codes.append(np.unique(values, return_inverse=True)[1].astype(np.int64))
+    return codes[0], codes[1]
 
 
 METRICS: dict[str, MetricSpec] = {}
@@ -211,22 +241,28 @@ def summary_metrics() -> list[MetricSpec]:
 _EST_COLUMNS = ("model_id", "estimator", "relation_id", "instance_id", "confidence", "correct")
 # A metric is computed within one of these groups, never across two: an estimator's reduction, its
 # kind of output, the probe split (metrics are reported on test; dev only tunes) and the answer
-# space (0 = each instance's full answer space, k = its `#k` subsample copy).
-GROUP = ("model_id", "estimator", "reduction", "output_kind", "split", "answer_space_k")
+# space (k 0, draw 0 = each instance's full answer space; k, draw = its `#k<k>d<draw>` copy of the
+# option-count sweep, each draw apart so the sweep reports the spread over draws).
+ANSWER_SPACE_KEYS = ("answer_space_k", "answer_space_draw")
+GROUP = ("model_id", "estimator", "reduction", "output_kind", "split", *ANSWER_SPACE_KEYS)
 
 
 def with_defaults(estimates: pl.DataFrame) -> pl.DataFrame:
     """Estimates as metrics read them: reduction (null if absent), output_kind (probability),
-    split (null: unknown) and answer_space_k (0: full answer spaces)."""
+    split (null: unknown), answer_space_k and answer_space_draw (0: full answer spaces; a copy
+    without a draw column is draw 1)."""
     require_columns(estimates, _EST_COLUMNS, "estimates")
     defaults = {
         "reduction": pl.lit(None, pl.String),
         "output_kind": pl.lit("probability", pl.String),
         "split": pl.lit(None, pl.String),
         "answer_space_k": pl.lit(0, pl.Int32),
+        "answer_space_draw": pl.when(pl.col("answer_space_k") == 0).then(0).otherwise(1),
     }
     missing = {name: value for name, value in defaults.items() if name not in estimates.columns}
-    return estimates.with_columns(**missing).with_columns(pl.col("answer_space_k").cast(pl.Int32))
+    if "answer_space_k" in missing:
+        estimates = estimates.with_columns(answer_space_k=missing.pop("answer_space_k"))
+    return estimates.with_columns(**missing).with_columns(pl.col(ANSWER_SPACE_KEYS).cast(pl.Int32))
 
 
 def _check_one_row_per_instance(df: pl.DataFrame, keys: Sequence[str], hint: str) -> None:
@@ -255,6 +291,7 @@ SCOPE_KEY_SCHEMA = {
     "reduction": pl.String,
     "split": pl.String,
     "answer_space_k": pl.Int32,
+    "answer_space_draw": pl.Int32,
     "scope": pl.String,
     "scope_value": pl.String,
 }
@@ -265,7 +302,7 @@ OUTPUT_SCHEMA = {
     "n": pl.Int64,
     "higher_is_better": pl.Boolean,
 }
-_KEYS = ("model_id", "estimator", "reduction", "split", "answer_space_k")
+_KEYS = ("model_id", "estimator", "reduction", "split", *ANSWER_SPACE_KEYS)
 
 
 def _specs(metrics: Sequence[str] | None) -> list[MetricSpec]:
@@ -278,7 +315,7 @@ def _specs(metrics: Sequence[str] | None) -> list[MetricSpec]:
 
 PREDICTION_COLUMNS = ("predicted_id", "gold_ids")
 # τ is tuned once per estimator output on the dev split of its answer space, over all relations.
-TUNING_KEYS = ("model_id", "estimator", "reduction", "output_kind", "answer_space_k")
+TUNING_KEYS = ("model_id", "estimator", "reduction", "output_kind", *ANSWER_SPACE_KEYS)
 
 
 def _available(
@@ -289,6 +326,7 @@ def _available(
     lacking = {
         "predictions": [c for c in PREDICTION_COLUMNS if c not in estimates.columns],
         "statements": [] if option_estimates is not None else ["option_estimates"],
+        "options": [] if option_estimates is not None else ["option_estimates"],
     }
     kept = []
     for m in specs:
@@ -296,7 +334,7 @@ def _available(
         if not missing:
             kept.append(m)
         elif asked:
-            what = "argument option_estimates" if m.input == "statements" else f"estimates columns {missing}"
+            what = "argument option_estimates" if m.input in OPTION_INPUTS else f"estimates columns {missing}"
             raise ValueError(
                 f"metric {m.name!r} reads {m.input}; missing {what} (gold ids: evaluation.bias."
                 "attach_gold_ids; option estimates: estimation.marginal.option_estimates)"
@@ -400,6 +438,34 @@ class MetricSamples:
     def _probability_view(self) -> Segments:
         return self.everything.take(np.flatnonzero(self.probability))
 
+    def option_codes(self, chosen: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """What an "options" metric reads beside the view of the `chosen` samples: per row, the
+        code of its instance and of its class, an option object within its relation (the same
+        object in two relations is two classes: two answer spaces)."""
+        instance, option = self._option_codes
+        if chosen.size < self.everything.count:
+            keep = np.isin(self.members["segment"].to_numpy(), chosen)
+            return instance[keep], option[keep]
+        return instance, option
+
+    @cached_property
+    def _option_codes(self) -> tuple[np.ndarray, np.ndarray]:
+        if "option_id" not in self.frame.columns:
+            raise ValueError(f"option_estimates: missing column 'option_id' (have {self.frame.columns})")
+        no_id = self.frame.filter(pl.col("option_id").is_null())
+        if not no_id.is_empty():
+            row = no_id.row(0, named=True)
+            raise ValueError(
+                f"option_estimates: option {row['option_index']} of instance {row['instance_id']!r} has "
+                "no option_id; classwise metrics need one"
+            )
+        codes = self.frame.select(
+            instance=pl.struct("group", "relation_id", "instance_id").rank("dense").cast(pl.Int64),
+            option=pl.struct("relation_id", "option_id").rank("dense").cast(pl.Int64),
+        )
+        rows = self.members["row"].to_numpy()
+        return codes["instance"].to_numpy()[rows], codes["option"].to_numpy()[rows]
+
     def keys(self, carry: Sequence[str] = ()) -> pl.DataFrame:
         """Per segment: its GROUP keys, scope, scope_value, n (rows) and `carry` columns of members."""
         segments = self.members.group_by("segment", maintain_order=True).agg(
@@ -432,6 +498,8 @@ def _values(samples: MetricSamples, specs: list[MetricSpec], tuning_keys: Sequen
             continue  # a probability metric and no probability-valued group
         if m.input == "confidence":
             value = m.batched(seg)
+        elif m.input == "options":
+            value = m.batched(seg, *samples.option_codes(chosen))
         else:
             if m.tuned:
                 per_group = np.array([taus[m.threshold][key].threshold for key in group_tuning])
@@ -507,16 +575,17 @@ def compute_metrics(
     option_estimates: pl.DataFrame | None = None,
     scopes: Sequence[str] | None = None,
 ) -> pl.DataFrame:
-    """Long table (model_id, estimator, reduction, split, answer_space_k, scope, scope_value,
-    metric, value, n, higher_is_better) for the scopes all and relation, within each split and
-    answer space separately.
+    """Long table (model_id, estimator, reduction, split, answer_space_k, answer_space_draw, scope,
+    scope_value, metric, value, n, higher_is_better) for the scopes all and relation, within each
+    split and answer space (k and draw) separately.
 
     Expects one row per instance per (model_id, estimator, reduction): the caller filters to one
     template or one aggregation, since pooling templates would count an instance several times.
     Metrics that need probabilities are left out for score-valued estimators. "predictions"
-    metrics need the columns predicted_id and gold_ids; "statements" metrics read
-    `option_estimates` (their rows come after the instance rows, n = statements). Without those
-    inputs such metrics are left out, or, when asked for by name, an error. A tuned threshold
+    metrics need the columns predicted_id and gold_ids; "statements" and "options" metrics read
+    `option_estimates` (their rows come after the instance rows, n = statements; scopes as its
+    attribute columns allow). Without those inputs such metrics are left out, or, when asked for
+    by name, an error. A tuned threshold
     metric uses the τ its rule picks on the dev split of the same (model, estimator, reduction,
     output kind, answer space) — see tuned_thresholds — in every split and scope.
     """
@@ -532,8 +601,8 @@ def compute_metrics(
                 f"estimates: no gold_ids for instance {row['instance_id']!r} of relation "
                 f"{row['relation_id']!r}"
             )
-    frames = [_metric_rows(prepared(estimates), [m for m in specs if m.input != "statements"], scopes)]
-    statement_specs = [m for m in specs if m.input == "statements"]
+    frames = [_metric_rows(prepared(estimates), [m for m in specs if m.input not in OPTION_INPUTS], scopes)]
+    statement_specs = [m for m in specs if m.input in OPTION_INPUTS]
     if statement_specs and not option_estimates.is_empty():
         frames.append(_metric_rows(statement_frame(option_estimates), statement_specs))
     out = pl.concat(frames)
@@ -545,6 +614,7 @@ THRESHOLDS_SCHEMA = {
     "estimator": pl.String,
     "reduction": pl.String,
     "answer_space_k": pl.Int32,
+    "answer_space_draw": pl.Int32,
     "unit": pl.String,
     "rule": pl.String,
     "threshold": pl.Float64,
@@ -575,8 +645,9 @@ def tuned_thresholds(
                 if not any(m.applies_to(key["output_kind"]) for m in specs if m.threshold is rule):
                     continue
                 rows.append(
-                    (key["model_id"], key["estimator"], key["reduction"], key["answer_space_k"], unit,
-                     rule.__name__, t.threshold, t.fallback, t.reason, t.n_dev)
+                    (key["model_id"], key["estimator"], key["reduction"], key["answer_space_k"],
+                     key["answer_space_draw"], unit, rule.__name__, t.threshold, t.fallback, t.reason,
+                     t.n_dev)
                 )  # fmt: skip
     return pl.DataFrame(rows, orient="row", schema=THRESHOLDS_SCHEMA)
 

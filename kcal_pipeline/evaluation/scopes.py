@@ -1,10 +1,10 @@
 """Breakdowns: which rows of an estimates frame each metrics scope covers.
 
 A scope is a subset of the rows metrics are computed on: every row ("all"), one relation, one
-dataset domain, one gold count, one MACE mixture, one option count, one template kind. This module
-only says *which rows*: `breakdown_scopes` yields (scope, scope_value, row indices), so the metrics
-and the bootstrap read the same subsets and compute nothing twice. The attributes a scope splits
-on live in other tables; `attach_attributes` joins them on, once:
+dataset domain, one gold count, one MACE mixture, one option count, one template kind, one BEAR
+topic domain. This module only says *which rows*: `breakdown_scopes` yields (scope, scope_value,
+row indices), so the metrics and the bootstrap read the same subsets and compute nothing twice.
+The attributes a scope splits on live in other tables; `attach_attributes` joins them on, once:
 
 | column         | table and column                         | join key                    |
 |----------------|------------------------------------------|-----------------------------|
@@ -12,6 +12,11 @@ on live in other tables; `attach_attributes` joins them on, once:
 | n_gold         | probe_instances.n_gold (= len(gold_ids)) | relation_id, instance_id    |
 | n_options      | probe_instances.n_options                | relation_id, instance_id    |
 | template_kind  | templates.kind, grouped (TEMPLATE_KINDS) | relation_id, template_id    |
+| bear_domain    | relations.bear_domains (a list)          | relation_id                 |
+
+BEAR's topic domains (Geographic, Biographical, …; relation_info.json) are several per relation:
+a row counts in each of its relation's domains, as lm-pub-quiz groups them, so the bear_domain
+values overlap and do not partition the rows; a relation without one is in none.
 
 MACE mixtures (Wang et al., METHODS §5) pool the questions with 1, {1, 2}, {1, 2, 4} or
 {1, 2, 4, 6} answers and average over MACE's domains. In kcal each MACE domain is one relation
@@ -32,7 +37,16 @@ import polars as pl
 
 from kcal_pipeline.core.frames import require_columns
 
-SCOPES = ("all", "relation", "domain", "n_gold", "mixture_domain", "n_options", "template_kind")
+SCOPES = (
+    "all",
+    "relation",
+    "domain",
+    "n_gold",
+    "mixture_domain",
+    "n_options",
+    "template_kind",
+    "bear_domain",
+)
 # The column each scope splits on ("all" splits on nothing).
 SCOPE_COLUMNS = {
     "relation": "relation_id",
@@ -41,6 +55,7 @@ SCOPE_COLUMNS = {
     "mixture_domain": "n_gold",
     "n_options": "n_options",
     "template_kind": "template_kind",
+    "bear_domain": "bear_domain",  # a list per row: the row is in each of its values
 }
 # MACE's evaluation settings: cumulative sets of gold counts (Wang et al.).
 MACE_MIXTURES = ((1,), (1, 2), (1, 2, 4), (1, 2, 4, 6))
@@ -55,6 +70,11 @@ TEMPLATE_KINDS = {
     "marker_verbal": "marker",
     "marker_numeric": "marker",
     "perturbation": "perturbation",
+    # each context its own kind: true, wrong and knowledge-free demonstrations differ in kind
+    "context_1shot": "context_1shot",
+    "context_3shot": "context_3shot",
+    "context_wrong": "context_wrong",
+    "context_fixed": "context_fixed",
 }
 
 
@@ -88,14 +108,19 @@ def attach_attributes(
     templates: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """The frame with the columns breakdowns split on, joined from the tables that hold them:
-    `domain` from relations, `n_gold` and `n_options` from probe_instances, `template_kind` from
-    templates (null on instance-grain rows, which have no template). Rows and their order are kept;
-    a row whose relation, instance or template is missing from a given table is an error naming it.
+    `domain` (and the list `bear_domain`, where it has bear_domains) from relations, `n_gold` and
+    `n_options` from probe_instances, `template_kind` from templates (null on instance-grain rows,
+    which have no template). Rows and their order are kept; a row whose relation, instance or
+    template is missing from a given table is an error naming it.
     """
     require_columns(frame, ["relation_id", "instance_id"], "estimates")
     out = frame
     if relations is not None:
-        out = _join(out, relations, ["relation_id"], {"domain": "domain"}, "relations")
+        # bear_domains only where the relations table has it (a hand-built table may not)
+        cols = {"domain": "domain"} | (
+            {"bear_domains": "bear_domain"} if "bear_domains" in relations.columns else {}
+        )
+        out = _join(out, relations, ["relation_id"], cols, "relations")
     if instances is not None:
         cols = {"n_gold": "n_gold", "n_options": "n_options"}
         out = _join(out, instances, ["relation_id", "instance_id"], cols, "probe_instances")
@@ -147,6 +172,7 @@ def breakdown_scopes(frame: pl.DataFrame, scopes: Sequence[str] | None = None) -
     A row whose attribute is null (the template kind of an instance-grain row) is in no value of
     that scope. Scopes:
       - all: every row; relation, domain, n_gold, n_options, template_kind: one value each;
+      - bear_domain: each of the row's relation's BEAR domains (a row may be in several);
       - mixture_domain: per MACE mixture (MACE_MIXTURES) and relation of domain "mace", the rows
         whose gold count is in the mixture; value mixture_domain_value(counts, relation). The
         mixture's own figure is the macro-average of these (macro_average_mixtures).
@@ -186,6 +212,11 @@ def breakdown_members(frame: pl.DataFrame, group: str, scopes: Sequence[str] | N
             parts.append(_mixture_members(frame, tagged))
         else:
             value = frame[SCOPE_COLUMNS[scope]]
+            if isinstance(value.dtype, pl.List):  # several values per row (bear_domain): one member each
+                one = tagged.with_columns(scope_value=value.cast(pl.List(pl.String))).explode("scope_value")
+                one = one.filter(pl.col("scope_value").is_not_null())
+                parts.append(one.with_columns(value_rank=pl.col("scope_value").rank("dense").cast(pl.Int64)))
+                continue
             if scope == "template_kind":  # report order, then any other kind by name
                 order = {kind: i for i, kind in enumerate(dict.fromkeys(TEMPLATE_KINDS.values()))}
                 lookup = pl.DataFrame({"value": list(order), "rank": list(order.values())})
@@ -251,14 +282,10 @@ def _wanted(frame: pl.DataFrame, scopes: Sequence[str] | None) -> list[str]:
 def _groups(frame: pl.DataFrame, column: str) -> list[tuple[object, np.ndarray]]:
     """(value, ascending row indices) per non-null value of `column`, values ascending; one
     group_by for all values, so millions of rows cost one pass, not one filter per value."""
-    grouped = (
-        frame.select(pl.col(column).alias("value"))
-        .with_row_index("row")
-        .drop_nulls("value")
-        .group_by("value")
-        .agg("row")
-        .sort("value")
-    )
+    values = frame.select(pl.col(column).alias("value")).with_row_index("row")
+    if isinstance(values.schema["value"], pl.List):  # a row in each of its values (bear_domain)
+        values = values.explode("value")
+    grouped = values.drop_nulls("value").group_by("value").agg("row").sort("value")
     # polars keeps the rows' order within each group, so the indices come out ascending
     return [
         (value, rows.to_numpy().astype(np.int64, copy=False))

@@ -8,13 +8,14 @@ import polars as pl
 
 from kcal_pipeline.estimation.registry import (
     ESTIMATORS,
+    FULL_ANSWER_SPACE,
     HEADLINE_SPLIT,
     curated_template_estimates,
     headline_template_estimates,
 )
 from kcal_pipeline.evaluation.bias import attach_gold_ids
 from kcal_pipeline.evaluation.bootstrap import (
-    DEFAULT_METRICS,
+    INTERVAL_METRICS,
     LEVEL,
     N_RESAMPLES,
     PAIRED_SCHEMA,
@@ -25,6 +26,7 @@ from kcal_pipeline.evaluation.bootstrap import (
 from kcal_pipeline.evaluation.bootstrap import OUTPUT_SCHEMA as BOOTSTRAP_SCHEMA
 from kcal_pipeline.evaluation.consistency import compute_consistency
 from kcal_pipeline.evaluation.curves import compute_curves
+from kcal_pipeline.evaluation.families import METRIC_KEYS
 from kcal_pipeline.evaluation.registry import (
     OUTPUT_SCHEMA,
     THRESHOLDS_SCHEMA,
@@ -35,16 +37,12 @@ from kcal_pipeline.evaluation.registry import (
 from kcal_pipeline.evaluation.scopes import attach_attributes
 
 BASELINE = "base"  # every other estimator's paired difference is taken against Base
-INTERVAL_KEYS = (
-    "model_id",
-    "estimator",
-    "reduction",
-    "split",
-    "answer_space_k",
-    "scope",
-    "scope_value",
-    "metric",
-)
+# Bootstrap intervals and paired differences are resampled on the full answer spaces only: the
+# option-count sweep's uncertainty is its spread over draws (options_sweep), and resampling each
+# (k, draw) as well would multiply the stage's main cost by their number (a 5 k × 3 draws sweep:
+# 16 times) for intervals nothing reads.
+INTERVAL_SPACES = pl.col("answer_space_k") == FULL_ANSWER_SPACE
+INTERVAL_KEYS = ("model_id", *METRIC_KEYS)  # one number of one model in the metrics table
 
 
 def headline_frame(
@@ -73,20 +71,23 @@ def metrics_table(
 ) -> pl.DataFrame:
     """Every applicable metric on the headline selection, per split, answer space and breakdown
     (and per template kind over all templates of the kind: template_kind_metrics), with a bootstrap
-    interval (ci_low, ci_high, level LEVEL) for DEFAULT_METRICS on the test split,
-    scopes all (clustered by relation) and relation; then per curated template and their means
+    interval (ci_low, ci_high, level LEVEL) for INTERVAL_METRICS on the test split and full answer
+    spaces (INTERVAL_SPACES), scopes all (clustered by relation) and relation; then per curated
+    template and their means
     (BEAR's relation accuracy), without intervals. `values`: see metrics_and_differences."""
     frame = headline_frame(estimates, templates, relations, probe_instances)
+    if option_estimates is not None:  # the statements' breakdowns: the instances' (gold count, …)
+        option_estimates = attach_attributes(option_estimates, relations=relations, instances=probe_instances)
     point = pl.concat(
         [
             compute_metrics(frame, option_estimates=option_estimates),
             template_kind_metrics(estimates, templates),
         ]
     )
-    test = frame.filter(pl.col("split") == HEADLINE_SPLIT)
+    test = frame.filter(pl.col("split") == HEADLINE_SPLIT).filter(INTERVAL_SPACES)
     intervals = (
         bootstrap_intervals(
-            test, DEFAULT_METRICS, n_resamples=n_resamples, seed=seed, level=LEVEL, values=values
+            test, INTERVAL_METRICS, n_resamples=n_resamples, seed=seed, level=LEVEL, values=values
         )
         if not test.is_empty()
         else pl.DataFrame(schema=BOOTSTRAP_SCHEMA)
@@ -139,9 +140,14 @@ def differences_table(
     values: ResampledValues | None = None,
 ) -> pl.DataFrame:
     """metric(estimator) − metric(Base) with a paired bootstrap interval (the same resamples for
-    both), for every other estimator on the headline selection's test split: is Margin really
-    better calibrated than Base here? `values`: see metrics_and_differences."""
-    test = headline_template_estimates(estimates, templates).filter(pl.col("split") == HEADLINE_SPLIT)
+    both), for every other estimator on the headline selection's test split and full answer spaces
+    (INTERVAL_SPACES): is Margin really better calibrated than Base here? `values`: see
+    metrics_and_differences."""
+    test = (
+        headline_template_estimates(estimates, templates)
+        .filter(pl.col("split") == HEADLINE_SPLIT)
+        .filter(INTERVAL_SPACES)
+    )
     present = set(test["estimator"].unique().to_list())
     if BASELINE not in present or present == {BASELINE}:
         return pl.DataFrame(schema=PAIRED_SCHEMA)

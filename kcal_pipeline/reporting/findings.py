@@ -70,7 +70,9 @@ BRIER_MARGIN = 0.01
 MULTI_TEMPLATE_FAMILIES = ("aggregation", "template_marginal")
 SELECTIVE_LAMA_FAMILY = "selective_lama"
 RECALIBRATED = ("base_temperature", "base_platt", "base_isotonic")
-CONSISTENCY_SETUPS = ("typo", "one-shot")
+# Zhao et al.'s one-shot prefix is a knowledge-free demonstration ("What is 2+2? 4"): context-fixed.
+# Each setup with the template kind that scores it.
+CONSISTENCY_SETUPS = {"typo": "perturbation", "context-fixed": "context_fixed"}
 FIT_COLUMNS = ["relation_id", "estimator", "reduction", "answer_space_k", "parameter", "value", "n_dev"]
 
 
@@ -795,7 +797,8 @@ def sca_tau0_as_good_as_tuned(t: StoreTables) -> list[Finding]:
     "near 40 %). A 135M model's decisions are at least as fragile, so low consistency is expected here too.",
     rule=f"Base's intra-method rows of the consistency table (headline template against the variant, "
     f"thresholds tuned on dev, all relations pooled), one IoU_cons per draw (the typo once per "
-    f"perturbation seed, the one-shot prefix once): holds (far from 1) if every draw's IoU_cons is < "
+    f"perturbation seed; the one-shot prefix, the fixed knowledge-free demonstration context-fixed, "
+    f"once): holds (far from 1) if every draw's IoU_cons is < "
     f"{FAR_FROM_ONE}, does not hold if every draw's is ≥ {FAR_FROM_ONE}, else inconclusive; an undefined "
     "IoU_cons (an empty accepted or rejected set) is inconclusive. The mean and spread over seeds are shown.",
     reads="consistency (kind intra, estimator base, reduction sum, relation_id null, statistic value)",
@@ -822,18 +825,21 @@ def consistency_far_from_one(t: StoreTables) -> list[Finding]:
         & (pl.col("statistic") == "value")
     )
     out = []
-    for setup in CONSISTENCY_SETUPS:
+    for setup, kind in CONSISTENCY_SETUPS.items():
         subject = f"IoU_cons, {setup}"
         g = rows.filter(pl.col("setup_b") == setup).sort("seed", nulls_last=True)
         if g.is_empty():
             out += _not_testable(
                 key, t, subject, f"no {setup} variants were scored: run with --template-kinds "
-                "curated,question,perturbation"
+                f"curated,question,{kind}"
             )  # fmt: skip
             continue
         values = g["iou_cons"].to_numpy().astype(np.float64)
         seeds = g["seed"].to_list()
-        draws = ", ".join(f"seed {s}: {fmt(v)}" for s, v in zip(seeds, values, strict=True))
+        draws = ", ".join(  # a setup that is not drawn (context-fixed) has one row, seed null
+            f"{'not drawn' if s is None else f'seed {s}'}: {fmt(v)}"
+            for s, v in zip(seeds, values, strict=True)
+        )
         undefined = int(np.isnan(values).sum())
         notes = [
             *([f"IoU_cons undefined on {undefined} draw(s): nothing rejected (or accepted) in both setups"]

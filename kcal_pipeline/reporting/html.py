@@ -253,11 +253,23 @@ def first_line(doc: str | None) -> str:
 
 
 def subsample_tables(metrics: pl.DataFrame) -> list[tuple[str, pl.DataFrame]]:
-    """(title, summary) per cut answer space (kcal demo --answer-space-k), test split: the
-    options-count study, read beside the full-space summary; empty when the probe has no `#k`
-    copies."""
+    """(title, summary) per k of the option-count sweep (kcal demo --answer-space-k), test split:
+    read beside the full-space summary, each value the mean over the k's draws (the spread over
+    them: the sweep figure and `kcal sql --query options_sweep`); empty when the probe has no
+    subsample copies."""
+    out = []
     ks = sorted(k for k in metrics["answer_space_k"].unique().to_list() if k != FULL_ANSWER_SPACE)
-    return [(_space(k), summary_table(metrics, answer_space_k=k)) for k in ks]
+    for k in ks:
+        rows = metrics.filter(pl.col("answer_space_k") == k)
+        title = _space(k)
+        if "answer_space_draw" in rows.columns and (draws := rows["answer_space_draw"].n_unique()) > 1:
+            keys = [
+                c for c in rows.columns if c not in ("answer_space_draw", "value", "n", "ci_low", "ci_high")
+            ]
+            rows = rows.group_by(keys, maintain_order=True).agg(pl.col("value").mean(), pl.col("n").max())
+            title = f"{title}, mean of {draws} draws"
+        out.append((title, summary_table(rows, answer_space_k=k)))
+    return out
 
 
 def write_report(path: str | os.PathLike, html: str) -> Path:

@@ -6,9 +6,9 @@ sections; a figure section holds exactly one figure, or one sentence saying whic
 lacks and which setting would give it, never an empty plot.
 
 What each figure shows is selected here, from the evaluation tables, with the selection of
-sql/views/headline_metrics.sql: the test split, each instance's full answer space and each
-estimator's headline reduction (its spec's first), so a number on a page is the number
-`kcal sql --query …` prints for it.
+sql/views/headline_metrics.sql: the test split, each instance's full answer space (the option-count
+sweep's figure: its cut answer spaces beside them) and each estimator's headline reduction (its
+spec's first), so a number on a page is the number `kcal sql --query …` prints for it.
 """
 
 from __future__ import annotations
@@ -375,6 +375,64 @@ def intervals_table(metrics: pl.DataFrame) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=schema)
 
 
+# A family's line in the option-count sweep figure: its first estimator in this order (each
+# family's plain form; Vote(5) reads Kissling et al.'s five paraphrases), then in registry order.
+SWEEP_REPRESENTATIVES = ("base", "template_marginal", "vote5_average", "base_temperature", "sca_tau0")
+
+
+def sweep_points(metrics: pl.DataFrame) -> pl.DataFrame:
+    """The option-count sweep figure's points: per estimator family with sweep rows, one estimator
+    (SWEEP_REPRESENTATIVES, else the family's first probability-valued one in registry order) under
+    its headline reduction, all relations, test split: per k (0 = the full answer spaces) and metric
+    of plots.SWEEP_METRICS, the mean and sample standard deviation over the draws (null with one),
+    their count and n (instances per draw). Columns: label, k, metric, mean, sd, draws, n; empty
+    without sweep rows."""
+    schema = {
+        "label": pl.String, "k": pl.Int64, "metric": pl.String, "mean": pl.Float64, "sd": pl.Float64,
+        "draws": pl.Int64, "n": pl.Int64,
+    }  # fmt: skip
+    if "answer_space_draw" not in metrics.columns:
+        return pl.DataFrame(schema=schema)
+    rows = at_headline_reduction(
+        metrics.filter(
+            (pl.col("split") == HEADLINE_SPLIT)
+            & (pl.col("scope") == "all")
+            & pl.col("metric").is_in([m for m, _ in plots.SWEEP_METRICS])
+        )
+    )
+    swept = set(rows.filter(pl.col("answer_space_k") != FULL_ANSWER_SPACE)["estimator"].unique().to_list())
+    order = [*SWEEP_REPRESENTATIVES, *ESTIMATORS]
+    chosen: dict[str, str] = {}
+    for name in order:
+        spec = ESTIMATORS.get(name)
+        if spec and name in swept and spec.output_kind == "probability":
+            chosen.setdefault(spec.family, name)
+    if not chosen:
+        return pl.DataFrame(schema=schema)
+    families = sorted(chosen, key=family_rank)
+    labels = {chosen[f]: f"{f.replace('_', ' ')}: {label(chosen[f])}" for f in families}
+    return (
+        rows.filter(pl.col("estimator").is_in(list(labels)) & pl.col("value").is_finite())
+        .group_by("estimator", "answer_space_k", "metric")
+        .agg(
+            pl.col("value").mean().alias("mean"),
+            pl.col("value").std().alias("sd"),
+            pl.col("answer_space_draw").n_unique().alias("draws"),
+            pl.col("n").max(),
+        )
+        .with_columns(
+            pl.col("estimator").replace_strict(labels, return_dtype=pl.String).alias("label"),
+            pl.col("estimator")
+            .replace_strict({e: i for i, e in enumerate(labels)}, return_dtype=pl.Int64)
+            .alias("order"),
+            pl.col("answer_space_k").cast(pl.Int64).alias("k"),
+        )
+        .sort("order", "k", "metric")
+        .select(list(schema))
+        .cast(schema)
+    )
+
+
 # --- no-data sentences: what is missing and which setting would give it ---------------------------
 
 NO_RELIABILITY = "No probability-valued main estimator has a reliability curve on the test split."
@@ -395,6 +453,10 @@ NO_MARKER_VALUES = (
 NO_CONSISTENCY_VALUES = (
     "Every IoU_cons of the main estimators is undefined here (NaN: in each pair some setup accepted "
     "nothing, or rejected nothing, on the test split): a larger probe gives both kinds of decision."
+)
+NO_SWEEP = (
+    "This store has no option-count sweep (answer spaces cut to k options, several draws each): "
+    "kcal demo --answer-space-k 5,10,20,30,60 --answer-space-draws 3 adds it."
 )
 NO_GOLD_COUNTS = (
     "Every test instance has the same number of gold answers, so there is no gold-count effect to show: "
@@ -419,6 +481,7 @@ def model_figures(
     deltas = marker_deltas(metrics, templates)
     matrix = consistency_matrix(consistency)
     golds = gold_count_points(metrics)
+    sweep = sweep_points(metrics)
     defined = matrix.filter(pl.col("iou_cons").is_finite())
     return {
         "reliability": plots.reliability_figure(panels) if panels else NO_RELIABILITY,
@@ -430,6 +493,7 @@ def model_figures(
             else (NO_CONSISTENCY_VALUES if matrix.height else NO_CONSISTENCY)
         ),
         "gold-count": plots.gold_count_figure(golds) if golds["n_gold"].n_unique() >= 2 else NO_GOLD_COUNTS,
+        "sweep": plots.sweep_figure(sweep) if (sweep["k"] != FULL_ANSWER_SPACE).any() else NO_SWEEP,
     }
 
 
@@ -595,6 +659,17 @@ def model_page(
             "the answers understates what the model knows. Table: "
             "<code>kcal sql --query calibration_by_gold_count</code>.",
             figures["gold-count"],
+        ),
+        figure_section(
+            "sweep",
+            "Accuracy and calibration by answer-space size",
+            "The option-count sweep (Kissling et al., §5.4, Fig. 5): every instance with more than k "
+            "options and fewer than k golds, its answer space cut to k (golds kept), in several seeded "
+            "draws; all relations, test split, one line per estimator family (each family's first "
+            "estimator, under its headline reduction). A point is the mean over the draws, its bar ± one "
+            "standard deviation; 'full' is each instance's own answer space. A k counts only the "
+            "instances it cuts. Table: <code>kcal sql --query options_sweep</code>.",
+            figures["sweep"],
         ),
         Section(
             "more",

@@ -405,6 +405,56 @@ def gold_count_figure(points: pl.DataFrame) -> Figure:
     return fig
 
 
+# --- option-count sweep --------------------------------------------------------------------------
+
+SWEEP_METRICS = (("ace", "ACE"), ("accuracy", "accuracy"), ("mean_confidence", "mean confidence"))
+FULL = "full"  # the tick of each instance's full answer space, right of the swept k
+
+
+def sweep_figure(points: pl.DataFrame) -> Figure:
+    """ACE, accuracy and mean confidence against the answer-space size k of the option-count sweep
+    (Kissling et al. §5.4, Fig. 5), one line per estimator family: each point the mean over the k's
+    draws with an error bar of ± one standard deviation (none with one draw), the full answer
+    spaces as an unjoined hollow point at "full" (their size varies by relation). `points`: label,
+    k (0 = full), metric, mean, sd, rows in legend order. The k ticks are evenly spaced: the swept
+    sizes (5, 10, …, 60) are read as categories."""
+    ks = sorted(k for k in points["k"].unique().to_list() if k != 0)
+    positions = {k: i for i, k in enumerate(ks)} | {0: len(ks)}
+    panels = [(m, t) for m, t in SWEEP_METRICS if (points["metric"] == m).any()]
+    fig = new_figure(4.2 * len(panels) + 2.6, 3.6)
+    axes = fig.subplots(1, len(panels), squeeze=False)[0]
+    labels = points["label"].unique(maintain_order=True).to_list()
+    for n, lab in enumerate(labels):
+        for ax, (metric, _) in zip(axes, panels, strict=True):
+            g = points.filter((pl.col("label") == lab) & (pl.col("metric") == metric)).sort("k")
+            swept = g.filter(pl.col("k") != 0)
+            full = g.filter(pl.col("k") == 0)
+            style = {"color": colour(n, len(labels)), "ms": 4, "capsize": 2, "elinewidth": 0.8}
+            if swept.height:
+                ax.errorbar(
+                    [positions[k] for k in swept["k"]],
+                    swept["mean"].to_numpy(),
+                    yerr=swept["sd"].fill_null(0.0).fill_nan(0.0).to_numpy(),
+                    fmt=linestyle(n, len(labels)),
+                    marker="o",
+                    lw=1.1,
+                    label=lab,
+                    **style,
+                )
+            if full.height:
+                ax.errorbar([positions[0]], full["mean"].to_numpy(), fmt="o", mfc="white", **style)
+    for ax, (_, title) in zip(axes, panels, strict=True):
+        ax.set_xticks(range(len(ks) + 1), labels=[*map(str, ks), FULL])
+        ax.set(ylim=(0, 1), xlim=(-0.5, len(ks) + 0.5), title=f"{title} by answer-space size")
+        ax.set_xlabel("options per instance (k)", fontsize=8)
+        ax.set_ylabel(title, fontsize=8)
+        ax.grid(axis="y", lw=0.4, color="0.88")
+        ax.tick_params(labelsize=7)
+    handles, names = axes[0].get_legend_handles_labels()
+    axes[-1].legend(handles, names, loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=7, frameon=False)
+    return fig
+
+
 # --- across models -------------------------------------------------------------------------------
 
 

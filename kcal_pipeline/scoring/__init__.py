@@ -11,6 +11,7 @@ The names below are imported on first use: they import torch (~3 s), and the mod
 import importlib
 
 _EXPORTS = {
+    "ROLE_CONTEXT": "kcal_pipeline.scoring.clm",
     "ROLE_OBJECT": "kcal_pipeline.scoring.clm",
     "ROLE_SUBJECT": "kcal_pipeline.scoring.clm",
     "ROLE_TEMPLATE": "kcal_pipeline.scoring.clm",

@@ -1,6 +1,12 @@
 """Causal-LM scoring (METHODS.md §1): log P(statement) with a start token, per-token roles, reductions.
 
 The start token is prepended so the statement's *first* token is scored too (log P(x_1 | start)).
+A statement may open with a context (demonstrations, a passage: `context_ends`, the character
+where the statement proper begins): its tokens are in the same forward pass, after the start
+token, so the statement is conditioned on them (log P(x_1 | start, context)), but they are
+conditioned on, never scored: no reduction counts them, and token_logprobs / token_roles keep the
+statement's own tokens only (so n_tokens = len(token_logprobs) and ll_sum = their sum for every
+statement, and masked LMs, which never score context tokens, fill the same columns alike).
 Statements are batched by length to minimise padding; right padding plus an attention mask leaves
 every real position's logits unchanged (causal attention never looks right), so batched scores
 equal one-at-a-time scores up to float rounding.
@@ -23,6 +29,8 @@ if TYPE_CHECKING:
     from kcal_pipeline.scoring.models.loading import LoadedModel
 
 ROLE_TEMPLATE, ROLE_SUBJECT, ROLE_OBJECT = 0, 1, 2
+# A token of the context a statement is conditioned on: in the input, in no reduction (module doc).
+ROLE_CONTEXT = 3
 PLAIN = "plain"  # this path's name for its token budget (budget.budget_for)
 
 Span = tuple[int, int]
@@ -44,15 +52,20 @@ SCHEMA = {
 }
 
 
-def token_roles(offsets: Sequence[Span], subject_span: Span, object_span: Span) -> list[int]:
+def token_roles(
+    offsets: Sequence[Span], subject_span: Span, object_span: Span, context_end: int = 0
+) -> list[int]:
     """Role of each token from its character range.
 
     Overlap rather than containment, because byte-level BPE glues the preceding space onto a word
     (" Paris" starts one character before the object). Object wins over subject, so a token that
-    straddles adjacent slots counts toward the answer.
+    straddles adjacent slots counts toward the answer. A token that starts before and ends at or
+    before `context_end` is context; one that straddles it carries statement text, so it is scored.
     """
     return [
-        ROLE_OBJECT
+        ROLE_CONTEXT
+        if o[0] < context_end and o[1] <= context_end
+        else ROLE_OBJECT
         if _overlaps(o, object_span)
         else ROLE_SUBJECT
         if _overlaps(o, subject_span)
@@ -73,22 +86,66 @@ def score_clm(
     object_spans: Sequence[Span],
     batch_size: int | None = None,
     progress: Callable[[int, int], None] | None = None,
+    context_ends: Sequence[int] | None = None,
 ) -> pl.DataFrame:
     """One row per text, in input order: token count, Sum/Mean/Sum(A)/Mean(A) and per-token detail.
 
     Means over zero tokens (an empty object span) are null rather than NaN. batch_size: statements
     per forward call; None (the pipeline's way): the model's token budget (budget.py).
+    context_ends: per text, where its context ends (0 = none; see the module docstring).
     """
     enc = encode_inputs(loaded, texts, subject_spans, object_spans, batch_size)
     if enc is None:
         return pl.DataFrame(schema=SCHEMA)
-    _, subject_spans, object_spans, batch_size, ids, offsets = enc
+    texts, subject_spans, object_spans, batch_size, ids, offsets = enc
+    ends = check_context_ends(context_ends, texts, subject_spans, object_spans)
     logprobs = _token_logprobs(loaded, ids, batch_size, progress)
-    roles = [
-        np.array(token_roles(off, s, o), dtype=np.int8)
-        for off, s, o in zip(offsets, subject_spans, object_spans, strict=True)
+    return _frame(logprobs, roles_of(offsets, subject_spans, object_spans, ends))
+
+
+def roles_of(
+    offsets: Sequence[Sequence[Span]],
+    subject_spans: Sequence[Span],
+    object_spans: Sequence[Span],
+    context_ends: Sequence[int],
+) -> list[np.ndarray]:
+    """token_roles of every text, as int8 arrays."""
+    return [
+        np.array(token_roles(off, s, o, c), dtype=np.int8)
+        for off, s, o, c in zip(offsets, subject_spans, object_spans, context_ends, strict=True)
     ]
-    return _frame(logprobs, roles)
+
+
+def check_context_ends(
+    context_ends: Sequence[int] | None,
+    texts: Sequence[str],
+    subject_spans: Sequence[Span],
+    object_spans: Sequence[Span],
+) -> list[int]:
+    """The context ends as ints (all 0 when None). Each must lie in its text and before its
+    subject and object (non-empty spans): the context is what the statement proper follows."""
+    if context_ends is None:
+        return [0] * len(texts)
+    ends = list(context_ends)
+    if len(ends) != len(texts):
+        raise ValueError(f"context_ends must have one entry per text ({len(texts)}), got {len(ends)}")
+    for i, (end, text, *spans) in enumerate(zip(ends, texts, subject_spans, object_spans, strict=True)):
+        if end is None:
+            ends[i] = end = 0
+        if isinstance(end, bool) or not isinstance(end, (int, np.integer)) or not 0 <= end <= len(text):
+            raise ValueError(
+                f"context_end #{i} must be an integer in [0, {len(text)}] (the text's length), got {end!r}"
+            )
+        if end and not text[end:].strip():
+            raise ValueError(f"context_end #{i} = {end} leaves no statement after the context in {text!r}")
+        for name, (start, stop) in zip(("subject_span", "object_span"), spans, strict=True):
+            if start < stop and start < end:
+                raise ValueError(
+                    f"context_end #{i} = {end} is after the start of {name} {(start, stop)!r}: the "
+                    f"context must end before the statement's subject and object in {text!r}"
+                )
+        ends[i] = int(end)
+    return ends
 
 
 def encode_inputs(
@@ -222,6 +279,10 @@ def log_normaliser(logits):
 
 
 def _frame(logprobs: list[np.ndarray], roles: list[np.ndarray]) -> pl.DataFrame:
+    """The reductions over each statement's own tokens: context positions are dropped first."""
+    kept = [r != ROLE_CONTEXT for r in roles]
+    logprobs = [lp[k] for lp, k in zip(logprobs, kept, strict=True)]
+    roles = [r[k] for r, k in zip(roles, kept, strict=True)]
     n = [len(lp) for lp in logprobs]
     ll_sum = [float(lp.sum()) for lp in logprobs]
     answer = [lp[r == ROLE_OBJECT] for lp, r in zip(logprobs, roles, strict=True)]

@@ -6,6 +6,8 @@ the configured variant. Optional score columns — M dropout passes (DropoutMean
 subject-masked statement (TemplateDiff), each with the columns that record how they were made
 (dropout_rate/dropout_source, subject_mask_method/subject_mask_text) — are always present in the
 output, null when not computed, so every partition of statement_scores has the same schema for SQL.
+A statements frame's `context_end` (where a statement's context ends; absent, null or 0: none)
+goes to every pass: context tokens are conditioned on and never scored (clm.py).
 """
 
 from __future__ import annotations
@@ -31,8 +33,8 @@ from kcal_pipeline.scoring.prefix import (
 )
 from kcal_pipeline.scoring.stochastic import SCHEMA as DROPOUT_SCHEMA
 from kcal_pipeline.scoring.stochastic import dropout_plan, dropout_scores
+from kcal_pipeline.scoring.subject_mask import CONTEXT_COLUMN, context_ends_of, subject_masked_scores
 from kcal_pipeline.scoring.subject_mask import SCHEMA as MASKED_SCHEMA
-from kcal_pipeline.scoring.subject_mask import subject_masked_scores
 
 if TYPE_CHECKING:
     from kcal_pipeline.scoring.models.loading import LoadedModel
@@ -84,7 +86,9 @@ def fingerprint(loaded: LoadedModel, statements: pl.DataFrame, options: ScoringO
     if tf32_applies(loaded):  # only where it changes scores, so CPU fingerprints stay as they were
         meta["tf32"] = True
     h.update(json.dumps(meta, sort_keys=True).encode())
-    h.update(statements.select(INPUT_COLUMNS).write_ipc(None, compression="uncompressed").getvalue())
+    # context_end counts where some statement has a context, so every other set keeps its fingerprint
+    columns = INPUT_COLUMNS + ([CONTEXT_COLUMN] if context_ends_of(statements) else [])
+    h.update(statements.select(columns).write_ipc(None, compression="uncompressed").getvalue())
     return h.hexdigest()[:16]
 
 
@@ -108,6 +112,8 @@ def score_statements(
     subj = list(zip(statements["subject_start"], statements["subject_end"], strict=True))
     obj = list(zip(statements["object_start"], statements["object_end"], strict=True))
     n = len(texts)
+    ends = context_ends_of(statements)  # None: no statement has a context
+    context = {} if ends is None else {"context_ends": ends}
     passes = options.dropout_passes if options.dropout else 0
     stages = 1 + passes + int(options.subject_mask)
 
@@ -116,7 +122,7 @@ def score_statements(
             return None
         return lambda done, total: progress(offset * n + done * width * n // max(total, 1), stages * n)
 
-    frame = scorer(loaded, texts, subj, obj, progress=stage(0))
+    frame = scorer(loaded, texts, subj, obj, progress=stage(0), **context)
     if passes:
         extra = dropout_scores(
             loaded,
@@ -128,6 +134,7 @@ def score_statements(
             rate=options.dropout_rate,
             scorer=scorer,
             progress=stage(1, passes),
+            context_ends=ends,
         )
     else:
         extra = pl.DataFrame({c: [None] * n for c in DROPOUT_SCHEMA}, schema=DROPOUT_SCHEMA)

@@ -56,6 +56,8 @@ from kcal_pipeline.scoring.clm import (
     Span,
     _frame,
     _target_logprobs,
+    check_context_ends,
+    roles_of,
     token_roles,
     validate_inputs,
 )
@@ -92,6 +94,7 @@ def score_mlm(
     batch_size: int | None = None,
     progress: Callable[[int, int], None] | None = None,
     mask_subject: bool = False,
+    context_ends: Sequence[int] | None = None,
 ) -> pl.DataFrame:
     """One row per text, in input order, with exactly score_clm's columns (clm.SCHEMA).
 
@@ -100,6 +103,8 @@ def score_mlm(
     counts input statements whose every token has been scored. mask_subject: the subject's tokens
     are mask tokens throughout and are not scored (see the module's "Subject masking"), so
     n_tokens, token_logprobs and token_roles cover the template and object tokens only.
+    context_ends (as clm.score_clm's): the context's tokens are in the input of every masked copy,
+    never masked and never scored, so the PLL is over the statement's own tokens given the context.
     """
     if variant not in VARIANTS:
         raise ValueError(f"variant must be one of {', '.join(VARIANTS)}, got {variant!r}")
@@ -115,13 +120,11 @@ def score_mlm(
     batch_size = loaded.batch_size if batch_size is None else batch_size  # masked rows per call
     if not texts:
         return pl.DataFrame(schema=SCHEMA)
+    ends = check_context_ends(context_ends, texts, subject_spans, object_spans)
     masked = subject_spans if mask_subject else None
-    statements, offsets, unique_of = _encode(loaded.tokenizer, texts, variant, masked, object_spans)
+    statements, offsets, unique_of = _encode(loaded.tokenizer, texts, variant, masked, object_spans, ends)
     logprobs = _pll(loaded, statements, unique_of, batch_size, progress)
-    roles = [
-        np.array(token_roles(off, s, o), dtype=np.int8)
-        for off, s, o in zip(offsets, subject_spans, object_spans, strict=True)
-    ]
+    roles = roles_of(offsets, subject_spans, object_spans, ends)
     return _frame([logprobs[u] for u in unique_of], roles)
 
 
@@ -157,12 +160,15 @@ def _encode(
     variant: str,
     masked_subjects: list[Span] | None = None,
     object_spans: list[Span] | None = None,
+    context_ends: list[int] | None = None,
 ) -> tuple[_Statements, list[list[Span]], list[int]]:
     """Unique statements, each text's scored-token offsets, and each text's unique statement.
 
     Offsets stay per text: two texts can share token ids (e.g. differing only in spacing) but
     not character positions. With masked_subjects (and object_spans), each text's subject tokens
-    become the mask token and leave the scored positions.
+    become the mask token and leave the scored positions. With context_ends, each text's context
+    tokens (clm.token_roles: starting before and ending at or before its end) stay in the input
+    and leave the scored positions.
     """
     encoded = _tokenize(tokenizer, texts)
     all_ids, all_special, all_offsets = (
@@ -184,7 +190,9 @@ def _encode(
                 subject_token_positions(all_offsets[i], special, masked_subjects[i], object_spans[i])
             )
             ids = [mask_id if p in hidden else t for p, t in enumerate(ids)]
-        positions = [p for p, s in enumerate(special) if not s and p not in hidden]
+        end = context_ends[i] if context_ends else 0
+        context = {p for p, (a, b) in enumerate(all_offsets[i]) if a < end and b <= end}
+        positions = [p for p, s in enumerate(special) if not s and p not in hidden and p not in context]
         if not positions:
             if hidden:
                 raise ValueError(

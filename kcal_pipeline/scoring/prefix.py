@@ -59,9 +59,10 @@ from kcal_pipeline.scoring.clm import (
     Span,
     _frame,
     _token_logprobs,
+    check_context_ends,
     encode_inputs,
     log_normaliser,
-    token_roles,
+    roles_of,
 )
 from kcal_pipeline.scoring.precision import matmul_precision
 
@@ -106,17 +107,20 @@ def score_clm_shared_prefix(
     batch_size: int | None = None,
     progress: Callable[[int, int], None] | None = None,
     row_tokens: int = ROW_TOKENS,
+    context_ends: Sequence[int] | None = None,
 ) -> pl.DataFrame:
     """Same contract, schema and row order as `score_clm`; computes each shared prefix once.
 
     batch_size: a fixed budget of batch_size × 32 trie nodes per forward call (at least one row);
     None (the pipeline's way): the model's token budget (budget.py). progress(done, total) counts
-    distinct token sequences scored.
+    distinct token sequences scored. context_ends: as score_clm's. A context is an ordinary prefix
+    here: the options (and templates) that share it share its trie nodes, computed once.
     """
     enc = encode_inputs(loaded, texts, subject_spans, object_spans, batch_size)
     if enc is None:
         return pl.DataFrame(schema=SCHEMA)
-    _, subject_spans, object_spans, batch_size, ids, offsets = enc
+    texts, subject_spans, object_spans, batch_size, ids, offsets = enc
+    ends = check_context_ends(context_ends, texts, subject_spans, object_spans)
     if not isinstance(row_tokens, int) or row_tokens < 2:
         raise ValueError(f"row_tokens must be an integer >= 2, got {row_tokens!r}")
     unique: dict[tuple[int, ...], int] = {}
@@ -126,11 +130,7 @@ def score_clm_shared_prefix(
         out = _score_packed(loaded, useqs, batch_size, row_tokens, progress)
     else:
         out = _token_logprobs(loaded, [list(s) for s in useqs], batch_size, progress)
-    roles = [
-        np.array(token_roles(off, s, o), dtype=np.int8)
-        for off, s, o in zip(offsets, subject_spans, object_spans, strict=True)
-    ]
-    return _frame([out[u] for u in which], roles)
+    return _frame([out[u] for u in which], roles_of(offsets, subject_spans, object_spans, ends))
 
 
 def pack_rows(seqs: Sequence[Sequence[int]], start_token: int, row_tokens: int) -> list[_Row]:

@@ -206,6 +206,7 @@ def dropout_scores(
     scorer: Callable[..., pl.DataFrame] = score_clm,
     batch_size: int | None = None,
     progress: Callable[[int, int], None] | None = None,
+    context_ends: Sequence[int] | None = None,
 ) -> pl.DataFrame:
     """M = `passes` stochastic scorings with dropout on; one row per text, in input order.
 
@@ -213,6 +214,8 @@ def dropout_scores(
     from the pass seeded with `seed + p`; `dropout_rate` and `dropout_source` (dropout_plan: the
     model's own dropout, or `rate` for a model without). `progress(done, total)` counts statements
     over all passes. The model is left as it was (eval mode, original probabilities), also on error.
+    context_ends go to the scorer (only when given, so any scorer without contexts plugs in): the
+    passes' sums leave the context out as the eval-mode scores do.
     """
     if isinstance(passes, bool) or not isinstance(passes, int) or passes < 1:
         raise ValueError(f"passes must be an integer >= 1, got passes={passes!r}")
@@ -221,6 +224,7 @@ def dropout_scores(
     plan = dropout_plan(loaded.model, rate)
     texts = list(texts)
     n = len(texts)
+    context = {} if context_ends is None else {"context_ends": context_ends}
     values: dict[str, list[list[float]]] = {col: [[] for _ in range(n)] for col in DROPOUT_COLUMNS}
     with dropout_enabled(loaded.model, rate):
         for p in range(passes):
@@ -231,7 +235,13 @@ def dropout_scores(
 
             with seeded(seed + p, loaded.device):
                 frame = scorer(
-                    loaded, texts, subject_spans, object_spans, batch_size=batch_size, progress=pass_progress
+                    loaded,
+                    texts,
+                    subject_spans,
+                    object_spans,
+                    batch_size=batch_size,
+                    progress=pass_progress,
+                    **context,
                 )
             for col in DROPOUT_COLUMNS:
                 for row, value in zip(values[col], frame[col].to_list(), strict=True):

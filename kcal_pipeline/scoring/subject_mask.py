@@ -23,7 +23,10 @@ Capitalisation rule: the placeholder's first character is upper-cased when the s
 sentence, i.e. when the text before it - ignoring whitespace and opening quotes/brackets - is empty
 or ends with '.', '!' or '?' ("[X] is in [Y]." → "Something is in Paris."). Anywhere else the
 placeholder is used as given; it is never lower-cased (so "It" stays "It"). An abbreviation
-before the subject ("St. [X]") would count as a sentence end; no curated template has one.
+before the subject ("St. [X]") would count as a sentence end; no curated template has one. A
+statement with a context (statements.context_end > 0: demonstrations before it) is judged on its
+own text, so its placeholder is capitalised as the same statement's without the context; the
+context is left alone, stays before the statement and keeps its end.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
+
+from kcal_pipeline.dataset.instances.context import CONTEXT_COLUMN  # where a statement's context ends
 
 if TYPE_CHECKING:
     from kcal_pipeline.scoring.models.loading import LoadedModel
@@ -91,12 +96,19 @@ def check_maskable(text: str, subject_span: Span, object_span: Span) -> tuple[Sp
 
 
 def mask_subject(
-    text: str, subject_span: Span, object_span: Span, placeholder: str = DEFAULT_PLACEHOLDER
+    text: str,
+    subject_span: Span,
+    object_span: Span,
+    placeholder: str = DEFAULT_PLACEHOLDER,
+    context_end: int = 0,
 ) -> tuple[str, Span, Span]:
-    """(masked text, placeholder span, object span in the masked text)."""
+    """(masked text, placeholder span, object span in the masked text). The text before
+    `context_end` (a context the statement follows) does not count for the capitalisation."""
     check_placeholder(placeholder)
     (s0, s1), (o0, o1) = check_maskable(text, subject_span, object_span)
-    word = placeholder[0].upper() + placeholder[1:] if starts_sentence(text, s0) else placeholder
+    context_end = min(context_end or 0, s0)
+    opens = starts_sentence(text[context_end:], s0 - context_end)
+    word = placeholder[0].upper() + placeholder[1:] if opens else placeholder
     masked = text[:s0] + word + text[s1:]
     shift = len(word) - (s1 - s0)
     obj = (o0 + shift, o1 + shift) if o0 >= s1 else (o0, o1)
@@ -107,7 +119,8 @@ def mask_subjects(statements: pl.DataFrame, placeholder: str = DEFAULT_PLACEHOLD
     """The statements frame with `text` and the four span columns of the subject-masked statements
     (same rows, order, other columns and dtypes)."""
     check_placeholder(placeholder)
-    rows = _per_row(statements, lambda text, s, o: mask_subject(text, s, o, placeholder))
+    ends = iter(context_ends_of(statements) or [0] * statements.height)
+    rows = _per_row(statements, lambda text, s, o: mask_subject(text, s, o, placeholder, next(ends)))
     columns = {
         "text": [r[0] for r in rows],
         "subject_start": [r[1][0] for r in rows],
@@ -118,6 +131,15 @@ def mask_subjects(statements: pl.DataFrame, placeholder: str = DEFAULT_PLACEHOLD
     return statements.with_columns(
         pl.Series(name, values, dtype=statements.schema[name]) for name, values in columns.items()
     )
+
+
+def context_ends_of(statements: pl.DataFrame) -> list[int] | None:
+    """The statements' context ends (nulls as 0), or None when the frame has no context_end
+    column or no statement has a context: a scorer then runs exactly as without contexts."""
+    if CONTEXT_COLUMN not in statements.columns:
+        return None
+    ends = statements[CONTEXT_COLUMN].fill_null(0).cast(pl.Int64)
+    return ends.to_list() if (ends != 0).any() else None
 
 
 def _per_row(statements: pl.DataFrame, fn: Callable[[str, Span, Span], Any]) -> list[Any]:
@@ -158,6 +180,8 @@ def subject_masked_scores(
     from kcal_pipeline.scoring.mlm import score_mlm, subject_token_counts
 
     masked_lm = getattr(loaded, "kind", "clm") == "mlm"
+    ends = context_ends_of(statements)
+    context = {} if ends is None else {"context_ends": ends}
     if scorer is None:
         from kcal_pipeline.core.options import ScoringOptions
         from kcal_pipeline.scoring.clm import score_clm
@@ -169,7 +193,14 @@ def subject_masked_scores(
         subjects, objects = [s for s, _ in spans], [o for _, o in spans]
         texts = statements["text"].to_list()
         scores = scorer(
-            loaded, texts, subjects, objects, mask_subject=True, batch_size=batch_size, progress=progress
+            loaded,
+            texts,
+            subjects,
+            objects,
+            mask_subject=True,
+            batch_size=batch_size,
+            progress=progress,
+            **context,
         )
         mask = loaded.tokenizer.mask_token
         record = {
@@ -187,6 +218,7 @@ def subject_masked_scores(
             list(zip(masked["object_start"], masked["object_end"], strict=True)),
             batch_size=batch_size,
             progress=progress,
+            **context,
         )
         record = {
             "subject_mask_method": [METHOD_PLACEHOLDER] * masked.height,

@@ -2,7 +2,7 @@
 --
 -- Zhao et al. (METHODS §4), from the consistency table: test split, thresholds tuned on dev, pooled
 -- over relations. kind 'intra': the same estimator on the original prompt against a changed setup
--- (versus = setup_b: a marker such as 'certainly', 'extra-space', 'typo', 'one-shot', 'paraphrase',
+-- (versus = setup_b: a marker such as 'certainly', 'extra-space', 'typo', 'context-fixed', 'paraphrase',
 -- 'answer_space_k=3', …); kind 'cross': two estimators on the original prompt (versus = the second
 -- one). Rows under the headline reduction of either estimator (headline_reductions: 'sum', or
 -- 'answer_sum' for the MACE estimators), so each pair is read as its estimators are reported. A

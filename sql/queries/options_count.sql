@@ -3,24 +3,25 @@
 -- Kissling et al. §5.4 (METHODS §5): calibration changes with |O|. Rows are the `n_options` scope of
 -- the metrics table (options = the instances' option count) and, with options NULL, all sizes
 -- pooled (scope 'all'), for answer_space 'full' (each instance's own answer space: its relation's,
--- or a MACE question's golds and distractors) and 'subsample' (the `#k` copies, answer_space_k = k:
--- every gold plus distractors up to k options, drawn with the probe seed; a question with more
--- than k golds keeps them all, so it counts under its own option count). chance = 1 / options,
--- the accuracy of a random guess with one gold. Test split, each estimator's headline reduction
--- (headline_reductions); probability-valued estimators only (those with an ACE).
+-- or a MACE question's golds and distractors) and 'subsample' (the option-count sweep's
+-- `#k<k>d<draw>` copies, answer_space_k = k, one row per draw answer_space_draw: every gold plus
+-- distractors up to k options; their mean and spread over the draws: options_sweep).
+-- chance = 1 / options, the accuracy of a random guess with one gold. Test split, each estimator's
+-- headline reduction (headline_reductions); probability-valued estimators only (those with an ACE).
 WITH rows AS (
-    SELECT m.model_id, m.estimator, m.reduction, m.answer_space_k, m.metric, m.value, m.n,
+    SELECT m.model_id, m.estimator, m.reduction, m.answer_space_k, m.answer_space_draw, m.metric,
+           m.value, m.n,
            CASE WHEN m.answer_space_k = 0 THEN 'full' ELSE 'subsample' END AS answer_space,
            CASE WHEN m.scope = 'n_options' THEN CAST(m.scope_value AS INTEGER) END AS options
     FROM metrics AS m
     JOIN headline_reductions AS r USING (model_id, estimator, reduction)
     WHERE m.split = 'test' AND m.scope IN ('n_options', 'all') AND m.metric IN ('accuracy', 'ace')
 )
-SELECT model_id, estimator, reduction, answer_space, answer_space_k, options,
+SELECT model_id, estimator, reduction, answer_space, answer_space_k, answer_space_draw, options,
        round(1.0 / options, 4) AS chance, max(n) AS instances,
        round(max(value) FILTER (WHERE metric = 'accuracy'), 4) AS accuracy,
        round(max(value) FILTER (WHERE metric = 'ace'), 4)      AS ace
 FROM rows
-GROUP BY model_id, estimator, reduction, answer_space, answer_space_k, options
+GROUP BY model_id, estimator, reduction, answer_space, answer_space_k, answer_space_draw, options
 HAVING count(*) FILTER (WHERE metric = 'ace') > 0
-ORDER BY model_id, estimator, answer_space_k, options NULLS LAST;
+ORDER BY model_id, estimator, answer_space_k, answer_space_draw, options NULLS LAST;

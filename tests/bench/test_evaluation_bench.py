@@ -52,7 +52,8 @@ def test_pandas_path_agrees_with_kcal_on_every_table(tiny):
     metrics = bench.kcal_parts(kcal)["metrics"]
     # every breakdown scope of the headline selection is there, and the MACE mixtures
     assert {"all", "relation", "domain", "n_gold", "mixture_domain", "mixture", "n_options", "template_kind",
-            "template", "relation_template_mean", "all_template_mean"} <= set(metrics["scope"])  # fmt: skip
+            "template", "relation_template_mean", "all_template_mean",
+            "bear_domain"} <= set(metrics["scope"])  # fmt: skip
     assert set(bench.METRIC_DEFS) <= set(metrics["metric"])
     assert set(metrics["estimator"]) == set(ESTIMATORS)
     consistency = kcal["consistency"]

@@ -58,7 +58,7 @@ def statements(tmp_path_factory):
     """5 whole (instance, template) groups of the bench's statements (every template, 5
     instances), as the parquet file --statements reads."""
     folder = tmp_path_factory.mktemp("bench-statements")
-    frame = bench.build_statements(6, folder)  # the one-shot template needs 2 instances per relation
+    frame = bench.build_statements(6, folder)
     rows = [r for group in bench.groups_of(frame)[::6] for r in group[3]]
     path = folder / "statements.parquet"
     frame.select(pl.all().gather(rows)).write_parquet(path)

@@ -62,6 +62,32 @@ def test_statements_are_instances_times_templates_times_options():
     assert "1 statements of no instance" in statements_cover_the_probe(extra, INSTANCES).summary
 
 
+def test_a_context_template_covers_the_instances_with_a_demonstration_only():
+    """t2 a context template with a demonstration for instance a only (b's is left out and logged):
+    no instance misses a template; a context prompt must still be exactly its options."""
+    both = statements().with_columns(context_end=pl.when(pl.col("template_id") == "t2").then(20).otherwise(0))
+    only_a = both.filter(~((pl.col("instance_id") == "b") & (pl.col("template_id") == "t2")))
+    ok = statements_cover_the_probe(only_a, INSTANCES)
+    assert ok.passed and ok.details == {
+        "statements": 8,
+        "expected": 8,
+        "templates": 2,
+        "context_templates": 1,
+    }
+    assert statements_cover_the_probe(both, INSTANCES).details["expected"] == 10
+    lost = only_a.filter(pl.col("statement_id") != "a:t2:2")
+    assert (
+        statements_cover_the_probe(lost, INSTANCES).summary
+        == "1 prompts whose statements are not exactly their options"
+    )
+    context_only = only_a.filter(
+        pl.col("template_id") == "t2"
+    )  # b has no statement at all: logged, not a fault
+    assert statements_cover_the_probe(context_only, INSTANCES).passed
+    plain_lost = only_a.filter(~((pl.col("instance_id") == "b") & (pl.col("template_id") == "t1")))
+    assert statements_cover_the_probe(plain_lost, INSTANCES).summary == "1 instances without statements"
+
+
 def scores(ll_sum) -> pl.DataFrame:
     n = len(ll_sum)
     return pl.DataFrame(

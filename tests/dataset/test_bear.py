@@ -18,10 +18,12 @@ from kcal_pipeline.dataset.instances.probe import (
     build_statements,
     instance_row,
     instances_frame,
+    relations_frame,
     templates_frame,
 )
 from kcal_pipeline.dataset.instances.quality import quality_report
-from kcal_pipeline.dataset.relations import RelationSpec, load_catalog, parse_entry
+from kcal_pipeline.dataset.instances.relation_probe import curated_and_variants, run_templates
+from kcal_pipeline.dataset.relations import RelationSpec, load_catalog, merge_catalogs, parse_entry
 from kcal_pipeline.dataset.sources.bear import (
     BearFormatError,
     catalog_entries,
@@ -31,12 +33,15 @@ from kcal_pipeline.dataset.sources.bear import (
     import_bear,
     read_bear,
     split_stored,
+    split_templates,
     toml_string,
+    with_templates_file,
     write_catalog_toml,
 )
 from kcal_pipeline.dataset.sources.facts import relation_facts
-from kcal_pipeline.dataset.templates import TemplateError
+from kcal_pipeline.dataset.templates import TemplateError, marker_variant_of
 
+PACKAGED_DIR = Path(__file__).resolve().parents[2] / "kcal_pipeline" / "dataset" / "data"
 METADATA = {
     "P19": {
         "templates": ["[X] was born in [Y].", "[X] wurde in [Y] geboren.", 'The "birthplace" of [X] is [Y].'],
@@ -559,3 +564,456 @@ def test_capitalizing_keeps_spans_on_their_words_where_the_length_changes():
 def test_statements_are_capitalized_by_default_as_in_lm_pub_quiz():
     assert ProbeOptions().capitalize_statements is True
     assert ProbeOptions(capitalize_statements=False).capitalize_statements is False
+
+
+# --- issue 29: Kissling et al.'s templates, BEAR-big, --subset lite, BEAR's topic domains ---------
+
+# One relation as Kissling et al.'s file has it (P412 is one whose markers are not the first
+# paraphrase with a word inserted), cut to 2 paraphrases + 3 markers, on P36's tiny answer space.
+KISSLING_P36 = [
+    "[X]'s voice type is [Y].",
+    "The voice type of [X] is [Y].",
+    "[X] is possibly of voice type [Y].",
+    "[X] is certainly of voice type [Y].",
+    "I'm 50% confident [X]'s voice type is [Y].",
+]
+
+
+def write_templates_file(path, relations, templates=None, **answer_space):
+    data = {
+        rid: {
+            "templates": (templates or {}).get(rid, KISSLING_P36),
+            "answer_space_ids": answer_space.get(
+                "ids", METADATA.get(rid, METADATA["P36"])["answer_space_ids"]
+            ),
+            "answer_space_labels": answer_space.get(
+                "labels", METADATA.get(rid, METADATA["P36"])["answer_space_labels"]
+            ),
+        }
+        for rid in relations
+    }
+    path.write_text(json.dumps(data), "utf-8")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("text", "variant"),
+    [
+        ("[X] is possibly of voice type [Y].", "possibly"),  # not the parent with a word inserted
+        ("The home venue of the [X] is certainly the [Y].", "certainly"),
+        ("I'm 0% confident [X]'s voice type is [Y].", "numeric-0"),
+        ("I'm 100% confident the capital of [X] is [Y].", "numeric-100"),
+        ("The voice type of [X] is [Y].", None),  # a paraphrase
+        ("[X] Possibly sings [Y].", "possibly"),  # any case, as a word
+        ("[X] impossibly sings [Y].", None),  # inside another word: no marker
+    ],
+)
+def test_a_marker_template_is_read_from_its_text(text, variant):
+    assert marker_variant_of(text, "[X]'s voice type is [Y].") == variant
+
+
+def test_a_marker_word_the_parent_has_is_no_marker_and_odd_markers_are_errors():
+    assert marker_variant_of("[X] certainly was in [Y].", "[X] was certainly in [Y].") is None
+    with pytest.raises(TemplateError, match=r"here: .*says 30%, not one of the numeric marker levels"):
+        marker_variant_of("I'm 30% confident [X] is in [Y].", "[X] is in [Y].", "here")
+    with pytest.raises(TemplateError, match=r"more than one marker \(I'm 50% confident, possibly\)"):
+        marker_variant_of("I'm 50% confident [X] is possibly in [Y].", "[X] is in [Y].")
+    with pytest.raises(TemplateError, match=r"more than one marker \(certainly, possibly\)"):
+        marker_variant_of("[X] is certainly, possibly in [Y].", "[X] is in [Y].")
+
+
+def test_a_templates_file_splits_into_paraphrases_and_the_markers_of_the_first():
+    assert split_templates("P36", KISSLING_P36, "f [P36]") == (
+        ("[X]'s voice type is [Y].", "The voice type of [X] is [Y]."),
+        (
+            "[X] is possibly of voice type [Y].",
+            "[X] is certainly of voice type [Y].",
+            "I'm 50% confident [X]'s voice type is [Y].",
+        ),
+        ("possibly", "certainly", "numeric-50"),
+    )
+
+
+@pytest.mark.parametrize(
+    ("templates", "message"),
+    [
+        (
+            ["I'm 0% confident [X] is [Y].", "[X] is [Y]."],
+            r"templates\[0\].*the first template must be a paraphrase",
+        ),
+        (
+            ["[X] is in [Y].", "[X] is possibly in [Y].", "[Y] holds [X]."],
+            r"templates\[2\]: '\[Y\] holds \[X\].' has no marker but follows the marker templates",
+        ),
+        (
+            ["[X] is in [Y].", "[X] is possibly in [Y].", "[X] possibly is in [Y]."],
+            r"templates\[2\]: a second 'possibly' marker template \(the first is templates\[1\]\)",
+        ),
+        (
+            ["[X] is in [Y].", "[Y] holds [X].", "[X] is in [Y]."],
+            r"templates\[2\]: .* repeats templates\[0\]",
+        ),
+        (["[X] is in [Y].", "I'm 60% confident [X] is in [Y]."], r"templates\[1\]: .*says 60%"),
+        (["[X] is in [Y].", "[X] is possibly in."], r"templates\[1\]: .*must contain \[Y\] exactly once"),
+    ],
+)
+def test_odd_template_lists_are_refused_naming_relation_and_index(templates, message):
+    with pytest.raises(ValueError, match=r"f \[P36\] " + message):
+        split_templates("P36", templates, "f [P36]")
+
+
+def test_import_with_a_templates_file_gives_curated_templates_and_explicit_markers(
+    bear_dir, tmp_path, fresh_catalog
+):
+    path = write_templates_file(tmp_path / "kissling.json", ["P36", "P19", "P99"])  # P99: not imported
+    notes = []
+    catalog_path, _ = import_bear(
+        bear_dir, tmp_path / "home", prefix="", relations=["P36"], templates=path, log=notes.append
+    )
+    assert notes[0] == "BEAR P36 -> P36: 2 facts, 2 options, 2 templates + 3 markers, dropped none"
+    entry = tomllib.loads(catalog_path.read_text("utf-8"))["P36"]
+    assert entry["templates"] == KISSLING_P36[:2]
+    assert entry["marker_templates"] == KISSLING_P36[2:]
+    assert entry["marker_variants"] == ["possibly", "certainly", "numeric-50"]
+    spec = fresh_catalog(path=str(catalog_path))["P36"]
+    assert spec.templates == tuple(KISSLING_P36[:2]) and spec.marker_variants == (
+        "possibly",
+        "certainly",
+        "numeric-50",
+    )
+
+    # Every existing marker estimator reads these: the catalog's markers, verbatim, on c0 only
+    # (the paper's setting); c1 gets none, not even rule-made ones.
+    table = curated_and_variants(templates_frame({"P36": spec}), [4])
+    markers = table.filter(pl.col("kind").str.starts_with("marker")).sort("template_id")
+    assert markers.select("template_id", "text", "kind", "parent_id", "variant").rows() == [
+        ("P36:c0:certainly", KISSLING_P36[3], "marker_verbal", "P36:c0", "certainly"),
+        ("P36:c0:numeric-50", KISSLING_P36[4], "marker_numeric", "P36:c0", "numeric-50"),
+        ("P36:c0:possibly", KISSLING_P36[2], "marker_verbal", "P36:c0", "possibly"),
+    ]
+    chosen = run_templates(table, None, ["curated", "marker_verbal", "marker_numeric"], 5, [4])
+    assert chosen["template_id"].to_list() == [
+        "P36:c0",
+        "P36:c0:certainly",
+        "P36:c0:numeric-50",
+        "P36:c0:possibly",
+        "P36:c1",
+    ]
+    # a relation without explicit markers keeps the rule-made ones on every template
+    packaged = curated_and_variants(templates_frame({"P36": load_catalog()["P36"]}), [4])
+    assert packaged.filter(pl.col("kind") == "marker_numeric")["parent_id"].n_unique() == 5
+
+
+@pytest.mark.parametrize(
+    ("space", "message"),
+    [
+        (
+            {"ids": ["Q90", "Q65"]},
+            r"\[P36\]: answer_space_ids differs from the imported directory's .* \(first difference at "
+            r"\[1\]: 'Q65' there, 'Q64' here\)",
+        ),
+        ({"labels": ["Paris"]}, r"\[P36\]: answer_space_labels differs .* \(1 entries there, 2 here\)"),
+        ({"ids": None}, r"\[P36\]: answer_space_ids differs .* \(the templates file gives None\)"),
+    ],
+)
+def test_a_templates_file_with_another_answer_space_is_refused(bear_dir, tmp_path, space, message):
+    path = write_templates_file(tmp_path / "k.json", ["P36"], **space)
+    with pytest.raises(BearFormatError, match=message):
+        import_bear(bear_dir, tmp_path / "home", relations=["P36"], templates=path, log=lambda _: None)
+    assert not (tmp_path / "home").exists()
+
+
+def test_a_templates_file_must_have_every_imported_relation(bear_dir, tmp_path):
+    path = write_templates_file(tmp_path / "k.json", ["P36"])
+    with pytest.raises(
+        BearFormatError, match=r"k.json \[P19\]: the templates file has no entry for relation P19"
+    ):
+        import_bear(bear_dir, tmp_path / "home", templates=path, log=lambda _: None)
+
+
+def _entry(**fields):
+    return {
+        "label": "l",
+        "kind": "n_to_1",
+        "object_type": "t",
+        "source": "rule",
+        "templates": KISSLING_P36[:2],
+    } | fields
+
+
+def test_a_user_catalog_can_give_explicit_markers_and_domains():
+    spec = parse_entry(
+        "X1",
+        _entry(
+            marker_templates=KISSLING_P36[2:], marker_variants=["possibly", "certainly", "numeric-50"],
+            bear_domains=["Arts", "Biographical"],
+        ),
+        "user.toml",
+    )  # fmt: skip
+    assert spec.marker_templates == tuple(KISSLING_P36[2:]) and spec.bear_domains == ("Arts", "Biographical")
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        (
+            {"marker_templates": KISSLING_P36[2:4], "marker_variants": ["possibly"]},
+            "marker_templates has 2 entries but marker_variants has 1",
+        ),
+        (
+            {"marker_templates": KISSLING_P36[2:3], "marker_variants": ["perhaps"]},
+            r"marker_variants\[0\] 'perhaps' is not one of",
+        ),
+        (
+            {"marker_templates": KISSLING_P36[3:4], "marker_variants": ["possibly"]},
+            r"marker_templates\[0\]: .* reads as 'certainly' .* but marker_variants\[0\] says 'possibly'",
+        ),
+        (
+            {"marker_templates": KISSLING_P36[1:2], "marker_variants": ["possibly"]},
+            r"marker_templates\[0\]: .* is one of the templates",
+        ),
+        (
+            {
+                "marker_templates": ["[X] is possibly [Y]"],
+                "marker_variants": ["possibly"],
+                "marked_templates": ["[X]'s voice type is [M] [Y].", "The voice type of [X] is [M] [Y]."],
+            },
+            "marker_templates and marked_templates both say where markers go",
+        ),
+        (
+            {"marker_templates": "[X] [Y]", "marker_variants": []},
+            "marker_templates must be a list of non-empty",
+        ),
+        ({"bear_domains": "Arts"}, "bear_domains must be a list of non-empty strings, got 'Arts'"),
+        ({"bear_domains": ["Arts", "Arts"]}, "bear_domains has duplicates"),
+    ],
+)
+def test_bad_explicit_markers_and_domains_name_relation_and_field(fields, message):
+    with pytest.raises(ValueError, match=r"user.toml \[X1\]"):
+        parse_entry("X1", _entry(**fields), "user.toml")
+    with pytest.raises(ValueError, match=message):
+        parse_entry("X1", _entry(**fields), "user.toml")
+
+
+KISSLING = REAL_BEAR.parent / "kissling-templates" / "metadata_relations.json"
+
+
+@pytest.mark.skipif(
+    not (REAL_BEAR / "metadata_relations.json").is_file() or not KISSLING.is_file(),
+    reason=f"BEAR's files or Kissling et al.'s templates are not at {REAL_BEAR} and {KISSLING}",
+)
+def test_kissling_templates_on_the_real_bear_are_5_paraphrases_and_7_markers_each():
+    ds = with_templates_file(read_bear(REAL_BEAR), KISSLING)
+    assert len(ds.relations) == 60 and ds.warnings() == []
+    assert {(len(r.templates), r.marker_variants) for r in ds.relations.values()} == {
+        (5, ("possibly", "certainly", "numeric-0", "numeric-25", "numeric-50", "numeric-75", "numeric-100"))
+    }
+    assert ds.relations["P103"].templates[2] == "The first language of [X] is [Y]."  # not BEAR's repeat
+    assert ds.relations["P6886"].marker_templates[:3] == (
+        "The works of [X] were possibly primarily written in [Y].",
+        "The works of [X] were certainly primarily written in [Y].",
+        "I'm 0% confident [X]'s works were primarily written in [Y].",
+    )
+
+
+# BEAR-big: no answer space in the metadata, no answer_idx in the lines. P36's lines 1 and 3 are
+# not in the lite selection, so Q65 (Rome) is in BEAR-big's P36 space but not in lite's; P99 is
+# not part of lite at all.
+def big_line(sub_id, sub_label, obj_id, obj_label, aliases=()):
+    return json.dumps(
+        {
+            "sub_id": sub_id,
+            "sub_label": sub_label,
+            "sub_aliases": list(aliases),
+            "obj_id": obj_id,
+            "obj_label": obj_label,
+        },
+        ensure_ascii=False,
+    )
+
+
+BIG_FACTS = {
+    "P36": [
+        big_line("Q183", "Germany", "Q64", "Berlin", ["Deutschland", "BRD"]),
+        big_line("Q38", "Italy", "Q220", "Rome", ["Italia"]),
+        big_line("Q142", "France", "Q90", "Paris", ["République française"]),
+        big_line("Q1", "Q1", "Q90", "Paris"),  # label_is_id: dropped, not lost
+        big_line("Q39", "Switzerland", "Q70", "Bern"),
+    ],
+    "P19": [
+        big_line("Q1", "Pelé", "Q174", "São Paulo", ["O Rei"]),
+        big_line("Q2", "Ursula Andress", "Q72", "Zürich"),
+        big_line("Q3", "Édith Piaf", "Q90", "Paris", ["La Môme"]),
+    ],
+    "P99": [big_line("Q5", "Five", "Q6", "Six")],
+}
+LITE = {"P36": [0, 2, 3, 4], "P19": [2, 0]}
+# What BEAR itself has for those lines: the same lines with answer_idx into the space of the
+# kept lines' objects in order of first appearance.
+LITE_METADATA = {
+    "P36": {"templates": ["The capital of [X] is [Y]."], "answer_space_ids": ["Q64", "Q90", "Q70"],
+            "answer_space_labels": ["Berlin", "Paris", "Bern"]},
+    "P19": {"templates": ["[X] was born in [Y]."], "answer_space_ids": ["Q174", "Q90"],
+            "answer_space_labels": ["São Paulo", "Paris"]},
+}  # fmt: skip
+LITE_FACTS = {
+    "P36": [
+        line("Q183", "Germany", "Q64", 0, "Berlin", ["Deutschland", "BRD"]),
+        line("Q142", "France", "Q90", 1, "Paris", ["République française"]),
+        line("Q1", "Q1", "Q90", 1, "Paris"),
+        line("Q39", "Switzerland", "Q70", 2, "Bern"),
+    ],
+    "P19": [
+        line("Q1", "Pelé", "Q174", 0, "São Paulo", ["O Rei"]),
+        line("Q3", "Édith Piaf", "Q90", 1, "Paris", ["La Môme"]),
+    ],
+}
+
+
+def write_bear_big(root, lite=LITE, info=None):
+    meta = {
+        rid: {"templates": LITE_METADATA.get(rid, {"templates": ["[X] x [Y]."]})["templates"]}
+        for rid in BIG_FACTS
+    }
+    write_bear(root, metadata=meta, facts=BIG_FACTS)
+    if lite is not None:
+        (root.parent / "bear_lite_indices.json").write_text(
+            json.dumps(lite), "utf-8"
+        )  # the repository's root
+    if info is not None:
+        (root / "relation_info.json").write_text(json.dumps(info), "utf-8")
+    return root
+
+
+def test_bear_big_gets_the_objects_of_its_instances_as_answer_space(tmp_path):
+    ds = read_bear(write_bear_big(tmp_path / "BEAR-big", lite=None))
+    p36 = ds.relations["P36"]
+    assert p36.derived_space
+    # first appearance in the file, each with its first line's label (lm-pub-quiz's order)
+    assert p36.answer_space_ids == ("Q64", "Q220", "Q90", "Q70")
+    assert p36.answer_space_labels == ("Berlin", "Rome", "Paris", "Bern")
+    assert [f["subject_id"] for f in p36.facts] == ["Q183", "Q38", "Q142", "Q39"]
+    assert [(d["line"], d["drop_reason"]) for d in p36.dropped] == [(4, "label_is_id")]
+    assert p36.facts[0]["aliases"] == ("Deutschland", "BRD")  # sub_aliases kept
+    frame = facts_frame(ds).filter(pl.col("subject_id") == "Q183")
+    assert json.loads(frame["qualifiers"][0]) == {"sub_aliases": ["Deutschland", "BRD"]}
+    assert set(ds.relations) == {"P36", "P19", "P99"}
+
+
+def test_bear_big_answer_idx_may_be_given_and_must_then_agree(tmp_path):
+    facts = {"P36": [line("Q183", "Germany", "Q64", 0, "Berlin"), line("Q38", "Italy", "Q220", 1, "Rome")]}
+    meta = {"P36": {"templates": ["The capital of [X] is [Y]."]}}
+    ds = read_bear(write_bear(tmp_path / "ok", metadata=meta, facts=facts))
+    assert ds.relations["P36"].answer_space_ids == ("Q64", "Q220")
+    facts["P36"][1] = line("Q38", "Italy", "Q220", 0, "Rome")
+    with pytest.raises(BearFormatError, match=r"P36.jsonl:2: answer_idx 0 points to Q64 but obj_id is Q220"):
+        read_bear(write_bear(tmp_path / "bad", metadata=meta, facts=facts))
+    facts["P36"] = [json.dumps({**json.loads(big_line("Q38", "Italy", "Q220", " ")), "answer_idx": 0})]
+    with pytest.raises(
+        BearFormatError, match=r"P36.jsonl:1: obj_label ' ' of Q220 must be a non-empty string"
+    ):
+        read_bear(write_bear(tmp_path / "nolabel", metadata=meta, facts=facts))
+
+
+def test_the_lite_subset_of_bear_big_is_the_matching_bear(tmp_path, fresh_catalog):
+    big = write_bear_big(tmp_path / "repo" / "BEAR-big")
+    bear = write_bear(tmp_path / "repo" / "BEAR", metadata=LITE_METADATA, facts=LITE_FACTS)
+    ds = read_bear(big, subset="lite")
+    assert list(ds.relations) == ["P36", "P19"] and ds.name == "BEAR-big-lite"  # P99 is not in lite
+    assert ds.relations["P36"].answer_space_labels == ("Berlin", "Paris", "Bern")  # no Rome
+    assert [d["line"] for d in ds.relations["P36"].dropped] == [4]  # the file's line number
+    lite_catalog, lite_paths = import_bear(big, tmp_path / "lite", subset="lite", log=lambda _: None)
+    bear_catalog, bear_paths = import_bear(bear, tmp_path / "bear", log=lambda _: None)
+    assert list(lite_paths) == list(bear_paths) == ["bear-P36", "bear-P19"]
+    for rid in lite_paths:
+        lite, bear_facts = (pl.read_parquet(p[rid]).drop("source") for p in (lite_paths, bear_paths))
+        assert lite.equals(bear_facts), rid  # facts, drops and aliases alike
+    entries = [tomllib.loads(c.read_text("utf-8")) for c in (lite_catalog, bear_catalog)]
+    for rid in lite_paths:
+        same = ("templates", "answer_space_ids", "answer_space_labels", "kind")
+        assert {k: entries[0][rid][k] for k in same} == {k: entries[1][rid][k] for k in same}
+
+
+@pytest.mark.parametrize(
+    ("lite", "message"),
+    [
+        (
+            {"P36": [0, 5]},
+            r"bear_lite_indices.json \[P36\]: index 5 is not a line of .*P36.jsonl \(5 instance lines",
+        ),
+        ({"P36": [-1]}, r"\[P36\]: index -1 is not a line"),
+        ({"P36": [0, 2, 0]}, r"\[P36\]: index 0 is listed more than once"),
+        ({"P7": [0]}, r"bear_lite_indices.json \[P7\]: no such relation in"),
+        ({"P36": 3}, r"\[P36\]: expected a list of line indices, got 3"),
+    ],
+)
+def test_a_bad_lite_selection_names_relation_and_index(tmp_path, lite, message):
+    big = write_bear_big(tmp_path / "repo" / "BEAR-big", lite=lite)
+    with pytest.raises(BearFormatError, match=message):
+        import_bear(big, tmp_path / "home", subset="lite", log=lambda _: None)
+    assert not (tmp_path / "home").exists()
+
+
+def test_lite_without_its_indices_file_says_where_it_looked(tmp_path):
+    big = write_bear_big(tmp_path / "repo" / "BEAR-big", lite=None)
+    with pytest.raises(
+        BearFormatError, match=r"--subset lite needs bear_lite_indices.json .* in .*BEAR-big or .*repo"
+    ):
+        read_bear(big, subset="lite")
+    with pytest.raises(ValueError, match=r"--subset 'big' is not one of \['lite'\]"):
+        read_bear(big, subset="big")
+
+
+def test_bear_domains_reach_the_catalog_and_the_relations_table(tmp_path, fresh_catalog):
+    info = {"P36": {"domains": ["Geographic", "Political"]}, "P6": {"domains": ["Political"]}}
+    big = write_bear_big(tmp_path / "BEAR-big", lite=None, info=info)
+    catalog_path, _ = import_bear(big, tmp_path / "home", prefix="", log=lambda _: None)
+    entries = tomllib.loads(catalog_path.read_text("utf-8"))
+    assert entries["P36"]["bear_domains"] == ["Geographic", "Political"]
+    assert "bear_domains" not in entries["P19"]  # relation_info.json does not list it
+    table = relations_frame(fresh_catalog(path=str(catalog_path)))
+    domains = dict(table.select("relation_id", "bear_domains").iter_rows())
+    assert domains["P36"] == ["Geographic", "Political"] and domains["P19"] == []
+    (big / "relation_info.json").write_text(json.dumps({"P36": {"domains": "Geographic"}}), "utf-8")
+    with pytest.raises(BearFormatError, match=r"relation_info.json \[P36\]: domains must be a list"):
+        read_bear(big)
+
+
+@pytest.mark.skipif(
+    not (REAL_BEAR / "relation_info.json").is_file(),
+    reason=f"BEAR's relation_info.json is not in {REAL_BEAR}",
+)
+def test_packaged_relations_carry_bears_domains_where_bear_has_the_relation():
+    info = json.loads((REAL_BEAR / "relation_info.json").read_text("utf-8"))
+    packaged = merge_catalogs(
+        [(tomllib.loads((PACKAGED_DIR / "relations.toml").read_text("utf-8")), "relations.toml")]
+    )
+    assert {rid: list(s.bear_domains) for rid, s in packaged.items()} == {
+        rid: info.get(rid, {"domains": []})["domains"] for rid in packaged
+    }
+    assert packaged["P37"].bear_domains == ("Political", "Geographic")
+
+
+def test_the_cli_imports_lite_with_a_templates_file(tmp_path, capsys):
+    from assets.cli import build_parser
+
+    big = write_bear_big(tmp_path / "repo" / "BEAR-big")
+    templates = tmp_path / "templates.json"
+    space = {
+        rid: {k: meta[k] for k in ("answer_space_ids", "answer_space_labels")}
+        for rid, meta in LITE_METADATA.items()
+    }
+    templates.write_text(
+        json.dumps({rid: {"templates": KISSLING_P36, **s} for rid, s in space.items()}), "utf-8"
+    )
+    args = build_parser().parse_args(
+        ["--home", str(tmp_path / "home"), "dataset", "import-bear", str(big), "--subset", "lite",
+         "--templates", str(templates)]
+    )  # fmt: skip
+    assert args.func(args) == 0
+    assert capsys.readouterr().out.splitlines()[:2] == [
+        "BEAR P36 -> bear-P36: 3 facts, 3 options (the objects of its instances), 2 templates + 3 markers, "
+        "dropped {'label_is_id': 1}",
+        "BEAR P19 -> bear-P19: 2 facts, 2 options (the objects of its instances), 2 templates + 3 markers, "
+        "dropped none",
+    ]

@@ -1,4 +1,4 @@
-"""The dataset layer: which templates a run scores, one-shot statements, instances per kind."""
+"""The dataset layer: which templates a run scores, context statements, instances per kind."""
 
 import polars as pl
 import pytest
@@ -45,21 +45,65 @@ def test_generated_kind_needs_generated_templates():
         run_templates(TEMPLATES, None, ["generated"], 3, SEEDS)
 
 
-def test_one_shot_statements_demonstrate_with_another_subject_and_keep_spans():
+CONTEXT_KINDS = ["context_1shot", "context_3shot", "context_wrong", "context_fixed"]
+
+
+def test_context_statements_are_the_plain_statements_behind_a_context_that_names_no_option():
+    """Each context statement is its parent's statement, unchanged (capitalisation included),
+    behind demonstrations that end in a line break; context_end marks where it starts and the spans
+    stay exact. No demonstration names the instance's subject or any of its options."""
     inst = relation_instances(
-        CATALOG["P36"], FACTS, pl.DataFrame(), ProbeOptions(n_negatives=2, max_instances=0)
+        CATALOG["P36"],
+        FACTS,
+        pl.DataFrame(),
+        ProbeOptions(answer_space="sampled", n_negatives=1, max_instances=0),
     )
-    chosen = run_templates(TEMPLATES, None, ["perturbation"], 1, SEEDS).filter(
-        pl.col("variant") == "one-shot"
-    )
-    st = relation_statements(inst, chosen, seed=13)
-    assert st.height == int(inst["n_options"].sum())
-    for row in st.iter_rows(named=True):
-        subject = row["text"][row["subject_start"] : row["subject_end"]]
-        own = inst.filter(pl.col("instance_id") == row["instance_id"])["subject_label"][0]
-        assert subject == own and row["text"][row["object_start"] : row["object_end"]] == row["object_label"]
-        demo = row["text"][: row["text"].index("The capital of " + own)]
-        assert demo.strip() and own not in demo and "[D]" not in row["text"]
+    chosen = run_templates(TEMPLATES, None, ["curated", *CONTEXT_KINDS], 1, SEEDS)
+    st = relation_statements(inst, chosen, seed=13, capitalize=True, facts=FACTS, log=pytest.fail)
+    plain = {
+        (r["instance_id"], r["option_index"]): r
+        for r in st.filter(pl.col("context_end") == 0).iter_rows(named=True)
+    }
+    assert {r["template_id"] for r in plain.values()} == {"P36:c0"}
+    facts = {
+        f"The capital of {s} is {o}." for s, o in FACTS.select("subject_label", "object_label").iter_rows()
+    }
+    kinds = dict(TEMPLATES.select("template_id", "kind").iter_rows())
+    assert st.height == 5 * inst["n_options"].sum()  # every instance has a valid context of each kind
+    for row in st.filter(pl.col("context_end") > 0).iter_rows(named=True):
+        end, base = row["context_end"], plain[(row["instance_id"], row["option_index"])]
+        assert row["text"][end:] == base["text"] and row["text"][end - 1] == "\n"
+        for column in ("subject_start", "subject_end", "object_start", "object_end"):
+            assert row[column] == base[column] + end
+        assert row["text"][row["object_start"] : row["object_end"]] == row["object_label"]
+        assert row["capitalized"] == base["capitalized"]
+        own = inst.filter(pl.col("instance_id") == row["instance_id"]).row(0, named=True)
+        named = {own["subject_label"], *own["option_labels"]}
+        demos = row["text"][:end].splitlines()
+        kind = kinds[row["template_id"]]
+        assert (
+            len(demos)
+            == {"context_1shot": 1, "context_3shot": 3, "context_wrong": 1, "context_fixed": 1}[kind]
+        )
+        if kind == "context_fixed":
+            assert demos == ["What is 2+2? 4"]
+            continue
+        assert all((d in facts) == (kind != "context_wrong") for d in demos)  # true facts, or a wrong one
+        assert not any(name in d for d in demos for name in named)
+
+
+def test_a_relation_whose_objects_are_all_options_gets_no_demonstration_and_says_so():
+    """BEAR-style answer space: all five capitals are options of every instance, so no fact can
+    demonstrate without naming one; only the fixed, knowledge-free context is left."""
+    inst = relation_instances(CATALOG["P36"], FACTS, pl.DataFrame(), ProbeOptions(max_instances=0))
+    assert set(inst["n_options"]) == {5}
+    chosen = run_templates(TEMPLATES, None, CONTEXT_KINDS, 1, SEEDS)
+    logged = []
+    st = relation_statements(inst, chosen, seed=13, facts=FACTS, log=logged.append)
+    assert set(st["template_id"]) == {"P36:c0:context-fixed"} and st.height == 25
+    assert len(logged) == 3 and all("5 of 5 instance(s) have no valid" in m for m in logged)
+    with pytest.raises(ValueError, match="no instance had a valid demonstration"):
+        relation_statements(inst, chosen.filter(pl.col("kind") == "context_1shot"), seed=13, facts=FACTS)
 
 
 def test_answer_space_subsampling_adds_cut_instances():
@@ -67,10 +111,11 @@ def test_answer_space_subsampling_adds_cut_instances():
         CATALOG["P36"],
         FACTS,
         pl.DataFrame(),
-        ProbeOptions(n_negatives=4, max_instances=0, answer_space_k=2),
+        ProbeOptions(n_negatives=4, max_instances=0, answer_space_k=2, answer_space_draws=2),
     )
-    cut = inst.filter(pl.col("instance_id").str.ends_with("#k2"))
-    assert cut.height == 5 and cut["n_options"].to_list() == [2] * 5
+    cut = inst.filter(pl.col("instance_id").str.contains("#k2d", literal=True))
+    assert cut.height == 10 and cut["n_options"].to_list() == [2] * 10  # 5 instances × 2 draws
+    assert cut["subsample_draw"].to_list() == [1] * 5 + [2] * 5
     assert all(set(g) <= set(o) for g, o in zip(cut["gold_ids"], cut["option_ids"], strict=True))
 
 

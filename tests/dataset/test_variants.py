@@ -6,12 +6,9 @@ import pytest
 from kcal_pipeline.dataset.instances.probe import templates_frame
 from kcal_pipeline.dataset.instances.variants import (
     BASE_KINDS,
-    DEMO_SLOT,
     NUMERIC_LEVELS,
     VARIANT_COLUMNS,
     VERBAL_MARKERS,
-    demonstration_for,
-    expand_demo,
     marker_position,
     marker_variants,
     perturbation_variants,
@@ -89,10 +86,9 @@ def test_variant_table_shape_and_ids():
 
 def test_variants_never_touch_subject_or_object():
     for row in _all_variants().iter_rows(named=True):
-        template = expand_demo(row["text"], "Demo [sentence].") if DEMO_SLOT in row["text"] else row["text"]
         for subject in SUBJECTS:
             for obj in OBJECTS:
-                filled = fill(template, subject, obj)
+                filled = fill(row["text"], subject, obj)
                 assert filled.text[slice(*filled.subject_span)] == subject
                 assert filled.text[slice(*filled.object_span)] == obj
 
@@ -122,8 +118,6 @@ def test_non_slot_text_changes_only_as_the_variant_says():
             (i,) = [k for k, (a, b) in enumerate(zip(parent, child, strict=True)) if a != b]
             word = next(m for m in re.finditer(r"[^\W\d_]+", parent) if m.start() < i < m.end())
             assert len(word.group()) >= 4 and child[i].isalpha()  # inside, not first, letter of a word
-        elif variant == "one-shot":
-            assert child == f"{DEMO_SLOT} {parent}"
         elif variant.startswith("numeric-"):
             pct = variant.removeprefix("numeric-")
             assert child.startswith(f"I'm {pct}% confident that ")
@@ -239,7 +233,7 @@ def test_perturbations_are_deterministic_and_seeded():
     assert alone.equals(a.filter(pl.col("parent_id") == "P36:c0"))  # independent of other templates
 
 
-def test_three_seeds_give_three_distinct_reproducible_draws_and_one_one_shot():
+def test_three_seeds_give_three_distinct_reproducible_draws():
     p17 = TEMPLATES.filter(pl.col("template_id") == "P17:c0")  # "[X] is a city in [Y]."
     rows = perturbation_variants(p17, SEEDS)
     assert rows.select("template_id", "variant", "perturbation_seed", "text").rows() == [
@@ -249,7 +243,6 @@ def test_three_seeds_give_three_distinct_reproducible_draws_and_one_one_shot():
         ("P17:c0:typo-s44", "typo", 44, "[X] is a ciyy in [Y]."),
         ("P17:c0:extra-space-s99", "extra-space", 99, "[X] is a  city in [Y]."),
         ("P17:c0:typo-s99", "typo", 99, "[X] is a citu in [Y]."),
-        ("P17:c0:one-shot", "one-shot", None, "[D] [X] is a city in [Y]."),  # not drawn: one copy
     ]
     assert rows.equals(perturbation_variants(p17, SEEDS))
     # two seeds may draw the same edit of a short template (P36:c0 has few letters to mistype);
@@ -282,65 +275,12 @@ def test_bad_perturbation_seeds_are_named(seeds, message):
 
 def test_templates_without_room_get_no_typo_or_extra_space():
     rows = perturbation_variants(TEMPLATES.filter(pl.col("template_id") == "PX:c1"), [0])  # "[X] [Y]."
-    assert rows["variant"].to_list() == ["extra-space", "one-shot"]
+    assert rows["variant"].to_list() == ["extra-space"]
     assert rows["text"][0] == "[X]  [Y]."
 
 
 def test_variants_of_variants_are_not_made():
     assert marker_variants(marker_variants(TEMPLATES)).height == 0
-
-
-INSTANCES = pl.DataFrame(
-    {
-        "instance_id": [f"P36:s{i}" for i in range(6)],
-        "relation_id": "P36",
-        "subject_id": [f"s{i}" for i in range(6)],
-        "subject_label": ["France", "Germany", "Italy", "Georgia", "Georgia", "Bolivia"],
-        "gold_ids": [["o0"], ["o1"], ["o2"], ["o3"], ["o4"], ["o5", "o6"]],
-        "gold_labels": [["Paris"], ["Berlin"], ["Rome"], ["Tbilisi"], ["Atlanta"], ["La Paz", "Sucre"]],
-    }
-)
-
-
-def test_demonstration_uses_another_subject_of_the_relation():
-    template = "[D] The capital of [X] is [Y]."
-    for seed in range(30):
-        for sid, label in INSTANCES.select("subject_id", "subject_label").iter_rows():
-            demo = demonstration_for(sid, INSTANCES, template, seed)
-            assert label not in demo  # neither itself nor a namesake
-            assert demo == demonstration_for(sid, INSTANCES, template, seed)
-            assert demo in {
-                f"The capital of {s} is {g[0]}."
-                for s, g in INSTANCES.select("subject_label", "gold_labels").iter_rows()
-            }
-    demos = {demonstration_for("s0", INSTANCES, template, seed) for seed in range(30)}
-    assert len(demos) > 1
-
-
-def test_demonstration_from_facts_and_expansion():
-    facts = pl.DataFrame(
-        {
-            "relation_id": "P36",
-            "subject_id": ["s1", "s2", "s2"],
-            "subject_label": ["France", "Bolivia", "Bolivia"],
-            "object_id": ["o1", "o3", "o2"],
-            "object_label": ["Paris", "Sucre", "La Paz"],
-        }
-    )
-    demo = demonstration_for("s1", facts, "[Y] is the capital of [X].", 0)
-    assert demo == "La Paz is the capital of Bolivia."
-    template = expand_demo("[D] [Y] is the capital of [X].", demo)
-    filled = fill(template, "France", "Paris")
-    assert filled.text == "La Paz is the capital of Bolivia. Paris is the capital of France."
-    assert filled.text[slice(*filled.object_span)] == "Paris"
-    with pytest.raises(ValueError, match="no other subject"):
-        demonstration_for("s1", facts.head(1), "[X] [Y]", 0)
-    with pytest.raises(ValueError, match="one relation"):
-        demonstration_for(
-            "s1", facts.with_columns(relation_id=pl.Series(["P36", "P30", "P30"])), "[X] [Y]", 0
-        )
-    with pytest.raises(ValueError, match=r"\[D\]"):
-        expand_demo("[X] [Y]", demo)
 
 
 def _instances() -> pl.DataFrame:
@@ -366,7 +306,7 @@ def test_subsampling_keeps_golds_order_and_size():
         sub = subsample_answer_space(instances, k, seed=1)
         assert sub.equals(subsample_answer_space(instances, k, seed=1))
         for parent, row in zip(instances.iter_rows(named=True), sub.iter_rows(named=True), strict=True):
-            assert row["instance_id"] == f"{parent['instance_id']}#k{k}"
+            assert row["instance_id"] == f"{parent['instance_id']}#k{k}d1"
             assert set(row["gold_ids"]) <= set(row["option_ids"])
             assert row["option_ids"] == [o for o in parent["option_ids"] if o in row["option_ids"]]
             assert row["option_labels"] == [o.upper() for o in row["option_ids"]]

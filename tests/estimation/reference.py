@@ -26,12 +26,22 @@ REDUCTION_OF_COLUMN = {
     "ll_answer_sum": "answer_sum",
     "ll_answer_mean": "answer_mean",
 }
+
+
+def answer_space(row: dict) -> tuple[int, int]:
+    """(answer_space_k, answer_space_draw) of a probe_instances row: (0, 0) for the full space,
+    (subsample_k, subsample_draw) for a copy (draw 1 when the row has no draw)."""
+    k = row.get("subsample_k") or 0
+    return (k, (row.get("subsample_draw") or 1) if k else 0)
+
+
 COLUMNS = {
     "model_id": pl.String,
     "relation_id": pl.String,
     "instance_id": pl.String,
     "split": pl.String,
     "answer_space_k": pl.Int32,
+    "answer_space_draw": pl.Int32,
     "template_id": pl.String,
     "estimator": pl.String,
     "reduction": pl.String,
@@ -86,11 +96,12 @@ def reference_estimates(
 ) -> pl.DataFrame:
     """Base, Margin and entropy rows for every (instance, template) of `scores`, as
     `compute_estimates` gives them for those three estimators under the reduction that reads
-    `reduction_column`. Split and answer_space_k come from `instances` (probe_instances: split,
-    subsample_k null or absent → 0); without it the split is null and the answer space full (0)."""
-    per_instance: dict[str, tuple[str | None, int]] = {}
+    `reduction_column`. Split, answer_space_k and answer_space_draw come from `instances`
+    (probe_instances: split, answer_space of subsample_k and subsample_draw); without it the split
+    is null and the answer space full (0, 0)."""
+    per_instance: dict[str, tuple] = {}
     for row in instances.iter_rows(named=True) if instances is not None else ():
-        per_instance[str(row["instance_id"])] = (row["split"], row.get("subsample_k") or 0)
+        per_instance[str(row["instance_id"])] = (row["split"], *answer_space(row))
     groups: dict[tuple[str, ...], list[tuple[int, str, bool, float]]] = {}
     for row in scores.iter_rows(named=True):
         key = tuple(str(row[k]) for k in GROUP_KEYS)
@@ -104,7 +115,7 @@ def reference_estimates(
             position, confidence = fn(ll)
             option_index, object_id, is_gold, _ = statements[position]
             model_id, relation_id, instance_id, template_id = key
-            split, answer_space_k = per_instance.get(instance_id, (None, 0))
+            split, answer_space_k, answer_space_draw = per_instance.get(instance_id, (None, 0, 0))
             rows.append(
                 (
                     model_id,
@@ -112,6 +123,7 @@ def reference_estimates(
                     instance_id,
                     split,
                     answer_space_k,
+                    answer_space_draw,
                     template_id,
                     name,
                     REDUCTION_OF_COLUMN[reduction_column],

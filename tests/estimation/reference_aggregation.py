@@ -13,7 +13,7 @@ import math
 
 import polars as pl
 
-from tests.estimation.reference import COLUMNS, REDUCTION_OF_COLUMN, SORT_KEYS
+from tests.estimation.reference import COLUMNS, REDUCTION_OF_COLUMN, SORT_KEYS, answer_space
 
 PARAPHRASE_KINDS = ("curated", "generated")
 MAX_VOTE_K = 12
@@ -23,6 +23,7 @@ OPTION_COLUMNS = {
     "instance_id": pl.String,
     "split": pl.String,
     "answer_space_k": pl.Int32,
+    "answer_space_draw": pl.Int32,
     "option_index": pl.Int32,
     "option_id": pl.String,
     "is_gold": pl.Boolean,
@@ -123,7 +124,7 @@ def reference_aggregations(
             answers = [a for a, _, _ in per_template]
             bases = [b for _, b, _ in per_template]
             n = len(used)
-            head = (model, relation, instance_id, *per_instance.get(instance_id, (None, 0)))
+            head = (model, relation, instance_id, *per_instance.get(instance_id, (None, 0, 0)))
 
             chosen = {f"vote{k}": _vote(answers, k) for k in range(2, min(len(paraphrases), MAX_VOTE_K) + 1)}
             chosen["min"] = _extreme(answers, bases, largest=False)
@@ -164,10 +165,10 @@ def _marginal(per_template) -> dict[int, float]:
     return {o: sum(p.get(o, 0.0) for _, _, p in per_template) / len(per_template) for o in options}
 
 
-def _instance_info(instances: pl.DataFrame | None) -> dict[str, tuple[str | None, int]]:
+def _instance_info(instances: pl.DataFrame | None) -> dict[str, tuple[str | None, int, int]]:
     info = {}
     for row in instances.iter_rows(named=True) if instances is not None else ():
-        info[str(row["instance_id"])] = (row["split"], row.get("subsample_k") or 0)
+        info[str(row["instance_id"])] = (row["split"], *answer_space(row))
     return info
 
 
@@ -188,12 +189,13 @@ def reference_option_estimates(
                     continue
                 objects = {s[0]: (s[1], s[2]) for t in used for s in by_template[t]}
                 marginal = _marginal([_template_answer(by_template[t]) for t in used])
-                split, answer_space_k = per_instance.get(instance_id, (None, 0))
+                split, answer_space_k, answer_space_draw = per_instance.get(instance_id, (None, 0, 0))
                 for option, probability in marginal.items():
                     object_id, is_gold = objects[option]
                     rows.append(
                         (
-                            model, relation, instance_id, split, answer_space_k, option, object_id, is_gold,
+                            model, relation, instance_id, split, answer_space_k, answer_space_draw, option,
+                            object_id, is_gold,
                             "template_marginal", REDUCTION_OF_COLUMN[column], probability,
                         )
                     )  # fmt: skip

@@ -13,7 +13,7 @@ import math
 import polars as pl
 
 from tests.estimation.reference import COLUMNS as ESTIMATE_COLUMNS
-from tests.estimation.reference import SORT_KEYS
+from tests.estimation.reference import SORT_KEYS, answer_space
 
 TAU_GRID = (0.0, 1e-4, 1e-3, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5)  # written out again on purpose
 FIT_COLUMNS = {
@@ -23,6 +23,7 @@ FIT_COLUMNS = {
     "reduction": pl.String,
     "template_id": pl.String,
     "answer_space_k": pl.Int32,
+    "answer_space_draw": pl.Int32,
     "parameter": pl.String,
     "value": pl.Float64,
     "n_dev": pl.Int64,
@@ -47,8 +48,8 @@ def question_templates(templates: pl.DataFrame, relation_id: str) -> set[str]:
 class Instance:
     """One instance's samples: per question template, {option_index: a_t(o)} and its ỹ_t."""
 
-    def __init__(self, instance_id: str, split: str | None, k: int):
-        self.instance_id, self.split, self.k = instance_id, split, k
+    def __init__(self, instance_id: str, split: str | None, space: tuple[int, int]):
+        self.instance_id, self.split, self.space = instance_id, split, space  # (k, draw)
         self.per_template: dict[str, dict[int, float]] = {}
         self.ll: dict[str, dict[int, float]] = {}
         self.object_of: dict[int, str] = {}
@@ -122,7 +123,7 @@ def _instances(scores: pl.DataFrame, templates: pl.DataFrame, instances: pl.Data
         iid = row["instance_id"]
         if iid not in out:
             meta = info[iid]
-            out[iid] = Instance(iid, meta["split"], meta.get("subsample_k") or 0)
+            out[iid] = Instance(iid, meta["split"], answer_space(meta))
         if row["template_id"] in questions:
             out[iid].add(
                 row["template_id"],
@@ -149,7 +150,7 @@ def reference_multi_answer(
             relation_id,
             inst.instance_id,
             inst.split,
-            inst.k,
+            *inst.space,
             None,
             estimator,
             "answer_sum",
@@ -164,11 +165,12 @@ def reference_multi_answer(
     for name in ("sca", "snca", "sfca"):
         for inst in by_id.values():
             rows.append(row(inst, f"{name}_tau0", inst.confidence(name, 0.0)))
-        for k in sorted({inst.k for inst in by_id.values()}):
-            group = [inst for inst in by_id.values() if inst.k == k]
+        for k, draw in sorted({inst.space for inst in by_id.values()}):
+            group = [inst for inst in by_id.values() if inst.space == (k, draw)]
             dev = [inst for inst in group if inst.split == "dev"]
             fit = {"model_id": model_id, "relation_id": relation_id, "estimator": f"{name}_tuned"}
-            fit |= {"reduction": "answer_sum", "template_id": None, "answer_space_k": k, "parameter": "tau"}
+            fit |= {"reduction": "answer_sum", "template_id": None, "parameter": "tau"}
+            fit |= {"answer_space_k": k, "answer_space_draw": draw}
             if not dev:
                 fits.append(
                     fit

@@ -2,7 +2,7 @@
 
 Plain Python over the statement rows: each (instance, template)'s options sorted by option_index,
 its softmax written out with `math`, the template marginal summed template by template, the groups
-((template, answer_space_k) for Base and Margin, answer_space_k for the marginal) collected in
+((template, answer space) for Base and Margin, the answer space (k, draw) for the marginal) collected in
 dicts. The fitting itself calls library routines, one group at a time (scipy's bounded scalar
 minimiser for the temperature, scikit-learn's LogisticRegression and IsotonicRegression), where kcal
 runs its own Newton and PAVA for all groups at once (estimation/fitting.py). For tests only; never
@@ -25,6 +25,7 @@ from scipy.optimize import minimize_scalar
 from sklearn.isotonic import IsotonicRegression
 from sklearn.linear_model import LogisticRegression
 
+from tests.estimation.reference import answer_space
 from tests.estimation.reference_multi_answer import ESTIMATE_COLUMNS, FIT_COLUMNS, SORT_KEYS
 
 PARAPHRASE_KINDS = {"curated", "generated"}
@@ -175,7 +176,7 @@ class Unit:
 
     instance_id: str
     template_id: str | None
-    answer_space_k: int
+    answer_space: tuple[int, int]  # (answer_space_k, answer_space_draw)
     split: str
     source: Cell | Marginal  # predicted() and log_gold_mass(T)
     raw: object  # T ↦ the plain confidence at temperature T (Cell.base, Cell.margin, Marginal.confidence)
@@ -189,7 +190,8 @@ def reference_recalibration(
     fitted: dict | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(estimate rows, fit rows) of the nine recalibrated estimators under the reduction of `column`.
-    `fitted`: {(estimator, template_id, answer_space_k, parameter): value} to use instead of fitting
+    `fitted`: {(estimator, template_id, answer_space_k, answer_space_draw, parameter): value} to use
+    instead of fitting
     the temperature and Platt parameters here."""
     model_id, relation_id = scores["model_id"][0], scores["relation_id"][0]
     reduction = REDUCTION_OF_COLUMN[column]
@@ -198,9 +200,7 @@ def reference_recalibration(
         for r in templates.iter_rows(named=True)
         if r["relation_id"] == relation_id
     }
-    meta = {
-        r["instance_id"]: (r["split"], r.get("subsample_k") or 0) for r in instances.iter_rows(named=True)
-    }
+    meta = {r["instance_id"]: (r["split"], answer_space(r)) for r in instances.iter_rows(named=True)}
     statements = {}
     for row in scores.iter_rows(named=True):
         statements.setdefault((row["instance_id"], row["template_id"]), []).append(
@@ -244,7 +244,7 @@ def reference_recalibration(
                 relation_id,
                 unit.instance_id,
                 unit.split,
-                unit.answer_space_k,
+                *unit.answer_space,
                 unit.template_id,
                 estimator,
                 reduction,
@@ -260,13 +260,14 @@ def reference_recalibration(
     for name, all_units in units.items():
         groups: dict[tuple, list[Unit]] = {}
         for unit in all_units:
-            groups.setdefault((unit.template_id, unit.answer_space_k), []).append(unit)
-        for (template_id, k), members in groups.items():
+            groups.setdefault((unit.template_id, unit.answer_space), []).append(unit)
+        for (template_id, (k, draw)), members in groups.items():
             members.sort(key=lambda u: u.instance_id)
             dev = [u for u in members if u.split == "dev"]
 
             group = {"model_id": model_id, "relation_id": relation_id, "reduction": reduction}
-            group |= {"template_id": template_id, "answer_space_k": k, "n_dev": len(dev)}
+            group |= {"template_id": template_id, "answer_space_k": k, "answer_space_draw": draw}
+            group |= {"n_dev": len(dev)}
 
             # temperature: the gold-set NLL over the dev rows whose gold is scored
             estimator = f"{name}_temperature"
@@ -283,7 +284,7 @@ def reference_recalibration(
                 if not usable or note is not None:
                     temperature = 1.0
                 elif fitted is not None:
-                    temperature = fitted[(estimator, template_id, k, "temperature")]
+                    temperature = fitted[(estimator, template_id, k, draw, "temperature")]
                 else:
                     temperature = fit_temperature(usable)
                 fits.append(fit_row(group, estimator, "temperature", temperature, note))
@@ -307,7 +308,7 @@ def reference_recalibration(
                     slope, intercept = fit_platt(x_dev, y_dev)
                 else:
                     slope, intercept = (
-                        fitted[(estimator, template_id, k, p)] for p in ("slope", "intercept")
+                        fitted[(estimator, template_id, k, draw, p)] for p in ("slope", "intercept")
                     )
                 fits += [
                     fit_row(group, estimator, "slope", slope),

@@ -15,7 +15,7 @@ import math
 
 import polars as pl
 
-from tests.estimation.reference import COLUMNS, SORT_KEYS
+from tests.estimation.reference import COLUMNS, SORT_KEYS, answer_space
 
 COLUMN_OF = {
     "sum": "ll_sum",
@@ -127,10 +127,10 @@ def reference_rows(
     scores: pl.DataFrame, instances: pl.DataFrame, templates: pl.DataFrame, estimators: list[str]
 ) -> pl.DataFrame:
     """Rows of `estimators` (names of SPECS and MARKERS) on one or more partitions of scores, as
-    compute_estimates writes them. `instances` gives split, answer_space_k (subsample_k, null → 0)
-    and n_options (Reranking's K); `templates` kinds, texts, parent_id and variant."""
+    compute_estimates writes them. `instances` gives split, the answer space (answer_space: k and
+    draw) and n_options (Reranking's K); `templates` kinds, texts, parent_id and variant."""
     per_instance = {
-        r["instance_id"]: (r["split"], r.get("subsample_k") or 0, r["n_options"])
+        r["instance_id"]: (r["split"], answer_space(r), r["n_options"])
         for r in instances.iter_rows(named=True)
     }
     groups: dict[tuple[str, str, str, str], list[dict]] = {}
@@ -175,7 +175,7 @@ def reference_rows(
                         relation_id,
                         instance_id,
                         split,
-                        k,
+                        *k,
                         template_id,
                         name,
                         reduction,

@@ -64,8 +64,8 @@ def test_fits_become_rows_with_defaults(temp_estimators):
     )
     out = compute_estimate_tables(build_cube(frame(ROWS)), ["fitted"]).fits
     assert out.rows() == [
-        ("m", "P1", "fitted", "sum", None, 0, "tau", 0.01, 3, None),
-        ("m", "P1", "fitted", "sum", "t0", 0, "tau", None, None, "x"),
+        ("m", "P1", "fitted", "sum", None, 0, 0, "tau", 0.01, 3, None),
+        ("m", "P1", "fitted", "sum", "t0", 0, 0, "tau", None, None, "x"),
     ]
 
 

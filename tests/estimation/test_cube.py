@@ -120,26 +120,42 @@ def test_counts_and_splits_from_probe_instances():
 
 
 def test_answer_space_k_from_probe_instances():
-    # probe_instances from `kcal demo --answer-space-k 2`: full instances have subsample_k null, their
-    # `#k2` copies 2. The cube says 0 for a full answer space (also when the column is absent:
-    # nothing was subsampled, and without probe_instances) and k for a copy, so metrics keep them apart.
+    # probe_instances from `kcal demo --answer-space-k 2 --answer-space-draws 2`: full instances
+    # have subsample_k and subsample_draw null, their `#k2d1`, `#k2d2` copies k 2 and draw 1, 2. The
+    # cube says 0 for a full answer space (also when the columns are absent: nothing was subsampled,
+    # and without probe_instances), k and the draw for a copy (draw 1 for a copy written without a
+    # draw column), so metrics keep every answer space apart.
     copies = pl.concat(
         [
-            probe_instances().with_columns(subsample_k=pl.lit(None, pl.Int32)),
             probe_instances().with_columns(
-                instance_id=pl.col("instance_id") + "#k2",
-                n_options=pl.lit(2, pl.Int64),
-                subsample_k=pl.lit(2, pl.Int32),
+                subsample_k=pl.lit(None, pl.Int32), subsample_draw=pl.lit(None, pl.Int32)
+            ),
+            *(
+                probe_instances().with_columns(
+                    instance_id=pl.col("instance_id") + f"#k2d{draw}",
+                    n_options=pl.lit(2, pl.Int64),
+                    subsample_k=pl.lit(2, pl.Int32),
+                    subsample_draw=pl.lit(draw, pl.Int32),
+                )
+                for draw in (1, 2)
             ),
         ]
     )
-    frame = pl.concat([scores(), scores().with_columns(instance_id=pl.col("instance_id") + "#k2")])
+    frame = pl.concat(
+        [scores(), *(scores().with_columns(instance_id=pl.col("instance_id") + f"#k2d{d}") for d in (1, 2))]
+    )
     cube = build_cube(frame, instances=copies)
-    assert cube.instance_ids.tolist() == ["i1", "i1#k2", "i2", "i2#k2"]
-    assert cube.answer_space_k.tolist() == [0, 2, 0, 2]
-    assert cube.split.tolist() == ["test", "test", "dev", "dev"]  # a copy keeps its parent's split
+    assert cube.instance_ids.tolist() == ["i1", "i1#k2d1", "i1#k2d2", "i2", "i2#k2d1", "i2#k2d2"]
+    assert cube.answer_space_k.tolist() == [0, 2, 2, 0, 2, 2]
+    assert cube.answer_space_draw.tolist() == [0, 1, 2, 0, 1, 2]
+    spaces, space_of = cube.answer_spaces()
+    assert (spaces, space_of.tolist()) == ([(0, 0), (2, 1), (2, 2)], [0, 1, 2, 0, 1, 2])
+    assert cube.split.tolist() == ["test"] * 3 + ["dev"] * 3  # a copy keeps its parent's split
+    undrawn = copies.filter(pl.col("subsample_draw").fill_null(0) != 2).drop("subsample_draw")
+    one_draw = build_cube(frame.filter(~pl.col("instance_id").str.ends_with("d2")), instances=undrawn)
+    assert one_draw.answer_space_draw.tolist() == [0, 1, 0, 1]
     assert build_cube(scores(), instances=probe_instances()).answer_space_k.tolist() == [0, 0]
-    assert build_cube(scores()).answer_space_k.tolist() == [0, 0]
+    assert build_cube(scores()).answer_space_draw.tolist() == [0, 0]
 
 
 def test_template_kinds_and_ranks():

@@ -29,6 +29,7 @@ COLUMNS = [
     "instance_id",
     "split",
     "answer_space_k",
+    "answer_space_draw",
     "template_id",
     "estimator",
     "reduction",

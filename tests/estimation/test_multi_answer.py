@@ -324,6 +324,8 @@ def random_partition(seed: int):
         probe,
         schema={"instance_id": pl.String, "n_options": pl.Int64, "split": pl.String, "subsample_k": pl.Int32},
         orient="row",
+    ).with_columns(  # copies in two draws, each its own answer space (without touching rng)
+        subsample_draw=pl.when(pl.col("subsample_k").is_not_null()).then(1 + pl.int_range(pl.len()) % 2)
     )
     return scores, probe, templates(tuple(questions))
 
@@ -367,7 +369,7 @@ def test_vectorised_equals_the_reference(seed):
     np.testing.assert_allclose(
         tables.estimates["confidence"].to_numpy(), estimates["confidence"].to_numpy(), rtol=1e-12, atol=1e-15
     )
-    sort = ["estimator", "answer_space_k"]
+    sort = ["estimator", "answer_space_k", "answer_space_draw"]
     assert_frame_equal(tables.fits.sort(sort), fits.sort(sort))
 
 

@@ -395,6 +395,8 @@ def random_partition(seed: int, tied: float = 0.0):
         probe,
         schema={"instance_id": pl.String, "n_options": pl.Int64, "split": pl.String, "subsample_k": pl.Int32},
         orient="row",
+    ).with_columns(  # copies in two draws, each its own answer space (without touching rng)
+        subsample_draw=pl.when(pl.col("subsample_k").is_not_null()).then(1 + pl.int_range(pl.len()) % 2)
     )
     return scores.sample(fraction=1.0, shuffle=True, seed=seed), probe, templates(("t0", "t1", "t2"), ("m0",))
 
@@ -423,7 +425,7 @@ TIED_SEEDS = range(12, 18)
 def compare_with_the_reference(scores, probe, tmpl, estimators):
     cube = build_cube(scores, probe, tmpl)
     got = compute_estimate_tables(cube, estimators, log=lambda _: None)
-    order = ["estimator", "template_id", "answer_space_k", "parameter"]
+    order = ["estimator", "template_id", "answer_space_k", "answer_space_draw", "parameter"]
     for column, reduction in (("ll_sum", "sum"), ("ll_mean", "mean")):
         got_estimates = got.estimates.filter(pl.col("reduction") == reduction)
         got_fits = got.fits.filter(pl.col("reduction") == reduction).sort(order, nulls_last=True)
@@ -438,7 +440,7 @@ def compare_with_the_reference(scores, probe, tmpl, estimators):
             rtol=1e-6,
         )
         # the maps applied: with the same fitted parameters, every row to 1e-12
-        given = {tuple(r[:4]): r[4] for r in got_fits.select(*order, "value").iter_rows()}
+        given = {tuple(r[:5]): r[5] for r in got_fits.select(*order, "value").iter_rows()}
         estimates, _ = reference_recalibration(scores, tmpl, probe, column, fitted=given)
         estimates = estimates.filter(pl.col("estimator").is_in(estimators))
         exact = [c for c in estimates.columns if c != "confidence"]
@@ -478,7 +480,9 @@ def test_predictions_kept_and_isotonic_monotone(seed):
             assert (joined["predicted_index"] == joined["predicted_index_plain"]).all()
             if method == "isotonic":
                 # within a fitted group, a higher raw confidence never gets a lower calibrated one
-                for _, group in joined.group_by("template_id", "answer_space_k", "reduction"):
+                for _, group in joined.group_by(
+                    "template_id", "answer_space_k", "answer_space_draw", "reduction"
+                ):
                     ordered = group.sort("raw", "confidence")["confidence"].to_numpy()
                     assert (np.diff(ordered) >= 0).all()
     # the template marginal's prediction: argmax of the plain marginal, under every method

@@ -61,6 +61,27 @@ def test_batched_equals_the_definition_sample_by_sample(spec, seed):
         same(spec.batched(seg, tau), expected, tol)
 
 
+OPTIONS = [m for m in METRICS.values() if m.input == "options"]
+
+
+@pytest.mark.parametrize("spec", OPTIONS, ids=lambda m: m.name)
+@pytest.mark.parametrize("seed", [0, 1])
+def test_batched_option_metrics_equal_the_definition_sample_by_sample(spec, seed):
+    # random_samples' rows as (instance, option) statements: runs of 1–4 rows are instances, each
+    # row a class of a small pool (a class recurs within a sample, codes recur across samples,
+    # as the "all" and "relation" samples share rows); each sample's codes as the spec gets them
+    seg, cs, ys = random_samples(seed)
+    rng = np.random.default_rng(seed + 20)
+    instance = np.cumsum(rng.random(seg.c.size) < 0.4) % 50
+    option = rng.integers(0, 9, size=seg.c.size)
+    bounds = [*seg.starts.tolist(), seg.c.size]
+    expected = [
+        spec.fn(c, y, *(np.unique(codes[a:b], return_inverse=True)[1] for codes in (instance, option)))
+        for c, y, a, b in zip(cs, ys, bounds[:-1], bounds[1:], strict=True)
+    ]
+    same(spec.batched(seg, instance, option), expected, 1e-12)
+
+
 def test_statements_are_asserted_strictly_above_tau_and_instances_accepted_at_it():
     # three statements at exactly τ = 0.5: asserted is P > τ (none of them), accepted is C ≥ τ (all)
     c, y = np.array([0.5, 0.5, 0.5, 0.2]), np.array([True, True, False, False])

@@ -312,7 +312,8 @@ def test_intervals_keys_and_score_estimators():
     )
     out = bootstrap_intervals(frame, n_resamples=50)
     assert list(out.columns) == [
-        "model_id", "estimator", "reduction", "split", "answer_space_k", "scope", "scope_value", "metric",
+        "model_id", "estimator", "reduction", "split", "answer_space_k", "answer_space_draw",
+        "scope", "scope_value", "metric",
         "ci_low", "ci_high", "n_resamples",
     ]  # fmt: skip
     assert sorted(out.filter(estimator="gap")["metric"].unique()) == ["accuracy", "aurc", "auroc"]

@@ -150,6 +150,7 @@ ESTIMATES_SCHEMA = {
     "instance_id": pl.String,
     "split": pl.String,
     "answer_space_k": pl.Int32,
+    "answer_space_draw": pl.Int32,
     "template_id": pl.String,
     "estimator": pl.String,
     "reduction": pl.String,
@@ -160,18 +161,21 @@ ESTIMATES_SCHEMA = {
 
 
 def rows(
-    estimator, template, split, confidences, predicted=None, correct=None, relation="P1", k=0, prefix=None
-):
-    """Estimate rows of one estimator on one template (None = instance grain), instances numbered."""
+    estimator, template, split, confidences, predicted=None, correct=None, relation="P1", k=0, prefix=None,
+    draw=1,
+):  # fmt: skip
+    """Estimate rows of one estimator on one template (None = instance grain), instances numbered;
+    k > 0: their `#k<k>d<draw>` subsample copies."""
     prefix = prefix or split[0]
     n = len(confidences)
     return [
         {
             "model_id": "m",
             "relation_id": relation,
-            "instance_id": f"{relation}/{prefix}{i}" + (f"#k{k}" if k else ""),
+            "instance_id": f"{relation}/{prefix}{i}" + (f"#k{k}d{draw}" if k else ""),
             "split": split,
             "answer_space_k": k,
+            "answer_space_draw": draw if k else 0,
             "template_id": template,
             "estimator": estimator,
             "reduction": "sum",
@@ -221,15 +225,15 @@ def test_intra_typo_pair_hand_worked():
 
 
 def test_each_setup_pairs_with_the_headline_and_only_random_ones_carry_the_probe_seed():
-    """A templates table without perturbation_seed (one draw): the typo and the subsample carry the
-    probe seed."""
+    """A templates table without perturbation_seed (one draw): the typo carries the probe seed, the
+    subsample copies their draw (1)."""
     parts = [
         *DEV,
         *TEST,
         rows("base", "P1:c0:certainly", "test", [0.6, 0.5, 0.9, 0.1]),  # marker variant: same as c0
         rows("base", "P1:c1", "test", [0.6, 0.5, 0.9, 0.1]),  # paraphrase
         rows("base", "P1:c1:typo", "test", [0.6, 0.5, 0.9, 0.1]),  # typo of a non-headline: no part
-        rows("base", "P1:c0", "test", [0.6, 0.5], k=3),  # #k3 copies of e0, e1
+        rows("base", "P1:c0", "test", [0.6, 0.5], k=3),  # #k3d1 copies of e0, e1
         rows("base", "P1:c1", "test", [0.6], k=3),  # a non-headline template on a copy: no part
     ]
     table = compute_consistency(frame(*parts), TEMPLATES, seed=4).filter(
@@ -238,7 +242,7 @@ def test_each_setup_pairs_with_the_headline_and_only_random_ones_carry_the_probe
     intra = {r["setup_b"]: r for r in table.filter(pl.col("kind") == "intra").iter_rows(named=True)}
     assert sorted(intra) == ["answer_space_k=3", "certainly", "paraphrase", "typo"]
     assert {s: r["seed"] for s, r in intra.items()} == {
-        "answer_space_k=3": 4,
+        "answer_space_k=3": 1,
         "certainly": None,
         "paraphrase": None,
         "typo": 4,
@@ -262,11 +266,33 @@ def test_each_setup_pairs_with_the_headline_and_only_random_ones_carry_the_probe
     )
 
 
+def test_each_draw_of_a_subsample_is_a_seed_with_mean_and_spread():
+    # The option-count sweep's draws (answer_space_draws 2) of the #k3 copies of e0, e1; no dev
+    # rows, so τ_b falls back to 0.5; the headline (τ_a 0.55) accepts e0 (0.6), rejects e1 (0.5).
+    # draw 1 (0.6, 0.5): e0 (A, A), e1 (R, A): IoU_acc 1/2, IoU_rej 0, DecCons 1/2, Agreement 1
+    # draw 2 (0.4, 0.7): e0 (A, R), e1 (R, A): IoU_acc 0, IoU_rej 0, DecCons 0, Agreement NaN
+    # mean over the draws: IoU_acc 1/4, DecCons 1/4, Agreement 1 (NaN left out); std of IoU_acc √2/4
+    parts = [*DEV, *TEST]
+    parts += [rows("base", "P1:c0", "test", c, k=3, draw=d) for d, c in ((1, [0.6, 0.5]), (2, [0.4, 0.7]))]
+    table = compute_consistency(frame(*parts), TEMPLATES, seed=4).filter(
+        pl.col("relation_id").is_null(), pl.col("setup_b") == "answer_space_k=3"
+    )
+    one, two = (pick(table, statistic="value", seed=d) for d in (1, 2))
+    assert (one["n"], two["n"], one["threshold_b"], one["fallback_b"]) == (2, 2, 0.5, True)
+    same({m: one[m] for m in TYPO}, {"iou_acc": 0.5, "iou_rej": 0.0, "iou_cons": 0.0, "dec_cons": 0.5,
+                                     "agreement": 1.0})  # fmt: skip
+    same({m: two[m] for m in TYPO}, {"iou_acc": 0.0, "iou_rej": 0.0, "iou_cons": 0.0, "dec_cons": 0.0,
+                                     "agreement": float("nan")})  # fmt: skip
+    mean, std = (pick(table, statistic=s, seed=None) for s in ("mean", "std"))
+    assert (mean["n_seeds"], mean["iou_acc"], mean["dec_cons"], mean["agreement"]) == (2, 0.25, 0.25, 1.0)
+    assert std["iou_acc"] == pytest.approx(2**0.5 / 4)
+
+
 def test_setup_rows_label_and_align_items():
     parts = [*TEST, rows("base", "P1:c0", "test", [0.6], k=3), rows("vote2_average", None, "test", [0.4])]
     labelled = setup_rows(frame(*parts), TEMPLATES)
     got = labelled.select("instance_id", "template_id", "setup", "instance", "anchor").rows()
-    assert ("P1/t0#k3", "P1:c0", "answer_space_k=3", "P1/t0", "P1:c0") in got
+    assert ("P1/t0#k3d1", "P1:c0", "answer_space_k=3", "P1/t0", "P1:c0") in got
     assert ("P1/t0", "P1:c0:typo", "typo", "P1/t0", "P1:c0") in got
     assert ("P1/t0", None, "original", "P1/t0", None) in got
 
@@ -345,20 +371,20 @@ def test_cross_counts_match_a_pairwise_alignment():
 
 
 # A run's templates: the typo of the headline drawn with seeds 4, 44 and 99 (variants.py ids and
-# perturbation_seed), one one-shot variant and a marker.
+# perturbation_seed), one 1-shot context variant (drawn with the probe seed) and a marker.
 SEEDED_TEMPLATES = pl.DataFrame(
     {
         "relation_id": "P1",
         "template_id": [
             "P1:c0",
             *(f"P1:c0:typo-s{s}" for s in (4, 44, 99)),
-            "P1:c0:one-shot",
+            "P1:c0:context-1shot",
             "P1:c0:certainly",
         ],
-        "kind": ["curated", *["perturbation"] * 4, "marker_verbal"],
+        "kind": ["curated", *["perturbation"] * 3, "context_1shot", "marker_verbal"],
         "rank": 0,
         "parent_id": [None, *["P1:c0"] * 5],
-        "variant": [None, "typo", "typo", "typo", "one-shot", "certainly"],
+        "variant": [None, "typo", "typo", "typo", "context-1shot", "certainly"],
         "perturbation_seed": [None, 4, 44, 99, None, None],
     },
     schema_overrides={"rank": pl.Int32, "perturbation_seed": pl.Int64},
@@ -379,7 +405,7 @@ SEEDED = [
     rows("base", "P1:c0:typo-s44", "test", [0.6, 0.4, 0.9, 0.1], ["Q1", "Q1", "Q2", "Q1"]),
     rows("base", "P1:c0:typo-s99", "dev", [0.95, 0.85, 0.75, 0.65], correct=[1, 1, 0, 0]),
     rows("base", "P1:c0:typo-s99", "test", [0.85, 0.9, 0.7, 0.2], ["Q1", "Q1", "Q2", "Q1"]),
-    rows("base", "P1:c0:one-shot", "test", [0.5, 0.6, 0.9, 0.2], ["Q1", "Q1", "Q3", "Q1"]),
+    rows("base", "P1:c0:context-1shot", "test", [0.5, 0.6, 0.9, 0.2], ["Q1", "Q1", "Q3", "Q1"]),
     rows("base", "P1:c0:certainly", "test", [0.5, 0.6, 0.9, 0.2], ["Q1", "Q1", "Q3", "Q1"]),
 ]
 PER_SEED = {
@@ -439,11 +465,11 @@ def test_mean_and_std_over_the_perturbation_seeds_hand_worked():
 
 
 def test_one_number_per_pair_is_seed_null_and_not_std():
-    """What a DuckDB user filters on: the one-shot (one draw, probe seed 13) gets a mean equal to
+    """What a DuckDB user filters on: the 1-shot context (one draw, probe seed 13) gets a mean equal to
     its value and a NaN std; the marker and the cross pairs have their value row only."""
     parts = [*SEEDED, rows("margin", "P1:c0", "test", [0.5, 0.6, 0.9, 0.2])]
     table = compute_consistency(frame(*parts), SEEDED_TEMPLATES, seed=13)
-    one_shot = table.filter(pl.col("setup_b") == "one-shot", pl.col("relation_id").is_null())
+    one_shot = table.filter(pl.col("setup_b") == "context-1shot", pl.col("relation_id").is_null())
     assert one_shot.select("statistic", "seed", "n_seeds").rows() == [("mean", None, 1), ("std", None, 1),
                                                                      ("value", 13, None)]  # fmt: skip
     mean, std, value = one_shot.iter_rows(named=True)
@@ -456,7 +482,7 @@ def test_one_number_per_pair_is_seed_null_and_not_std():
     keys = ["kind", "setup_b", "estimator_a", "estimator_b", "reduction", "relation_id"]
     assert headline.select(keys).is_unique().all()
     assert sorted(headline.filter(pl.col("relation_id").is_null())["setup_b"]) == [
-        "certainly", "one-shot", "original", "typo",
+        "certainly", "context-1shot", "original", "typo",
     ]  # fmt: skip
 
 

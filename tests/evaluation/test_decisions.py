@@ -207,9 +207,9 @@ def test_tuned_thresholds_record_tau_and_fallback():
     table = tuned_thresholds(est)
     assert table.schema == pl.Schema(THRESHOLDS_SCHEMA)
     assert table.sort("estimator", "answer_space_k").rows() == [
-        ("m", "base", None, 0, "instances", "tune_f1", 0.6, False, None, 6),
-        ("m", "base", None, 2, "instances", "tune_f1", 0.5, True, "no dev rows", 0),
-        ("m", "gap", None, 0, "instances", "tune_f1", 3.0, False, None, 4),
+        ("m", "base", None, 0, 0, "instances", "tune_f1", 0.6, False, None, 6),
+        ("m", "base", None, 2, 1, "instances", "tune_f1", 0.5, True, "no dev rows", 0),
+        ("m", "gap", None, 0, 0, "instances", "tune_f1", 3.0, False, None, 4),
     ]
     # the k = 2 copy's tuned metrics use the fallback 0.5, i.e. equal its t050 ones
     out = compute_metrics(est, ["f1_t050", "f1_tuned"]).filter(answer_space_k=2, scope="all")
@@ -234,6 +234,7 @@ def option_estimates():
             model_id=pl.lit("m"),
             relation_id=pl.lit("P1"),
             answer_space_k=pl.lit(0),
+            answer_space_draw=pl.lit(0),
             option_id=pl.format("Q{}", "option_index"),
             estimator=pl.lit("template_marginal"),
             reduction=pl.lit("sum"),
@@ -270,7 +271,7 @@ def test_statement_decisions_over_asserted_statements():
     )
     table = tuned_thresholds(estimates(), option_estimates()).filter(unit="statements")
     assert table.rows() == [
-        ("m", "template_marginal", "sum", 0, "statements", "tune_f1_strict", 0.2, False, None, 5)
+        ("m", "template_marginal", "sum", 0, 0, "statements", "tune_f1_strict", 0.2, False, None, 5)
     ]
 
 

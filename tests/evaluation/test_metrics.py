@@ -38,6 +38,9 @@ def test_registry_holds_the_first_slice():
         "smooth_ece",
         "h_score",
         "mean_confidence",
+        "confidence_gap",
+        "multihot_brier",
+        "classwise_ece",
         *sweep,
         "auroc",
         "aurc",
@@ -329,7 +332,8 @@ def test_compute_metrics_matches_the_metric_functions():
     est = estimates_frame()
     out = compute_metrics(est)
     assert out.columns == [
-        "model_id", "estimator", "reduction", "split", "answer_space_k", "scope", "scope_value", "metric",
+        "model_id", "estimator", "reduction", "split", "answer_space_k", "answer_space_draw",
+        "scope", "scope_value", "metric",
         "value", "n", "higher_is_better",
     ]  # fmt: skip
     # 2 estimators × (all + 2 relations) × every metric (all apply: the confidences are probabilities)
@@ -374,7 +378,8 @@ def test_compute_curves_reuse_the_ace_bins():
     est = estimates_frame()
     curves = compute_curves(est)
     assert curves.columns == [
-        "model_id", "estimator", "reduction", "split", "answer_space_k", "scope", "scope_value", "curve",
+        "model_id", "estimator", "reduction", "split", "answer_space_k", "answer_space_draw",
+        "scope", "scope_value", "curve",
         "x", "y", "n", "bin", "threshold", "y_low", "y_high",
     ]  # fmt: skip
     assert curves["curve"].unique(maintain_order=True).to_list() == [
@@ -545,6 +550,7 @@ def test_every_metric_declares_needs_and_direction():
         "smooth_ece": ("probability", False),
         "h_score": ("probability", True),
         "mean_confidence": ("probability", None),
+        "confidence_gap": ("probability", None),
         **{f"{m}_b{b}": ("probability", False) for m in ("ace", "ece") for b in (5, 10, 15, 30, 40, 50)},
         "auroc": ("any", True),
         "aurc": ("any", False),

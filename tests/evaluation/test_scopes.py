@@ -4,7 +4,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from kcal_pipeline.evaluation import METRICS
+from kcal_pipeline.evaluation import METRICS, compute_metrics
 from kcal_pipeline.evaluation.scopes import (
     attach_attributes,
     breakdown_scopes,
@@ -256,3 +256,27 @@ def test_each_scope_partitions_the_rows_in_ascending_order():
         np.testing.assert_array_equal(np.sort(np.concatenate(by_scope[scope])), np.arange(n))
     n_gold = frame["n_gold"].to_numpy()
     assert [len(r) for r in by_scope["n_gold"]] == [int((n_gold == g).sum()) for g in (1, 2, 4, 6)]
+
+
+def test_bear_domains_count_a_row_in_each_of_its_relations_domains():
+    # P36 is Geographic and Political, mace-award Arts, mace-river has no BEAR domain (in none)
+    domains = pl.Series([["Geographic", "Political"], ["Arts"], []], dtype=pl.List(pl.String))
+    frame = attach_attributes(estimates(), relations=RELATIONS.with_columns(bear_domains=domains))
+    #   row: 0 r6, 1 P36:a, 2 q2, 3 q1, 4 P36:b, 5 r2, 6 q4
+    expected = {
+        ("bear_domain", "Arts"): [2, 3, 6],
+        ("bear_domain", "Geographic"): [1, 4],
+        ("bear_domain", "Political"): [1, 4],
+    }
+    assert members(frame, ["bear_domain"]) == expected
+    assert {k: v for k, v in members(frame).items() if k[0] == "bear_domain"} == expected
+    # the vectorised metrics read the same members: accuracy = correct share of each domain's rows
+    # (CORRECT: q2 F, q1 T, q4 T → 2/3; P36:a T, P36:b F → 1/2)
+    got = compute_metrics(frame, metrics=["accuracy"], scopes=["bear_domain"])
+    assert got.select("scope_value", "value", "n").rows() == [
+        ("Arts", pytest.approx(2 / 3), 3),
+        ("Geographic", 0.5, 2),
+        ("Political", 0.5, 2),
+    ]
+    # a relations table without bear_domains (hand-built, or before the column existed): no scope
+    assert "bear_domain" not in attach_attributes(estimates(), relations=RELATIONS).columns

@@ -10,9 +10,11 @@ import shutil
 
 import polars as pl
 import pytest
+from polars.testing import assert_frame_equal
 
 from kcal_pipeline.core.storage import partition_path
 from kcal_pipeline.core.versions import DATA_VERSION_KEY, stored_version
+from kcal_pipeline.reporting.html import summary_table
 from tests.conftest import copy_facts_store
 
 pytestmark = pytest.mark.integration
@@ -68,9 +70,13 @@ def test_every_partition_records_its_data_version(store):
 
 
 def test_a_changed_probe_setting_reruns_exactly_what_it_affects(store):
+    # the setting: an option-count sweep (k 3 and 5, two draws each; P36 has 8 options here) over
+    # the same instances, which must leave every full-answer-space (headline) number as it was
     home, run = store
     assert run().materialized == []  # nothing changed: nothing to do
-    summary = run(answer_space_k=2)
+    before = pl.read_parquet(partition_path(home, "metrics", {"model": KEY}))
+    sweep = {"answer_space_k": [3, 5], "answer_space_draws": 2}
+    summary = run(**sweep)
     relation, model = "P36", KEY
     assert materialized(summary) == {
         ("probe_instances", relation), ("statements", relation), ("data_quality", "-"),
@@ -83,9 +89,21 @@ def test_a_changed_probe_setting_reruns_exactly_what_it_affects(store):
     inst = pl.read_parquet(partition_path(home, "probe_instances", {"relation": "P36"}))
     statements = pl.read_parquet(partition_path(home, "statements", {"relation": "P36"}))
     scores = pl.read_parquet(partition_path(home, "statement_scores", MR))
-    assert inst["instance_id"].str.ends_with("#k2").sum() == 4  # the new data, not the old
+    # the new data, not the old: each instance cut to 3 and to 5 options, once per draw
+    for k, draw in ((3, 1), (3, 2), (5, 1), (5, 2)):
+        copies = inst.filter(pl.col("instance_id").str.ends_with(f"#k{k}d{draw}"))
+        assert copies.height == 4 and set(copies["n_options"]) == {k}, (k, draw)
     assert scores.height == statements.height == int(inst["n_options"].sum())
-    assert run(answer_space_k=2).materialized == []
+    after = pl.read_parquet(partition_path(home, "metrics", {"model": KEY}))
+    spaces = after.filter(pl.col("scope") == "all").select("answer_space_k", "answer_space_draw").unique()
+    assert sorted(spaces.iter_rows()) == [(0, 0), (3, 1), (3, 2), (5, 1), (5, 2)]
+    # the headline is unchanged: the summary table, and every full-answer-space row of metrics (to
+    # the last bits: a batched metric such as smooth ECE sums in another order beside more groups)
+    assert summary_table(after).equals(summary_table(before))
+    keys = ["estimator", "reduction", "split", "scope", "scope_value", "metric"]
+    full = after.filter(pl.col("answer_space_k") == 0).sort(keys, nulls_last=True)
+    assert_frame_equal(full, before.sort(keys, nulls_last=True), check_exact=False, rel_tol=1e-12, abs_tol=0)
+    assert run(**sweep).materialized == []
 
 
 def test_a_changed_template_kind_keeps_the_instances_and_a_scoring_setting_keeps_the_statements(store):

@@ -53,6 +53,7 @@ def rows(estimator, correct, confidence, *, template="P1:c0", relation="P1", pre
             "instance_id": kw.get("instances", [f"i{k}" for k in range(n)]),
             "split": ["test"] * n,
             "answer_space_k": [0] * n,
+            "answer_space_draw": [0] * n,
             "template_id": [template] * n,
             "estimator": [estimator] * n,
             "reduction": [kw.get("reduction", "sum")] * n,
@@ -441,7 +442,7 @@ def test_sca_without_question_templates_is_not_testable():
 # --- 6. consistency ------------------------------------------------------------------------------
 
 
-def consistency(draws: dict[str, list[tuple[int, float]]]):
+def consistency(draws: dict[str, list[tuple[int | None, float]]]):
     """Base's pooled intra rows, one per (setup, seed), plus decoys the claim must not read: a
     per-relation row, a 'mean' row and Margin's row."""
     out = []
@@ -465,28 +466,28 @@ def consistency(draws: dict[str, list[tuple[int, float]]]):
 
 def test_iou_cons_is_far_from_one_when_every_draw_is_below_the_criterion():
     found = fd.consistency_far_from_one(
-        consistency({"typo": [(4, 0.5), (44, 0.6), (99, 0.7)], "one-shot": [(13, 0.95)]})
+        consistency({"typo": [(4, 0.5), (44, 0.6), (99, 0.7)], "context-fixed": [(None, 0.95)]})
     )
-    typo, one_shot = only(found, "typo"), only(found, "one-shot")
+    typo, one_shot = only(found, "typo"), only(found, "context-fixed")
     assert (typo.verdict, typo.value, typo.ci_low, typo.ci_high) == (HOLDS, pytest.approx(0.6), 0.5, 0.7)
     assert (
         "IoU_cons mean 0.600, std 0.100 over 3 draw(s) (seed 4: 0.500, seed 44: 0.600, seed 99: 0.700)"
         in typo.numbers
     )
     assert one_shot.verdict == FAILS  # 0.95 ≥ 0.9
+    assert "over 1 draw(s) (not drawn: 0.950)" in one_shot.numbers  # the fixed demonstration: no seed
 
 
 def test_iou_cons_straddling_the_criterion_or_undefined_is_inconclusive_and_missing_setups_are_named():
     found = fd.consistency_far_from_one(
-        consistency({"typo": [(4, 0.85), (44, 0.95)], "one-shot": [(13, math.nan)]})
+        consistency({"typo": [(4, 0.85), (44, 0.95)], "context-fixed": [(None, math.nan)]})
     )
     assert only(found, "typo").verdict == INCONCLUSIVE
-    assert only(found, "one-shot").verdict == INCONCLUSIVE
-    assert only(found, "one-shot").note.startswith("IoU_cons undefined on 1 draw(s)")
+    assert only(found, "context-fixed").verdict == INCONCLUSIVE
+    assert only(found, "context-fixed").note.startswith("IoU_cons undefined on 1 draw(s)")
     missing = fd.consistency_far_from_one(consistency({"typo": [(4, 0.5)]}))
-    assert (
-        only(missing, "one-shot").verdict == NOT_TESTABLE and "perturbation" in only(missing, "one-shot").note
-    )
+    fixed = only(missing, "context-fixed")
+    assert fixed.verdict == NOT_TESTABLE and "--template-kinds curated,question,context_fixed" in fixed.note
     assert {f.verdict for f in fd.consistency_far_from_one(store())} == {NOT_TESTABLE}
 
 

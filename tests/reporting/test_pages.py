@@ -19,7 +19,7 @@ pytestmark = pytest.mark.integration
 
 MODEL_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
 KEY = "HuggingFaceTB--SmolLM2-135M-Instruct"
-MODEL_FIGURES = ["reliability", "selective", "markers", "consistency", "gold-count"]
+MODEL_FIGURES = ["reliability", "selective", "markers", "consistency", "gold-count", "sweep"]
 
 
 class Page(HTMLParser):
@@ -132,7 +132,9 @@ def test_a_section_without_data_says_so_in_one_sentence(report_store):
     t = tables(report_store)
     # the same model without its marker templates, consistency rows or MACE relation
     templates = t["templates"].filter(~pl.col("kind").is_in(pages.MARKER_KINDS))
-    metrics = t["metrics"].filter(~((pl.col("scope") == "n_gold") & (pl.col("scope_value") != "1")))
+    metrics = t["metrics"].filter(
+        ~((pl.col("scope") == "n_gold") & (pl.col("scope_value") != "1")) & (pl.col("answer_space_k") == 0)
+    )  # and without its option-count sweep
     consistency = t["consistency"].clear()
     html = pages.model_page(
         summary_table(metrics), metrics, t["curves"], templates, consistency, {"model_id": "m"}
@@ -141,7 +143,8 @@ def test_a_section_without_data_says_so_in_one_sentence(report_store):
     assert figures["markers"]["nodata"] == [pages.NO_MARKERS]
     assert figures["consistency"]["nodata"] == [pages.NO_CONSISTENCY]
     assert figures["gold-count"]["nodata"] == [pages.NO_GOLD_COUNTS]
-    for name in ("markers", "consistency", "gold-count"):
+    assert figures["sweep"]["nodata"] == [pages.NO_SWEEP]
+    for name in ("markers", "consistency", "gold-count", "sweep"):
         assert figures[name]["svg"] == figures[name]["figure"] == 0
     assert figures["reliability"]["svg"] == 1
 

@@ -244,9 +244,9 @@ def test_html_is_self_contained_escaped_and_has_diagrams():
     assert "<script" not in page
     assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in page
     assert "/data/kcal &amp; co" in page and "abc123" in page
-    # two figures (reliability; accuracy–rejection and risk–coverage); markers, consistency and the
-    # gold-count effect have no data here and say so instead
-    assert page.count("<svg") == 2 and page.count('<p class="nodata">') == 3
+    # two figures (reliability; accuracy–rejection and risk–coverage); markers, consistency, the
+    # gold-count effect and the option-count sweep have no data here and say so instead
+    assert page.count("<svg") == 2 and page.count('<p class="nodata">') == 4
     assert (
         "ACE: 20 quantile bins as in sklearn&#x27;s calibration_curve (ties share a bin, empty bins "
         "dropped); ECE: 20 equal-width bins" in page

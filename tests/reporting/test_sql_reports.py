@@ -72,8 +72,12 @@ COLUMNS = {
         "accuracy_unmarked", "accuracy_marked", "delta_accuracy", "ace_unmarked", "ace_marked", "delta_ace",
     ],
     "options_count": [
-        "model_id", "estimator", "reduction", "answer_space", "answer_space_k", "options", "chance",
-        "instances", "accuracy", "ace",
+        "model_id", "estimator", "reduction", "answer_space", "answer_space_k", "answer_space_draw",
+        "options", "chance", "instances", "accuracy", "ace",
+    ],
+    "options_sweep": [
+        "model_id", "family", "estimator", "reduction", "answer_space", "k", "draws", "instances", "ace",
+        "ace_sd", "accuracy", "accuracy_sd", "mean_confidence", "mean_confidence_sd",
     ],
     "summary": [
         "model_id", "relation_id", "split", "estimator", "reduction", "instances", "accuracy",
@@ -263,13 +267,21 @@ def test_options_count_and_gold_count_rows_equal_the_metrics_table(report_store)
         (pl.col("split") == "test") & (pl.col("estimator") == "base") & (pl.col("reduction") == "sum")
     )
     rows = records(report_store, "options_count")
-    sub = next(
-        r for r in rows if r["estimator"] == "base" and r["answer_space_k"] == 3 and r["options"] is None
-    )
-    pooled = m.filter((pl.col("answer_space_k") == 3) & (pl.col("scope") == "all"))
-    accuracy = pooled.filter(pl.col("metric") == "accuracy").row(0, named=True)
-    assert (sub["answer_space"], sub["instances"]) == ("subsample", accuracy["n"])
-    assert sub["accuracy"] == round(accuracy["value"], 4)
+    for draw in (1, 2):  # the sweep's draws are rows of their own
+        sub = next(
+            r
+            for r in rows
+            if (r["estimator"], r["answer_space_k"], r["answer_space_draw"], r["options"])
+            == ("base", 3, draw, None)
+        )
+        pooled = m.filter(
+            (pl.col("answer_space_k") == 3)
+            & (pl.col("answer_space_draw") == draw)
+            & (pl.col("scope") == "all")
+        )
+        accuracy = pooled.filter(pl.col("metric") == "accuracy").row(0, named=True)
+        assert (sub["answer_space"], sub["instances"]) == ("subsample", accuracy["n"])
+        assert sub["accuracy"] == round(accuracy["value"], 4)
     three = next(
         r for r in rows if r["estimator"] == "base" and r["answer_space_k"] == 3 and r["options"] == 3
     )
@@ -296,3 +308,30 @@ def test_options_count_and_gold_count_rows_equal_the_metrics_table(report_store)
     assert six["instances"] == estimates.height > 0
     assert six["mean_confidence"] == round(estimates["confidence"].mean(), 4)
     assert six["accuracy"] == round(estimates["correct"].mean(), 4)
+
+
+@pytest.mark.integration
+def test_options_sweep_is_the_mean_and_spread_over_the_draws_of_the_metrics_table(report_store):
+    # The store's sweep: k 3, two draws (tests/reporting/conftest.py)
+    rows = records(report_store, "options_sweep")
+    base = [r for r in rows if r["estimator"] == "base"]
+    assert [(r["answer_space"], r["k"], r["draws"]) for r in base] == [("3", 3, 2), ("full", None, 1)]
+    assert {r["family"] for r in base} == {"single_template"} and all(r["reduction"] == "sum" for r in base)
+    m = metrics(report_store).filter(
+        (pl.col("split") == "test") & (pl.col("scope") == "all") & (pl.col("estimator") == "base")
+        & (pl.col("reduction") == "sum")
+    )  # fmt: skip
+    for row in base:
+        k = row["k"] or 0
+        for metric in ("ace", "accuracy", "mean_confidence"):
+            values = m.filter((pl.col("answer_space_k") == k) & (pl.col("metric") == metric))
+            assert values.height == row["draws"]
+            assert row[metric] == pytest.approx(round(values["value"].mean(), 4), abs=1e-9)
+            sd = values["value"].std()
+            assert row[f"{metric}_sd"] == (None if sd is None else pytest.approx(round(sd, 4), abs=1e-9))
+        assert (
+            row["instances"]
+            == m.filter((pl.col("answer_space_k") == k) & (pl.col("metric") == "accuracy"))["n"].max()
+        )
+    # every row's estimator has sweep rows; score-valued estimators (no ACE) have none
+    assert all(r["ace"] is not None for r in rows)

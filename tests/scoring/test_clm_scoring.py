@@ -11,11 +11,18 @@ import pytest
 import torch
 
 from kcal_pipeline.dataset.templates import fill
-from kcal_pipeline.scoring import ROLE_OBJECT, ROLE_SUBJECT, ROLE_TEMPLATE, score_clm, token_roles
+from kcal_pipeline.scoring import (
+    ROLE_CONTEXT,
+    ROLE_OBJECT,
+    ROLE_SUBJECT,
+    ROLE_TEMPLATE,
+    score_clm,
+    token_roles,
+)
 from kcal_pipeline.scoring.clm import SCHEMA
 from kcal_pipeline.scoring.models import DEFAULT_MODEL, load_model
 
-T, S, OBJ = ROLE_TEMPLATE, ROLE_SUBJECT, ROLE_OBJECT
+T, S, OBJ, C = ROLE_TEMPLATE, ROLE_SUBJECT, ROLE_OBJECT, ROLE_CONTEXT
 
 TEMPLATES = [
     "The capital of [X] is [Y].",  # object at the end
@@ -168,6 +175,18 @@ def test_token_roles_pure_cases():
     assert token_roles([(0, 1), (1, 7), (7, 10)], (0, 3), (3, 7)) == [S, OBJ, T]
     # empty spans and empty tokens match nothing
     assert token_roles([(0, 3), (3, 3)], (3, 3), (0, 0)) == [T, T]
+
+
+def test_token_roles_mark_exactly_the_context():
+    """ "What is 2+2? 4\nFrance: Paris" with context_end 15: every token before the line break's end
+    is context, none after; a token straddling the end (a tokenizer that glued "\nFrance") is the
+    statement's, and so is a zero-width token at the end itself."""
+    offsets = [(0, 4), (4, 7), (7, 9), (9, 10), (10, 11), (11, 12), (12, 14), (14, 15), (15, 21), (21, 22),
+               (22, 28)]  # fmt: skip
+    roles = token_roles(offsets, (15, 21), (23, 28), context_end=15)
+    assert roles == [C] * 8 + [S, T, OBJ]
+    assert token_roles(offsets, (15, 21), (23, 28)) == [T] * 8 + [S, T, OBJ]  # no context: as before
+    assert token_roles([(0, 14), (14, 21), (15, 15)], (15, 21), (23, 28), context_end=15) == [C, S, T]
 
 
 def roles_of(loaded, template, subject, obj):

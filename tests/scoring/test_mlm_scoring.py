@@ -104,11 +104,18 @@ def score(loaded, filled, **kw) -> pl.DataFrame:
     )
 
 
-def reference_pll(model, tokenizer, text: str, variant: str) -> np.ndarray:
-    """The definition, slowly: one masked copy per forward, batch of one, plain loops."""
-    enc = tokenizer(text, return_special_tokens_mask=True)
+def reference_pll(model, tokenizer, text: str, variant: str, context_end: int = 0) -> np.ndarray:
+    """The definition, slowly: one masked copy per forward, batch of one, plain loops. Tokens of a
+    context (ending at or before context_end) stay in every copy and are never masked or scored."""
+    enc = tokenizer(text, return_special_tokens_mask=True, return_offsets_mapping=True)
     ids, words = enc["input_ids"], enc.word_ids()
-    scored = [p for p, special in enumerate(enc["special_tokens_mask"]) if not special]
+    scored = [
+        p
+        for p, (special, (_, end)) in enumerate(
+            zip(enc["special_tokens_mask"], enc["offset_mapping"], strict=True)
+        )
+        if not special and end > context_end
+    ]
     out = []
     for p in scored:
         masked = list(ids)
@@ -150,6 +157,31 @@ def test_reductions_follow_the_token_roles(batched):
             assert row["ll_mean"] == pytest.approx(lp.sum() / len(lp))
             assert row["ll_answer_sum"] == pytest.approx(lp[roles == OBJ].sum())
             assert row["ll_answer_mean"] == pytest.approx(lp[roles == OBJ].mean())
+
+
+def test_context_tokens_are_in_every_copy_never_masked_or_scored(loaded):
+    """Statements after a context against the slow reference over the statement's own positions:
+    the statement's tokens and roles are those it has alone, its scores are not (the context is
+    visible to every masked copy)."""
+    context = "The capital of Peru is Lima.\n"
+    filled = [fill(TEMPLATES[0], "France", "Paris"), fill(TEMPLATES[1], "Côte d'Ivoire", "Yamoussoukro")]
+    texts = [context + f.text for f in filled]
+    shift = len(context)
+    subj = [(f.subject_span[0] + shift, f.subject_span[1] + shift) for f in filled]
+    obj = [(f.object_span[0] + shift, f.object_span[1] + shift) for f in filled]
+    for variant in VARIANTS:
+        after = score_mlm(loaded, texts, subj, obj, variant=variant, context_ends=[shift] * len(texts))
+        alone = score(loaded, filled, variant=variant)
+        for text, row, a in zip(texts, after.iter_rows(named=True), alone.iter_rows(named=True), strict=True):
+            ref = reference_pll(loaded.model, loaded.tokenizer, text, variant, context_end=shift)
+            roles = np.array(a["token_roles"])
+            assert row["n_tokens"] == len(ref) == a["n_tokens"] and row["token_roles"] == a["token_roles"]
+            np.testing.assert_allclose(row["token_logprobs"], ref, atol=1e-4, rtol=0, err_msg=text)
+            assert row["ll_sum"] == pytest.approx(ref.sum(), abs=1e-4)
+            assert row["ll_mean"] == pytest.approx(ref.mean(), abs=1e-4)
+            assert row["ll_answer_sum"] == pytest.approx(ref[roles == OBJ].sum(), abs=1e-4)
+            assert row["ll_answer_mean"] == pytest.approx(ref[roles == OBJ].mean(), abs=1e-4)
+            assert abs(row["ll_sum"] - a["ll_sum"]) > 1e-3, text  # the context is seen
 
 
 def test_within_word_equals_original_exactly_where_words_are_single_tokens(loaded):

@@ -12,7 +12,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from kcal_pipeline.dataset.templates import fill
 from kcal_pipeline.scoring import prefix as prefix_mod
-from kcal_pipeline.scoring import score_clm
+from kcal_pipeline.scoring import score_clm, token_roles
 from kcal_pipeline.scoring.clm import SCHEMA
 from kcal_pipeline.scoring.models import DEFAULT_MODEL, load_model
 from kcal_pipeline.scoring.prefix import (
@@ -277,3 +277,87 @@ def test_bad_inputs_are_rejected(loaded):
     with pytest.raises(ValueError, match="batch_size must be a positive integer, got 0"):
         score_clm_shared_prefix(loaded, *args([f]), batch_size=0)
     assert score_clm_shared_prefix(loaded, [], [], []).schema == pl.Schema(SCHEMA)
+
+
+# --- a context: conditioned on, never scored (issue 29 §5) ----------------------------------------
+
+CONTEXTS = [
+    "The capital of Peru is Lima.\n",
+    "What is 2+2? 4\n",
+    "The capital of Japan is Tokyo.\nThe capital of Kenya is Nairobi.\n",
+]
+IN_CONTEXT = [
+    *((CONTEXTS[0], fill("The capital of [X] is [Y].", "France", o)) for o in ("Paris", "Lyon")),
+    (CONTEXTS[1], fill("[Y] is the capital of [X].", "Iceland", "Reykjavík")),  # the answer opens it
+    (CONTEXTS[2], fill("The capital of [X] is [Y].", "France", "Paris")),  # two demonstrations
+]  # 4 statements, two options after the first context
+
+
+def after_context(cases):
+    """(texts, subject spans, object spans, context ends) of each statement behind its context."""
+    texts = [c + f.text for c, f in cases]
+    shift = [len(c) for c, _ in cases]
+    subj = [(f.subject_span[0] + k, f.subject_span[1] + k) for (_, f), k in zip(cases, shift, strict=True)]
+    obj = [(f.object_span[0] + k, f.object_span[1] + k) for (_, f), k in zip(cases, shift, strict=True)]
+    return texts, subj, obj, shift
+
+
+def by_hand(loaded, context: str, filled) -> tuple[np.ndarray, np.ndarray]:
+    """The definition: context and statement tokenized apart, one forward of [start] + context +
+    statement, log P(x_t | start, context, x_<t) at the statement's tokens; and which are answer."""
+    tok = loaded.tokenizer
+    ctx = tok(context, add_special_tokens=False)["input_ids"]
+    enc = tok(filled.text, add_special_tokens=False, return_offsets_mapping=True)
+    # the line break keeps the two tokenizations apart: the whole text is exactly their concatenation
+    assert tok(context + filled.text, add_special_tokens=False)["input_ids"] == ctx + enc["input_ids"]
+    ids = [loaded.start_token_id, *ctx, *enc["input_ids"]]
+    with torch.inference_mode():
+        logits = loaded.model(torch.tensor([ids])).logits[0, :-1].double()
+    lp = logits.log_softmax(-1).gather(-1, torch.tensor(ids[1:])[:, None]).squeeze(-1).numpy()
+    o0, o1 = filled.object_span
+    answer = np.array([a < o1 and o0 < b for a, b in enc["offset_mapping"]])
+    return lp[len(ctx) :], answer
+
+
+def test_context_tokens_condition_the_statement_and_count_in_no_reduction(loaded):
+    """Plain and packed paths against the hand-computed log P(statement | start, context): n_tokens,
+    Sum, Mean, Sum(A), Mean(A) and the per-token columns cover the statement's own tokens only."""
+    texts, subj, obj, ends = after_context(IN_CONTEXT)
+    plain = score_clm(loaded, texts, subj, obj, context_ends=ends)
+    packed = score_clm_shared_prefix(loaded, texts, subj, obj, context_ends=ends)
+    for (context, f), p, k in zip(
+        IN_CONTEXT, plain.iter_rows(named=True), packed.iter_rows(named=True), strict=True
+    ):
+        lp, answer = by_hand(loaded, context, f)
+        offsets = loaded.tokenizer(f.text, add_special_tokens=False, return_offsets_mapping=True)[
+            "offset_mapping"
+        ]
+        for row in (p, k):
+            assert row["n_tokens"] == len(lp), f.text
+            # the statement's own roles, as without a context: the context's tokens are dropped
+            assert row["token_roles"] == token_roles(offsets, f.subject_span, f.object_span)
+            np.testing.assert_allclose(row["token_logprobs"], lp, atol=ATOL, rtol=0, err_msg=f.text)
+            assert row["ll_sum"] == pytest.approx(lp.sum(), abs=ATOL)
+            assert row["ll_mean"] == pytest.approx(lp.mean(), abs=ATOL)
+            assert row["ll_answer_sum"] == pytest.approx(lp[answer].sum(), abs=ATOL)
+            assert row["ll_answer_mean"] == pytest.approx(lp[answer].mean(), abs=ATOL)
+    # the packed rows hold the first context once for the two options that follow it
+    ids = [tuple(loaded.tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts]
+    nodes = sum(len(r.tokens) - 1 for r in pack_rows(ids, loaded.start_token_id, prefix_mod.ROW_TOKENS))
+    assert nodes <= sum(map(len, ids)) - len(
+        loaded.tokenizer(CONTEXTS[0], add_special_tokens=False)["input_ids"]
+    )
+
+
+def test_context_ends_are_checked(loaded):
+    texts, subj, obj, _ = after_context(IN_CONTEXT[:1])  # the subject starts at 44
+    with pytest.raises(
+        ValueError, match=r"context_end #0 = 50 is after the start of subject_span \(44, 50\)"
+    ):
+        score_clm(loaded, texts, subj, obj, context_ends=[50])
+    with pytest.raises(ValueError, match="leaves no statement after the context"):
+        score_clm(loaded, texts, [(0, 0)], [(0, 0)], context_ends=[60])
+    with pytest.raises(ValueError, match=r"context_end #0 must be an integer in \[0, 60\].*got -1"):
+        score_clm_shared_prefix(loaded, texts, subj, obj, context_ends=[-1])
+    with pytest.raises(ValueError, match="one entry per text"):
+        score_clm(loaded, texts, subj, obj, context_ends=[])

@@ -156,6 +156,52 @@ def test_fingerprint_follows_statements_options_and_weights(loaded):
     assert base != fingerprint(other, STATEMENTS, ScoringOptions())
 
 
+def test_a_context_reaches_every_pass_and_the_fingerprint(loaded):
+    """statements.context_end goes to the main pass, each dropout pass (the same seeded pass run by
+    hand with the context) and the subject-masked pass; none counts the context's tokens. A frame
+    without any context keeps the fingerprint it had before context_end existed."""
+    from kcal_pipeline.scoring.prefix import score_clm_shared_prefix
+    from kcal_pipeline.scoring.stochastic import dropout_enabled, seeded
+
+    context = "What is 2+2? 4\n"
+    shift = [pl.col(c) + len(context) for c in ("subject_start", "subject_end", "object_start", "object_end")]
+    frame = STATEMENTS.head(3).with_columns(
+        (pl.lit(context) + pl.col("text")).alias("text"), *shift, context_end=len(context)
+    )
+    opts = ScoringOptions(dropout=True, dropout_passes=1, dropout_rate=0.1, dropout_seed=5, subject_mask=True)
+    out = score_statements(loaded, frame, opts)
+    texts, subj, obj = (
+        frame["text"].to_list(),
+        spans(frame, "subject_start", "subject_end"),
+        spans(frame, "object_start", "object_end"),
+    )
+    ends = [len(context)] * 3
+    statement_tokens = [
+        len(loaded.tokenizer(t, add_special_tokens=False)["input_ids"]) for t in STATEMENTS["text"][:3]
+    ]
+    assert out["n_tokens"].to_list() == statement_tokens  # the context's tokens are not counted
+    with dropout_enabled(loaded.model, 0.1), seeded(5, loaded.device):
+        by_hand = score_clm_shared_prefix(loaded, texts, subj, obj, context_ends=ends)
+    assert [v[0] for v in out["ll_sum_dropout"]] == by_hand["ll_sum"].to_list()
+    masked = mask_subjects(frame)
+    assert masked["text"][0] == context + "The capital of something is Paris."
+    expected = score_clm_shared_prefix(
+        loaded,
+        masked["text"].to_list(),
+        spans(masked, "subject_start", "subject_end"),
+        spans(masked, "object_start", "object_end"),
+        context_ends=ends,
+    )
+    np.testing.assert_allclose(
+        out["ll_sum_masked"].to_numpy(), expected["ll_sum"].to_numpy(), atol=1e-4, rtol=0
+    )
+    base = fingerprint(loaded, STATEMENTS, ScoringOptions())
+    assert fingerprint(loaded, STATEMENTS.with_columns(context_end=pl.lit(0)), ScoringOptions()) == base
+    assert fingerprint(loaded, frame, ScoringOptions()) != fingerprint(
+        loaded, frame.with_columns(context_end=pl.lit(0)), ScoringOptions()
+    )
+
+
 @pytest.mark.parametrize(
     "kwargs, message",
     [

@@ -177,10 +177,11 @@ def _overlaps(token, span) -> bool:
     return token[0] < token[1] and span[0] < span[1] and token[0] < span[1] and span[0] < token[1]
 
 
-def reference_masked_pll(loaded, text, subject_span, object_span, variant):
+def reference_masked_pll(loaded, text, subject_span, object_span, variant, context_end=0):
     """The definition, slowly: (sum, answer sum, subject tokens). The subject's tokens (overlapping
     its span, not the object's) are [MASK] in every copy; every other non-special token gets its own
-    copy with itself (and, within_word_l2r, its word's later tokens) masked; batch of one."""
+    copy with itself (and, within_word_l2r, its word's later tokens) masked; batch of one. Tokens of
+    a context (ending at or before context_end) are in every copy, never masked or scored."""
     import torch
 
     tok = loaded.tokenizer
@@ -197,7 +198,9 @@ def reference_masked_pll(loaded, text, subject_span, object_span, variant):
         if not special[p] and _overlaps(offsets[p], subject_span) and not _overlaps(offsets[p], object_span)
     }
     base = [tok.mask_token_id if p in subject else t for p, t in enumerate(ids)]
-    scored = [p for p in range(len(ids)) if not special[p] and p not in subject]
+    scored = [
+        p for p in range(len(ids)) if not special[p] and p not in subject and offsets[p][1] > context_end
+    ]
     total = answer = 0.0
     for p in scored:
         copy = list(base)
@@ -272,6 +275,44 @@ def test_the_subject_masks_are_not_scored_and_the_other_tokens_are(tiny_bert):
         assert m["token_roles"] == [r for r in p["token_roles"] if r != ROLE_SUBJECT]
     # "The capital of [MASK] [MASK] is Paris.": The, capital, of, is, Paris, "." are scored, not the masks
     assert masked["n_tokens"][0] == 6 and plain["n_tokens"][0] == 8
+
+
+def test_a_context_is_kept_and_only_the_statement_is_masked_and_scored(tiny_bert):
+    """statements.context_end: the causal placeholder is capitalised as the statement alone would
+    have it (the context ends in "4", not a sentence end), the context stays in front; a masked LM
+    masks the statement's subject and scores the statement's other tokens only (slow reference)."""
+    context = "What is 2+2? 4\n"
+    filled = [
+        fill("[X] is in [Y].", "Peru", "South America"),
+        fill("The capital of [X] is [Y].", "Québec", "Bern"),
+    ]
+    shifted = [
+        type(f)(
+            context + f.text,
+            *((a + len(context), b + len(context)) for a, b in (f.subject_span, f.object_span)),
+        )
+        for f in filled
+    ]
+    frame = statements_frame(shifted).with_columns(context_end=pl.lit(len(context), pl.Int32))
+    masked = mask_subjects(frame)
+    assert masked["text"].to_list() == [
+        context + "Something is in South America.",
+        context + "The capital of something is Bern.",
+    ]
+    assert masked["context_end"].to_list() == [len(context)] * 2
+    assert mask_subjects(frame.drop("context_end"))["text"][0] == context + "something is in South America."
+    from kcal_pipeline.scoring.mlm import score_mlm
+
+    for variant in MLM_VARIANTS:
+        out = subject_masked_scores(
+            tiny_bert, frame, scorer=lambda *a, v=variant, **k: score_mlm(*a, variant=v, **k)
+        )
+        for f, row in zip(shifted, out.iter_rows(named=True), strict=True):
+            total, answer, _ = reference_masked_pll(
+                tiny_bert, f.text, f.subject_span, f.object_span, variant, context_end=len(context)
+            )
+            assert row["ll_sum_masked"] == pytest.approx(total, abs=1e-4), f.text
+            assert row["ll_answer_sum_masked"] == pytest.approx(answer, abs=1e-4), f.text
 
 
 def test_masked_lm_subject_masking_checks_its_spans(tiny_bert):

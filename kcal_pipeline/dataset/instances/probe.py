@@ -20,6 +20,7 @@ import polars as pl
 from kcal_pipeline.core.options import ProbeOptions
 from kcal_pipeline.dataset.instances.quality import label_key
 from kcal_pipeline.dataset.instances.sampling import derived_rng, sample_negatives, stable_rank
+from kcal_pipeline.dataset.instances.variants import EXPLICIT_MARKERS, EXPLICIT_MARKERS_TYPE
 from kcal_pipeline.dataset.templates import Filled, fill
 
 INSTANCE_COLUMNS = [
@@ -347,7 +348,9 @@ CATALOG_TEMPLATE_KINDS = {"curated": ("templates", "c"), "question": ("questions
 
 def templates_frame(catalog: dict, max_templates: int | None = None) -> pl.DataFrame:
     """The catalog's templates of every relation: curated (rank 0 is the headline template) and
-    question-answer templates (MACE; `<relation>:q<rank>`, the answer last)."""
+    question-answer templates (MACE; `<relation>:q<rank>`, the answer last). A catalog entry's
+    hand-written marker templates ride on its first curated template (`explicit_markers`,
+    [{variant, text}]), where variants.marker_variants turns them into that template's markers."""
     rows = []
     for rid, spec in catalog.items():
         for kind, (field, letter) in CATALOG_TEMPLATE_KINDS.items():
@@ -361,9 +364,22 @@ def templates_frame(catalog: dict, max_templates: int | None = None) -> pl.DataF
                         "source": "relations.toml",
                         "rank": rank,
                         "marked_text": _marked_text(spec, kind, rank),
+                        EXPLICIT_MARKERS: _explicit_markers(spec, kind, rank),
                     }
                 )
-    return pl.DataFrame(rows, schema_overrides={"rank": pl.Int32, "marked_text": pl.Utf8})
+    return pl.DataFrame(
+        rows,
+        schema_overrides={"rank": pl.Int32, "marked_text": pl.Utf8, EXPLICIT_MARKERS: EXPLICIT_MARKERS_TYPE},
+    )
+
+
+def _explicit_markers(spec, kind: str, rank: int) -> list[dict] | None:
+    """The catalog's marker templates of the relation, on its first curated template only."""
+    if kind != "curated" or rank != 0 or not spec.marker_templates:
+        return None
+    return [
+        {"variant": v, "text": t} for v, t in zip(spec.marker_variants, spec.marker_templates, strict=True)
+    ]
 
 
 def _marked_text(spec, kind: str, rank: int) -> str | None:
@@ -374,7 +390,8 @@ def _marked_text(spec, kind: str, rank: int) -> str | None:
 
 
 def relations_frame(catalog: dict) -> pl.DataFrame:
-    """The catalog as a table: one row per relation, its domain (closed_set or mace) as the catalog says."""
+    """The catalog as a table: one row per relation, its domain (closed_set or mace) as the catalog
+    says, and its BEAR topic domains (bear_domains, a list: empty for a relation BEAR lacks)."""
     return pl.DataFrame(
         [
             {
@@ -386,7 +403,9 @@ def relations_frame(catalog: dict) -> pl.DataFrame:
                 "subject_type": s.subject_type,
                 "object_type": s.object_type,
                 "n_templates": len(s.templates),
+                "bear_domains": list(s.bear_domains),
             }
             for s in catalog.values()
-        ]
+        ],
+        schema_overrides={"bear_domains": pl.List(pl.Utf8)},
     )

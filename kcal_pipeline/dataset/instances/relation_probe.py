@@ -3,7 +3,9 @@
 One place decides, per catalog entry, how instances are formed (one answer space per relation or
 sampled distractors, as the run's answer_space says; a catalog entry's own fixed space, as BEAR
 imports have; or MACE questions with 1/2/4/6 answers) and which templates a run uses
-(curated, generated, marker and perturbation variants), so the Dagster assets stay thin.
+(curated, generated, marker, perturbation and context variants; a context template's statements
+open with demonstrations drawn from the relation's facts, context.py), so the Dagster assets stay
+thin.
 """
 
 from __future__ import annotations
@@ -15,18 +17,18 @@ import polars as pl
 from kcal_pipeline.core.options import ProbeOptions
 from kcal_pipeline.dataset.instances import mace_questions
 from kcal_pipeline.dataset.instances.answer_spaces import instances_from_fixed_space
+from kcal_pipeline.dataset.instances.context import CONTEXT_COLUMN, CONTEXT_KINDS, context_statements
 from kcal_pipeline.dataset.instances.probe import (
     build_instances,
     build_statements,
+    capitalized,
     topup_pool_for,
 )
 from kcal_pipeline.dataset.instances.variants import (
-    DEMO_SLOT,
-    demonstration_for,
-    expand_demo,
+    answer_space_sweep,
+    context_variants,
     marker_variants,
     perturbation_variants,
-    subsample_answer_space,
 )
 from kcal_pipeline.dataset.relations import RelationSpec
 
@@ -38,7 +40,8 @@ def relation_instances(
     config: ProbeOptions,
     log: Callable[[str], None] = print,
 ) -> pl.DataFrame:
-    """Probe instances of one relation; with config.answer_space_k > 0 also each instance cut to k options.
+    """Probe instances of one relation; with config.answer_space_k (the option-count sweep) also
+    their copies cut to each k, answer_space_draws times (variants.answer_space_sweep).
 
     - MACE domains: question-specific sampled distractors (n_negatives; answer_space "sampled"):
       a question's golds are not one relation's objects, so there is no relation-level space.
@@ -77,8 +80,8 @@ def relation_instances(
             kind=spec.kind,
             answer_space="relation" if spec.answer_space == "fixed" else None,
         )
-    if config.answer_space_k > 0:
-        cut = subsample_answer_space(instances, config.answer_space_k, config.seed)
+    if config.answer_space_k:
+        cut = answer_space_sweep(instances, config.answer_space_k, config.answer_space_draws, config.seed)
         instances = pl.concat([instances, cut], how="diagonal_relaxed")
     return instances
 
@@ -87,9 +90,14 @@ def curated_and_variants(
     curated: pl.DataFrame, perturbation_seeds: Sequence[int], log: Callable[[str], None] | None = None
 ) -> pl.DataFrame:
     """The templates table: curated templates (with their marked forms, `marked_text`) plus their
-    marker and perturbation variants (the random ones once per perturbation seed)."""
+    marker, perturbation (the random ones once per perturbation seed) and context variants."""
     return pl.concat(
-        [curated, marker_variants(curated, log=log), perturbation_variants(curated, perturbation_seeds)],
+        [
+            curated,
+            marker_variants(curated, log=log),
+            perturbation_variants(curated, perturbation_seeds),
+            context_variants(curated),
+        ],
         how="diagonal_relaxed",
     )
 
@@ -117,7 +125,11 @@ def run_templates(
     if max_templates:
         parents = parents.filter(pl.col("rank") < max_templates)
     variants = pl.concat(
-        [marker_variants(parents, log=log), perturbation_variants(parents, perturbation_seeds)],
+        [
+            marker_variants(parents, log=log),
+            perturbation_variants(parents, perturbation_seeds),
+            context_variants(parents),
+        ],
         how="diagonal_relaxed",
     )
     chosen = pl.concat([parents, variants], how="diagonal_relaxed").filter(pl.col("kind").is_in(kinds))
@@ -125,22 +137,37 @@ def run_templates(
 
 
 def relation_statements(
-    instances: pl.DataFrame, templates: pl.DataFrame, seed: int, *, capitalize: bool = False
+    instances: pl.DataFrame,
+    templates: pl.DataFrame,
+    seed: int,
+    *,
+    capitalize: bool = False,
+    facts: pl.DataFrame | None = None,
+    log: Callable[[str], None] | None = None,
 ) -> pl.DataFrame:
-    """Statements of one relation; a one-shot template gets its demonstration per instance
-    (another subject of the same relation) before filling, so spans stay exact. `capitalize`:
-    build_statements (the whole text's first letter, demonstration included)."""
-    plain = templates.filter(~pl.col("text").str.contains(DEMO_SLOT, literal=True))
-    demo = templates.filter(pl.col("text").str.contains(DEMO_SLOT, literal=True))
+    """Statements of one relation. A context template (context.CONTEXT_KINDS) gets its context per
+    instance, drawn from the relation's `facts` (else its instances) with `seed`, before the
+    statement proper; `context_end` says where the statement begins (0 for every other template).
+    Instances without a valid demonstration get no statement of that template (`log` says how
+    many). `capitalize`: build_statements, applied to the statement proper (context.py)."""
+    is_context = pl.col("kind").is_in(list(CONTEXT_KINDS))
+    plain = templates.filter(~is_context)
     parts = [build_statements(instances, plain, capitalize=capitalize)] if plain.height else []
-    base_instances = instances.filter(~pl.col("instance_id").str.contains("#", literal=True))
-    for row in demo.iter_rows(named=True):
-        for inst in instances.iter_rows(named=True):
-            text = expand_demo(
-                row["text"], demonstration_for(inst["subject_id"], base_instances, row["text"], seed)
-            )
-            one = pl.DataFrame([inst], schema=instances.schema)
-            parts.append(build_statements(one, pl.DataFrame([{**row, "text": text}]), capitalize=capitalize))
+    parts = [p.with_columns(pl.lit(0, pl.Int32).alias(CONTEXT_COLUMN)) for p in parts]
+    contexts = templates.filter(is_context)
+    if contexts.height:
+        if facts is not None:
+            facts = facts.filter(pl.col("relation_id").is_in(contexts["relation_id"].unique().to_list()))
+        parts += context_statements(
+            instances,
+            contexts,
+            instances if facts is None or facts.is_empty() else facts,
+            seed,
+            build=lambda inst, tmpl: build_statements(inst, tmpl, capitalize=capitalize),
+            fix_case=capitalized if capitalize else None,
+            log=log,
+        )
     if not parts:
-        raise ValueError("no statements: no templates selected")
+        why = " (no instance had a valid demonstration for the context templates)" if contexts.height else ""
+        raise ValueError(f"no statements: no templates selected{why}")
     return pl.concat(parts, how="diagonal_relaxed").sort("statement_id")

@@ -1,4 +1,4 @@
-"""Template variants (epistemic markers, perturbations) and answer-space subsampling.
+"""Template variants (epistemic markers, perturbations, contexts) and answer-space subsampling.
 
 Markers (METHODS §2) test whether a model's likelihood responds to stated confidence: a verbal
 marker goes inside the clause, where the catalog's marked form puts its [M] slot (curated
@@ -12,6 +12,8 @@ Seeded choices use derived_rng(seed, template_id, variant), so a variant never d
 other templates are in the table. The random perturbations (extra space, typo) are drawn once per
 perturbation seed (Zhao et al. use 4, 44 and 99), so consistency can report their mean and spread:
 each draw is its own template, `<parent>:<variant>-s<seed>`, with the seed in `perturbation_seed`.
+Context variants (demonstrations the statement is conditioned on, never scored) are described in
+context.py.
 """
 
 from __future__ import annotations
@@ -21,14 +23,23 @@ from collections.abc import Callable, Sequence
 
 import polars as pl
 
+from kcal_pipeline.dataset.instances.context import CONTEXT_KINDS, context_template
 from kcal_pipeline.dataset.instances.sampling import derived_rng
-from kcal_pipeline.dataset.templates import MARKER_SLOT, OBJECT_SLOT, SUBJECT_SLOT, check_template, fill
+from kcal_pipeline.dataset.templates import (
+    MARKER_SLOT,
+    NUMERIC_LEVELS,
+    OBJECT_SLOT,
+    SUBJECT_SLOT,
+    VERBAL_MARKERS,
+    check_template,
+    numeric_variant,
+)
 
 TEMPLATE_COLUMNS = ["relation_id", "template_id", "text", "kind", "source", "rank"]
 VARIANT_COLUMNS = [*TEMPLATE_COLUMNS, "parent_id", "variant", "perturbation_seed"]
-VERBAL_MARKERS = ("certainly", "possibly")
-NUMERIC_LEVELS = (0, 25, 50, 75, 100)
-DEMO_SLOT = "[D]"
+# Templates-table column of a relation's hand-written markers, [{variant, text}] on their parent.
+EXPLICIT_MARKERS = "explicit_markers"
+EXPLICIT_MARKERS_TYPE = pl.List(pl.Struct({"variant": pl.Utf8, "text": pl.Utf8}))
 # Only base templates get variants: a variant of a variant would compound two edits.
 BASE_KINDS = ("curated", "generated")
 
@@ -130,20 +141,21 @@ def typo(text: str, seed: int, template_id: str) -> str | None:
     return text[:i] + (new.upper() if text[i].isupper() else new) + text[i + 1 :]
 
 
-def one_shot(text: str) -> str:
-    """A [D] slot for the demonstration, which depends on the instance (see demonstration_for)."""
-    return f"{DEMO_SLOT} {text}"
-
-
 # --- variant tables -----------------------------------------------------------------------------
 
 
 def _base_rows(templates: pl.DataFrame) -> list[dict]:
-    """Curated/generated templates, each with its marked form ("marked_text", None if it has none)."""
+    """Curated/generated templates, each with its marked form ("marked_text", None if it has none)
+    and its hand-written marker templates ("explicit_markers", [{variant, text}] or None)."""
     marked = pl.col("marked_text") if "marked_text" in templates.columns else pl.lit(None, pl.Utf8)
+    explicit = (
+        pl.col(EXPLICIT_MARKERS)
+        if EXPLICIT_MARKERS in templates.columns
+        else pl.lit(None, EXPLICIT_MARKERS_TYPE)
+    )
     return (
         templates.filter(pl.col("kind").is_in(BASE_KINDS))
-        .select(*TEMPLATE_COLUMNS, marked.alias("marked_text"))
+        .select(*TEMPLATE_COLUMNS, marked.alias("marked_text"), explicit.alias(EXPLICIT_MARKERS))
         .to_dicts()
     )
 
@@ -152,7 +164,7 @@ def _variant_row(parent: dict, variant: str, kind: str, text: str, seed: int | N
     """The variant's row; a seeded draw's id ends in `-s<seed>` so every draw has its own id."""
     template_id = f"{parent['template_id']}:{variant}" + ("" if seed is None else f"-s{seed}")
     check_template(text, f"variant {template_id}")
-    parent = {k: v for k, v in parent.items() if k != "marked_text"}
+    parent = {k: v for k, v in parent.items() if k not in ("marked_text", EXPLICIT_MARKERS)}
     return {
         **parent,
         "template_id": template_id,
@@ -170,24 +182,41 @@ def _frame(rows: list[dict]) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=schema)
 
 
+def _marker_kind(variant: str) -> str:
+    return "marker_numeric" if variant.startswith("numeric-") else "marker_verbal"
+
+
 def marker_variants(templates: pl.DataFrame, log: Callable[[str], None] | None = None) -> pl.DataFrame:
     """Verbal and numeric marker variants of every curated/generated template.
 
     Verbal: at the [M] slot of the template's curated marked form (`marked_text`), else where
     marker_position puts it; a template where the rule finds no place gets no verbal variant, and
     `log` is told how many (and which) did not. Numeric: the "I'm x% confident that" prefix.
+    A relation whose catalog entry writes its markers out (marker_templates, e.g. Kissling's BEAR
+    file) gets exactly those, verbatim, as variants of the parent that carries them
+    (`explicit_markers`, on its first template) and no rule-made ones on any template: the
+    paper marks the first paraphrase only, in its own wording ("I'm 50% confident the …").
     A variant keeps its parent's rank, so a marked table lines up with the unmarked one; callers
     that pick the headline template (rank 0) must filter by kind first.
     """
     rows, unplaced = [], []
-    for parent in _base_rows(templates):
+    parents = _base_rows(templates)
+    explicit = {p["relation_id"] for p in parents if p[EXPLICIT_MARKERS]}
+    for parent in parents:
+        if parent[EXPLICIT_MARKERS]:
+            for m in parent[EXPLICIT_MARKERS]:  # verbatim; the source says they are the catalog's
+                row = _variant_row(parent, m["variant"], _marker_kind(m["variant"]), m["text"])
+                rows.append({**row, "source": parent["source"]})
+            continue
+        if parent["relation_id"] in explicit:
+            continue  # the catalog's markers are its only ones (the paper's setting)
         text = parent["text"]
         verbal = {m: verbal_marker(text, m, parent["marked_text"]) for m in VERBAL_MARKERS}
         if any(v is None for v in verbal.values()):
             unplaced.append(parent["template_id"])
         rows += [_variant_row(parent, m, "marker_verbal", v) for m, v in verbal.items() if v is not None]
         rows += [
-            _variant_row(parent, f"numeric-{p}", "marker_numeric", numeric_marker(text, p))
+            _variant_row(parent, numeric_variant(p), "marker_numeric", numeric_marker(text, p))
             for p in NUMERIC_LEVELS
         ]
     if unplaced and log is not None:
@@ -211,9 +240,9 @@ def check_perturbation_seeds(seeds: Sequence[int]) -> list[int]:
 
 def perturbation_variants(templates: pl.DataFrame, seeds: Sequence[int]) -> pl.DataFrame:
     """Extra-space and typo variants once per seed in `seeds` (ids `<parent>:typo-s<seed>`, the
-    seed in `perturbation_seed`), and one one-shot variant (its demonstration is drawn per instance
-    when statements are built). A template without a space or a long enough word simply has no
-    extra-space or typo variant."""
+    seed in `perturbation_seed`). A template without a space or a long enough word simply has no
+    extra-space or typo variant. (The one-shot demonstration prefix is a context variant now:
+    context_variants, context-fixed being Zhao et al.'s.)"""
     seeds = check_perturbation_seeds(seeds)
     rows = []
     for parent in _base_rows(templates):
@@ -223,75 +252,59 @@ def perturbation_variants(templates: pl.DataFrame, seeds: Sequence[int]) -> pl.D
             rows += [
                 _variant_row(parent, name, "perturbation", new, seed) for name, new in edits.items() if new
             ]
-        rows.append(_variant_row(parent, "one-shot", "perturbation", one_shot(text)))
     return _frame(rows)
 
 
-# --- one-shot demonstrations --------------------------------------------------------------------
-
-
-def _demo_pool(rows: pl.DataFrame) -> list[tuple[str, str, str]]:
-    """(subject_id, subject_label, gold object label), sorted, from instances or facts of one relation."""
-    if "relation_id" in rows.columns and rows["relation_id"].n_unique() > 1:
-        raise ValueError(
-            f"demonstrations must come from one relation; got rows of {sorted(rows['relation_id'].unique())}"
-        )
-    if "gold_labels" in rows.columns:
-        pairs = rows.select("subject_id", "subject_label", pl.col("gold_labels").list.first())
-    else:
-        pairs = rows.group_by("subject_id").agg(
-            pl.col("subject_label").first(), pl.col("object_label").sort_by("object_id").first()
-        )
-    return sorted(pairs.drop_nulls().iter_rows())
-
-
-def demonstration_for(subject_id: str, rows: pl.DataFrame, template: str, seed: int) -> str:
-    """The template filled with another subject of the relation and its gold object.
-
-    `rows` are the relation's instances (gold_labels) or facts (object_label). Subjects whose label
-    equals the instance's are excluded too: a namesake would leak the answer's form.
-    """
-    pool = _demo_pool(rows)
-    own = {label.casefold() for sid, label, _ in pool if sid == subject_id}
-    others = [p for p in pool if p[0] != subject_id and p[1].casefold() not in own]
-    if not others:
-        raise ValueError(f"no other subject than {subject_id!r} to demonstrate the relation with")
-    _, label, obj = derived_rng(seed, subject_id, "one-shot").choice(others)
-    return fill(template.removeprefix(f"{DEMO_SLOT} "), label, obj).text
-
-
-def expand_demo(template: str, demo: str) -> str:
-    """Put the demonstration into a one-shot template *before* filling, so spans stay right."""
-    if template.count(DEMO_SLOT) != 1:
-        raise ValueError(f"{template!r} must contain {DEMO_SLOT} exactly once")
-    return check_template(template.replace(DEMO_SLOT, demo), "one-shot template with its demonstration")
+def context_variants(templates: pl.DataFrame) -> pl.DataFrame:
+    """The context variants of every curated/generated template, one per kind of
+    context.CONTEXT_KINDS (ids `<parent>:context-1shot`, …): the parent's text behind the
+    context slot; the demonstrations are drawn per instance when statements are built."""
+    rows = [
+        _variant_row(parent, variant, kind, context_template(parent["text"]))
+        for parent in _base_rows(templates)
+        for kind, (variant, _) in CONTEXT_KINDS.items()
+    ]
+    return _frame(rows)
 
 
 # --- answer-space subsampling -------------------------------------------------------------------
 
+# A subsample copy's id: its parent's id, then `#k<k>d<draw>` (e.g. `P36/Q1#k10d2`).
+SUBSAMPLE_SUFFIX = r"#k\d+d\d+$"
+_SUBSAMPLE_SCHEMA = {
+    "parent_instance_id": pl.Utf8,
+    "subsample_k": pl.Int32,
+    "subsample_draw": pl.Int32,
+    "subsample_status": pl.Utf8,
+}
 
-def _subsample(row: dict, k: int, seed: int) -> dict:
+
+def _subsample(row: dict, k: int, seed: int, draw: int) -> dict:
     gold = set(row["gold_ids"])
     distractors = sorted(o for o in row["option_ids"] if o not in gold)
-    # One seeded order per instance, independent of k: smaller answer spaces nest in larger ones.
-    derived_rng(seed, row["instance_id"], "subsample").shuffle(distractors)
+    # One seeded order per (instance, draw), independent of k: within a draw, smaller answer
+    # spaces nest in larger ones, so a sweep's points differ by the options added, not by a new draw.
+    derived_rng(seed, row["instance_id"], "subsample", f"draw-{draw}").shuffle(distractors)
     keep = gold | set(distractors[: max(k - len(gold), 0)])
     idx = [i for i, o in enumerate(row["option_ids"]) if o in keep]
     status = "golds_exceed_k" if len(gold) > k else "fewer_options_than_k" if len(idx) < k else "ok"
     return {
         **row,
-        "instance_id": f"{row['instance_id']}#k{k}",
+        "instance_id": f"{row['instance_id']}#k{k}d{draw}",
         "parent_instance_id": row["instance_id"],
         "option_ids": [row["option_ids"][i] for i in idx],
         "option_labels": [row["option_labels"][i] for i in idx],
         "n_options": len(idx),
         "subsample_k": k,
+        "subsample_draw": draw,
         "subsample_status": status,
     }
 
 
-def subsample_answer_space(instances: pl.DataFrame, k: int, seed: int) -> pl.DataFrame:
-    """Each instance with its answer space cut to k options, every gold kept, order preserved.
+def subsample_answer_space(instances: pl.DataFrame, k: int, seed: int, draw: int = 1) -> pl.DataFrame:
+    """Each instance with its answer space cut to k options, every gold kept, order preserved:
+    draw `draw` (ids `<instance>#k<k>d<draw>`), its distractors drawn with derived_rng(seed,
+    instance, draw), so every draw is its own subsample and smaller k nest in larger ones within it.
 
     An instance with more than k golds keeps all its golds (and no distractor) rather than lose a
     correct answer; one with fewer than k options keeps them all. subsample_status says which
@@ -299,10 +312,30 @@ def subsample_answer_space(instances: pl.DataFrame, k: int, seed: int) -> pl.Dat
     """
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
-    rows = [_subsample(row, k, seed) for row in instances.iter_rows(named=True)]
-    schema = dict(instances.schema) | {
-        "parent_instance_id": pl.Utf8,
-        "subsample_k": pl.Int32,
-        "subsample_status": pl.Utf8,
-    }
-    return pl.DataFrame(rows, schema=schema)
+    if draw < 1:
+        raise ValueError(f"draw must be >= 1, got {draw}")
+    rows = [_subsample(row, k, seed, draw) for row in instances.iter_rows(named=True)]
+    return pl.DataFrame(rows, schema=dict(instances.schema) | _SUBSAMPLE_SCHEMA)
+
+
+def answer_space_sweep(instances: pl.DataFrame, ks: Sequence[int], draws: int, seed: int) -> pl.DataFrame:
+    """The option-count sweep (Kissling et al. §5.4): per k and draw 1..draws, a subsample copy of
+    every instance that k really cuts, i.e. one with more than k options and fewer than k golds.
+    Where k is at least the instance's option count the copy would be its full space again (every
+    draw alike, at the full space's scoring cost), and where its golds fill k it would hold no
+    distractor (always right): neither is made, so a k holds only the instances it cuts (its n
+    says how many) and every copy has subsample_status "ok". Ordered by draw, then k."""
+    if draws < 1:
+        raise ValueError(f"answer_space_draws must be >= 1, got {draws}")
+
+    def cuts(k: int) -> pl.Expr:
+        return (pl.col("n_options") > k) & (pl.col("gold_ids").list.len() < k)
+
+    cut = [
+        subsample_answer_space(instances.filter(cuts(k)), k, seed, draw)
+        for draw in range(1, draws + 1)
+        for k in ks
+    ]
+    if not cut:
+        return pl.DataFrame(schema=dict(instances.schema) | _SUBSAMPLE_SCHEMA)
+    return pl.concat(cut)

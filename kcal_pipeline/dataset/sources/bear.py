@@ -14,6 +14,24 @@ show them. A template given twice for one relation is the same probe twice: the 
 the repeat dropped with one warning (the real BEAR repeats one for P103); a repeated answer-space
 id stays an error, since it would make two options of one object. Labels are kept exactly as
 written — BEAR's own text, non-breaking and doubled spaces included, is what lm-pub-quiz scores.
+
+BEAR-big (the larger release BEAR was selected from) has the same lines without answer_idx and
+metadata with templates only. A relation without answer_space_ids gets the distinct objects of its
+instances as its answer space, in order of first appearance in the file, each with the label of
+that first line — lm-pub-quiz's order, and exactly BEAR's spaces for BEAR's own files. Its lines
+may then leave answer_idx out; one that gives it must point at its obj_id in that space (an error
+otherwise, as above). `subset="lite"` keeps the relations and lines that bear_lite_indices.json
+lists (0-based indices of a file's non-blank lines; BEAR is exactly that selection of BEAR-big),
+and a derived space is then formed from the kept lines, as lm-pub-quiz's filter_subset does.
+relation_info.json (BEAR's topic domains per relation) is read when present. Both JSON files are
+looked for in the directory, then beside it (the BEAR repository keeps them at its root, next to
+BEAR/ and BEAR-big/).
+
+A templates file (import_bear's `templates`; Kissling et al.'s metadata_relations.json) replaces
+each imported relation's templates: its paraphrases become the curated templates in file order,
+its marker templates the relation's explicit markers of the first paraphrase (relations.py
+marker_templates), classified by their text (templates.marker_variant_of). Its answer space must
+be the directory's, relation by relation.
 """
 
 from __future__ import annotations
@@ -35,9 +53,12 @@ from kcal_pipeline.core.storage import write_parquet_atomic, write_text_atomic
 from kcal_pipeline.core.versions import DATA_VERSION_KEY
 from kcal_pipeline.dataset.relations import parse_catalog
 from kcal_pipeline.dataset.sources.wikidata import looks_like_id
-from kcal_pipeline.dataset.templates import check_template
+from kcal_pipeline.dataset.templates import check_template, marker_variant_of
 
 METADATA = "metadata_relations.json"
+RELATION_INFO = "relation_info.json"
+LITE_INDICES = "bear_lite_indices.json"
+SUBSETS = ("lite",)
 LINE_KEYS = ("sub_id", "sub_label", "sub_aliases", "obj_id", "obj_label", "answer_idx")
 BEAR_FACT_SCHEMA = {
     "relation_id": pl.Utf8,
@@ -67,6 +88,10 @@ class BearRelation:
     facts: tuple[dict, ...]  # kept rows: subject_id, subject_label, object_id, object_label, aliases
     dropped: tuple[dict, ...]  # the same keys plus line and drop_reason
     repeated_templates: tuple[str, ...] = ()  # dropped repeats of a template (the first is kept)
+    derived_space: bool = False  # the answer space is the instances' objects (no answer_space_ids)
+    domains: tuple[str, ...] = ()  # BEAR's topic domains (relation_info.json)
+    marker_templates: tuple[str, ...] = ()  # from a templates file: markers of templates[0]
+    marker_variants: tuple[str, ...] = ()  # their variant names, pairwise
 
     def dropped_counts(self) -> dict[str, int]:
         return dict(Counter(d["drop_reason"] for d in self.dropped))
@@ -115,18 +140,21 @@ def _read_text(path: Path) -> str:
         ) from None
 
 
-def _read_metadata(path: Path) -> dict:
-    if not path.is_file():
-        raise BearFormatError(f"{path.parent}: missing {METADATA}")
-    text = _read_text(path)
+def _read_json(path: Path) -> object:
     try:
-        data = json.loads(text, object_pairs_hook=_no_duplicate_keys)
+        return json.loads(_read_text(path), object_pairs_hook=_no_duplicate_keys)
     except json.JSONDecodeError as exc:
         raise BearFormatError(
             f"{path}: malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
         ) from exc
     except BearFormatError as exc:
         raise BearFormatError(f"{path}: {exc}") from exc
+
+
+def _read_metadata(path: Path) -> dict:
+    if not path.is_file():
+        raise BearFormatError(f"{path.parent}: missing {METADATA}")
+    data = _read_json(path)
     if not isinstance(data, dict) or not data:
         raise BearFormatError(f"{path}: expected a non-empty object mapping relation ids to metadata")
     return data
@@ -151,6 +179,15 @@ def _relation_meta(rid: str, entry: object, meta_path: Path) -> dict:
         check_template(text, f"{where} templates[{i}]")
     templates = list(dict.fromkeys(given))  # exact repeats go, the first of each stays in place
     repeated = tuple(text for text, n in Counter(given).items() if n > 1)
+    label = entry.get("label")
+    meta = {
+        "label": label if isinstance(label, str) and label.strip() else rid,
+        "templates": tuple(templates),
+        "repeated_templates": repeated,
+    }
+    if "answer_space_ids" not in entry and "answer_space_labels" not in entry:
+        # BEAR-big: the space is the instances' objects (_derived_space), known once they are read
+        return {**meta, "answer_space_ids": None, "answer_space_labels": None, "derived_space": True}
     ids = _string_list(entry, "answer_space_ids", where)
     labels = entry.get("answer_space_labels")
     if not isinstance(labels, list) or not all(isinstance(v, str) and v.strip() for v in labels):
@@ -161,17 +198,16 @@ def _relation_meta(rid: str, entry: object, meta_path: Path) -> dict:
         )
     for i, oid in enumerate(ids):
         check_entity_id(oid, f"{where} answer_space_ids[{i}]")
-    label = entry.get("label")
     return {
-        "label": label if isinstance(label, str) and label.strip() else rid,
-        "templates": tuple(templates),
-        "repeated_templates": repeated,
+        **meta,
         "answer_space_ids": tuple(ids),
         "answer_space_labels": tuple(labels),  # as written: no whitespace folding
     }
 
 
-def _parse_line(text: str, where: str, ids: tuple[str, ...]) -> dict:
+def _parse_line(text: str, where: str, ids: tuple[str, ...] | None) -> dict:
+    """One line, checked; `ids` None: the space is derived, answer_idx may be absent (checked
+    later, against the derived space, by _check_answer_idx)."""
     try:
         line = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -180,7 +216,7 @@ def _parse_line(text: str, where: str, ids: tuple[str, ...]) -> dict:
         ) from exc
     if not isinstance(line, dict):
         raise BearFormatError(f"{where}: expected a JSON object, got {type(line).__name__}")
-    missing = [k for k in LINE_KEYS if k not in line]
+    missing = [k for k in LINE_KEYS if k not in line and (k != "answer_idx" or ids is not None)]
     if missing:
         raise BearFormatError(f"{where}: missing key(s) {', '.join(missing)}")
     check_entity_id(line["sub_id"], f"{where} sub_id")
@@ -190,16 +226,36 @@ def _parse_line(text: str, where: str, ids: tuple[str, ...]) -> dict:
         raise BearFormatError(f"{where}: sub_aliases must be a list of strings")
     if not isinstance(line["sub_label"], str):
         raise BearFormatError(f"{where}: sub_label must be a string")
+    if ids is not None:
+        _check_answer_idx(line, where, ids, "answer-space options")
+    return line
+
+
+def _check_answer_idx(line: dict, where: str, ids: tuple[str, ...], what: str) -> None:
     idx = line["answer_idx"]
     if isinstance(idx, bool) or not isinstance(idx, int) or not 0 <= idx < len(ids):
-        raise BearFormatError(
-            f"{where}: answer_idx {idx!r} is not an index into the {len(ids)} answer-space options"
-        )
+        raise BearFormatError(f"{where}: answer_idx {idx!r} is not an index into the {len(ids)} {what}")
     if ids[idx] != line["obj_id"]:
         raise BearFormatError(
             f"{where}: answer_idx {idx} points to {ids[idx]} but obj_id is {line['obj_id']}"
         )
-    return line
+
+
+def _derived_space(lines: list[tuple[int, dict]], path: Path) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(ids, labels): the distinct obj_ids in order of first appearance, each with the obj_label of
+    its first line (lm-pub-quiz's answer_space_from_instance_table)."""
+    space: dict[str, str] = {}
+    for lineno, line in lines:
+        if line["obj_id"] in space:
+            continue
+        label = line.get("obj_label")
+        if not isinstance(label, str) or not label.strip():
+            raise BearFormatError(
+                f"{path}:{lineno}: obj_label {label!r} of {line['obj_id']} must be a non-empty string: "
+                f"without answer_space_labels in {METADATA} it is the option's label"
+            )
+        space[line["obj_id"]] = label
+    return tuple(space), tuple(space.values())
 
 
 def _drop_reason(subject_label: str, seen: set, key: tuple) -> str | None:
@@ -210,37 +266,71 @@ def _drop_reason(subject_label: str, seen: set, key: tuple) -> str | None:
     return "duplicate" if key in seen else None
 
 
-def _read_facts(path: Path, meta: dict) -> tuple[list[dict], list[dict]]:
+def _read_facts(
+    path: Path, meta: dict, keep: Sequence[int] | None = None
+) -> tuple[list[dict], list[dict], dict]:
+    """(kept facts, dropped lines, answer space {answer_space_ids, answer_space_labels}) of one
+    relation file. `keep`: the 0-based indices of the non-blank lines to keep (a subset); every
+    line is still checked. A derived space comes from the kept lines, after each line's
+    answer_idx, where given, was checked against the space of the whole file."""
     if not path.is_file():
         raise BearFormatError(f"{path}: missing facts file for a relation in {METADATA}")
     ids, labels = meta["answer_space_ids"], meta["answer_space_labels"]
-    kept, dropped, seen = [], [], set()
     # io.StringIO splits lines as a text-mode file does (universal newlines).
     with io.StringIO(_read_text(path), newline=None) as fh:
-        for lineno, text in enumerate(fh, 1):
-            if not text.strip():
-                continue
-            line = _parse_line(text, f"{path}:{lineno}", ids)
-            row = {
-                "subject_id": line["sub_id"],
-                "subject_label": line["sub_label"],  # as written (see the module docstring)
-                "object_id": line["obj_id"],
-                "object_label": labels[line["answer_idx"]],
-                "aliases": tuple(line["sub_aliases"]),
-            }
-            key = (row["subject_id"], row["object_id"])
-            why = _drop_reason(row["subject_label"], seen, key)
-            if why:
-                dropped.append({**row, "line": lineno, "drop_reason": why})
-            else:
-                seen.add(key)
-                kept.append(row)
+        lines = [
+            (lineno, _parse_line(text, f"{path}:{lineno}", ids))
+            for lineno, text in enumerate(fh, 1)
+            if text.strip()
+        ]
+    if ids is None:
+        whole, _ = _derived_space(lines, path)
+        for lineno, line in lines:
+            if "answer_idx" in line:
+                _check_answer_idx(line, f"{path}:{lineno}", whole, "objects of the file (its answer space)")
+    if keep is not None:
+        lines = [lines[i] for i in _checked_indices(keep, len(lines), path)]
+    if ids is None:
+        ids, labels = _derived_space(lines, path)
+    label_of = dict(zip(ids, labels, strict=True))
+    kept, dropped, seen = [], [], set()
+    for lineno, line in lines:
+        row = {
+            "subject_id": line["sub_id"],
+            "subject_label": line["sub_label"],  # as written (see the module docstring)
+            "object_id": line["obj_id"],
+            "object_label": label_of[line["obj_id"]],
+            "aliases": tuple(line["sub_aliases"]),
+        }
+        key = (row["subject_id"], row["object_id"])
+        why = _drop_reason(row["subject_label"], seen, key)
+        if why:
+            dropped.append({**row, "line": lineno, "drop_reason": why})
+        else:
+            seen.add(key)
+            kept.append(row)
     if not kept:
         raise BearFormatError(
             f"{path}: no usable facts ({len(dropped)} line(s) dropped: "
             f"{dict(Counter(d['drop_reason'] for d in dropped))})"
         )
-    return kept, dropped
+    return kept, dropped, {"answer_space_ids": ids, "answer_space_labels": labels}
+
+
+def _checked_indices(keep: Sequence[int], n_lines: int, path: Path) -> list[int]:
+    """The subset's line indices, ascending (file order); one out of range or given twice is an
+    error naming the relation's file and the index."""
+    where = f"{LITE_INDICES} [{path.stem}]"
+    for i in keep:
+        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < n_lines:
+            raise BearFormatError(
+                f"{where}: index {i!r} is not a line of {path} ({n_lines} instance lines, indices 0 to "
+                f"{n_lines - 1})"
+            )
+    repeated = sorted(i for i, n in Counter(keep).items() if n > 1)
+    if repeated:
+        raise BearFormatError(f"{where}: index {repeated[0]} is listed more than once")
+    return sorted(keep)
 
 
 def _kind(facts: list[dict]) -> str:
@@ -249,8 +339,58 @@ def _kind(facts: list[dict]) -> str:
     return "one_to_one" if max(per_object.values()) == 1 else "n_to_1"
 
 
-def read_bear(directory: Path | str) -> BearDataset:
-    """Read and validate a BEAR directory; raises BearFormatError (or InvalidIdError, TemplateError)."""
+def _beside(root: Path, name: str) -> Path | None:
+    """`name` in the directory, else beside it (the BEAR repository's root); None if neither."""
+    return next((p for p in (root / name, root.parent / name) if p.is_file()), None)
+
+
+def read_relation_info(root: Path) -> dict[str, tuple[str, ...]]:
+    """BEAR's topic domains per relation id from relation_info.json ({} when there is none):
+    {"P6": {"domains": ["Political", …]}, …}; a malformed entry is an error naming it."""
+    path = _beside(root, RELATION_INFO)
+    if path is None:
+        return {}
+    data = _read_json(path)
+    if not isinstance(data, dict):
+        raise BearFormatError(f"{path}: expected an object mapping relation ids to {{'domains': [...]}}")
+    out = {}
+    for rid, entry in data.items():
+        domains = entry.get("domains") if isinstance(entry, dict) else None
+        if not isinstance(domains, list) or not all(isinstance(d, str) and d.strip() for d in domains):
+            raise BearFormatError(
+                f"{path} [{rid}]: domains must be a list of non-empty strings, got {domains!r}"
+            )
+        out[rid] = tuple(dict.fromkeys(domains))
+    return out
+
+
+def read_subset(root: Path, subset: str, relation_ids: Sequence[str]) -> dict[str, list]:
+    """The lines a subset keeps, per relation: bear_lite_indices.json for "lite". A relation it
+    lists that the directory lacks is an error (the file belongs to another release)."""
+    if subset not in SUBSETS:
+        raise ValueError(f"--subset {subset!r} is not one of {list(SUBSETS)}")
+    path = _beside(root, LITE_INDICES)
+    if path is None:
+        raise BearFormatError(
+            f"--subset lite needs {LITE_INDICES} (per relation, the 0-based lines of BEAR-big that make "
+            f"up BEAR) in {root} or {root.parent}; it is in neither"
+        )
+    data = _read_json(path)
+    if not isinstance(data, dict) or not data:
+        raise BearFormatError(
+            f"{path}: expected a non-empty object mapping relation ids to lists of line indices"
+        )
+    for rid, indices in data.items():
+        if not isinstance(indices, list):
+            raise BearFormatError(f"{path} [{rid}]: expected a list of line indices, got {indices!r}")
+        if rid not in relation_ids:
+            raise BearFormatError(f"{path} [{rid}]: no such relation in {root / METADATA}")
+    return data
+
+
+def read_bear(directory: Path | str, subset: str | None = None) -> BearDataset:
+    """Read and validate a BEAR directory; raises BearFormatError (or InvalidIdError, TemplateError).
+    `subset` ("lite"): only the relations and lines bear_lite_indices.json lists."""
     root = Path(directory)
     if not root.is_dir():
         raise BearFormatError(f"{root}: not a directory")
@@ -261,13 +401,23 @@ def read_bear(directory: Path | str) -> BearDataset:
     orphans = sorted(p.name for p in root.glob("*.jsonl") if p.stem not in metadata)
     if orphans:
         raise BearFormatError(f"{root}: {', '.join(orphans)} have no entry in {METADATA}")
+    domains = read_relation_info(root)
+    keep = read_subset(root, subset, list(metadata)) if subset else None
     relations = {}
     for rid, meta in metadata.items():
-        kept, dropped = _read_facts(root / f"{rid}.jsonl", meta)
+        if keep is not None and rid not in keep:
+            continue  # a BEAR-big relation that is not part of BEAR
+        kept, dropped, space = _read_facts(root / f"{rid}.jsonl", meta, None if keep is None else keep[rid])
         relations[rid] = BearRelation(
-            relation_id=rid, kind=_kind(kept), facts=tuple(kept), dropped=tuple(dropped), **meta
+            relation_id=rid,
+            kind=_kind(kept),
+            facts=tuple(kept),
+            dropped=tuple(dropped),
+            domains=domains.get(rid, ()),
+            **{**meta, **space},
         )
-    return BearDataset(name=root.resolve().name, root=root, relations=relations)
+    name = root.resolve().name + (f"-{subset}" if subset else "")
+    return BearDataset(name=name, root=root, relations=relations)
 
 
 # --- converting --------------------------------------------------------------------------------
@@ -329,7 +479,9 @@ def content_version(frame: pl.DataFrame) -> str:
 
 
 def catalog_entries(ds: BearDataset, facts_dir: Path | str) -> dict[str, dict]:
-    """relations.toml entries for the dataset; `data` is each relation's facts parquet."""
+    """relations.toml entries for the dataset; `data` is each relation's facts parquet. Explicit
+    markers and BEAR domains only where the relation has them, so a plain import's entries stay
+    as they were."""
     return {
         rid: {
             "label": rel.label,
@@ -339,12 +491,100 @@ def catalog_entries(ds: BearDataset, facts_dir: Path | str) -> dict[str, dict]:
             "answer_space": "fixed",
             "object_type": rid,
             "templates": list(rel.templates),
+            **({"marker_templates": list(rel.marker_templates)} if rel.marker_templates else {}),
+            **({"marker_variants": list(rel.marker_variants)} if rel.marker_variants else {}),
             "answer_space_ids": list(rel.answer_space_ids),
             "answer_space_labels": list(rel.answer_space_labels),
+            **({"bear_domains": list(rel.domains)} if rel.domains else {}),
             "data": str(Path(facts_dir) / f"{rid}.parquet"),
         }
         for rid, rel in ds.relations.items()
     }
+
+
+# --- a templates file (Kissling et al.'s) --------------------------------------------------------
+
+
+def split_templates(
+    rid: str, given: list[str], where: str
+) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """(paraphrases, marker templates, their variant names) of one relation's templates, in file
+    order, each classified by its text against the first template (templates.marker_variant_of).
+    Paraphrases must come first and every variant at most once; errors name the index."""
+    if not given:
+        raise BearFormatError(f"{where}: templates is empty")
+    paraphrases, markers, first = [], [], {}  # first: variant name -> its index
+    for i, text in enumerate(given):
+        at = f"{where} templates[{i}]"
+        check_template(text, at)
+        if text in given[:i]:
+            raise BearFormatError(f"{at}: {text!r} repeats templates[{given.index(text)}]")
+        variant = marker_variant_of(text, given[0], at)
+        if variant is None and markers:
+            raise BearFormatError(
+                f"{at}: {text!r} has no marker but follows the marker templates; give the paraphrases "
+                "first, then the markers of the first one"
+            )
+        if variant is not None and i == 0:
+            raise BearFormatError(
+                f"{at}: {text!r} is a marker template; the first template must be a paraphrase"
+            )
+        if variant in first:
+            raise BearFormatError(
+                f"{at}: a second {variant!r} marker template (the first is templates[{first[variant]}])"
+            )
+        if variant is None:
+            paraphrases.append(text)
+        else:
+            markers.append(text)
+            first[variant] = i
+    return tuple(paraphrases), tuple(markers), tuple(first)
+
+
+def with_templates_file(ds: BearDataset, path: Path | str) -> BearDataset:
+    """`ds` with each relation's templates from a templates file in BEAR's metadata format (e.g.
+    Kissling et al.'s: 5 paraphrases, then "possibly", "certainly" and 0 … 100 % markers): the
+    paraphrases replace the relation's templates, the markers become its explicit markers. The
+    file must have every relation of `ds`, with the same answer space (ids and labels, in order);
+    relations it has beyond those are ignored."""
+    path = Path(path)
+    if not path.is_file():
+        raise BearFormatError(f"{path}: no such templates file")
+    data = _read_metadata(path)
+    relations = {}
+    for rid, rel in ds.relations.items():
+        where = f"{path} [{rid}]"
+        entry = data.get(rid)
+        if not isinstance(entry, dict):
+            raise BearFormatError(
+                f"{where}: the templates file has no entry for relation {rid}, which is being imported"
+                if entry is None
+                else f"{where}: expected an object with templates and the answer space"
+            )
+        for field in ("answer_space_ids", "answer_space_labels"):
+            theirs, ours = entry.get(field), list(getattr(rel, field))
+            if theirs != ours:
+                if not isinstance(theirs, list):
+                    detail = f"the templates file gives {theirs!r}"
+                else:
+                    at = next((i for i, (a, b) in enumerate(zip(theirs, ours, strict=False)) if a != b), None)
+                    detail = (
+                        f"first difference at [{at}]: {theirs[at]!r} there, {ours[at]!r} here"
+                        if at is not None
+                        else f"{len(theirs)} entries there, {len(ours)} here"
+                    )
+                raise BearFormatError(
+                    f"{where}: {field} differs from the imported directory's {ds.root / METADATA} "
+                    f"({detail}); a templates file must probe the same answer space"
+                )
+        given = entry.get("templates")
+        if not isinstance(given, list) or not all(isinstance(t, str) for t in given):
+            raise BearFormatError(f"{where}: templates must be a list of strings")
+        paraphrases, markers, names = split_templates(rid, given, where)
+        relations[rid] = with_fields(
+            rel, templates=paraphrases, marker_templates=markers, marker_variants=names, repeated_templates=()
+        )
+    return with_fields(ds, relations=relations)
 
 
 _TOML_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
@@ -434,11 +674,16 @@ def import_bear(
     log: Callable[[str], None] = print,
     replace: bool = False,
     relations: Sequence[str] = (),
+    templates: Path | str | None = None,
+    subset: str | None = None,
 ) -> tuple[Path, dict[str, Path]]:
     """BEAR directory -> home/datasets/bear/{catalog.toml, facts/<prefix><rel>.parquet}.
 
     `relations` (BEAR's ids, e.g. P19, or prefixed ones) imports only those; the whole directory is
     still read and checked. Fewer relations mean fewer facts partitions for every later run.
+    `subset` ("lite"): only the lines bear_lite_indices.json lists (BEAR out of BEAR-big).
+    `templates`: a templates file (with_templates_file) whose paraphrases and markers replace the
+    directory's templates of every imported relation.
 
     Relation ids get `prefix` so an imported P19 never replaces the packaged P19 (the catalog
     loader picks up every home/datasets/*/catalog.toml). A second import merges with the first by
@@ -449,7 +694,9 @@ def import_bear(
     before anything is written; facts are written before the catalog that points at them, so a
     loaded catalog never names a missing file. Returns the catalog and this import's facts files.
     """
-    ds = select_relations(read_bear(directory), relations, prefix)
+    ds = select_relations(read_bear(directory, subset=subset), relations, prefix)
+    if templates is not None:
+        ds = with_templates_file(ds, templates)
     for warning in ds.warnings():
         log(warning)
     base = Path(home) / "datasets" / "bear"
@@ -474,8 +721,14 @@ def import_bear(
         frame = facts.filter(pl.col("relation_id") == new_id)
         write_parquet_atomic(frame, paths[new_id], metadata={DATA_VERSION_KEY: content_version(frame)})
         log(
-            f"BEAR {rid} -> {new_id}: {len(rel.facts)} facts, {len(rel.answer_space_ids)} options, "
-            f"dropped {rel.dropped_counts() or 'none'}"
+            f"BEAR {rid} -> {new_id}: {len(rel.facts)} facts, {len(rel.answer_space_ids)} options"
+            + (" (the objects of its instances)" if rel.derived_space else "")
+            + (
+                f", {len(rel.templates)} templates + {len(rel.marker_templates)} markers"
+                if rel.marker_templates
+                else ""
+            )
+            + f", dropped {rel.dropped_counts() or 'none'}"
         )
     write_text_atomic(catalog, text)
     replaced = [rid for rid in new if rid in earlier]
