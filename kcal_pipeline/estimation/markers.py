@@ -14,17 +14,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from kcal_pipeline.dataset.instances.variants import NUMERIC_LEVELS, VERBAL_MARKERS
+from kcal_pipeline.dataset.templates import NUMERIC_LEVELS, VERBAL_MARKERS, numeric_variant
 from kcal_pipeline.estimation.cube import ALL_REDUCTIONS, OptionScoreCube
 from kcal_pipeline.estimation.probabilities import option_probabilities, top_option
 from kcal_pipeline.estimation.registry import Estimate, EstimatorFn, Requirement, register
 
 PAPER = "epistemic markers (METHODS §2)"
-
-
-def numeric_variant(percent: int) -> str:
-    """The variant name marker_variants gives the "I'm {percent}% confident that" template."""
-    return f"numeric-{percent}"
 
 
 # variant name → (template kind, label)
