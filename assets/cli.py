@@ -28,7 +28,13 @@ from kcal_pipeline.core.paths import (
     registry_path,
     report_path,
 )
-from kcal_pipeline.scoring.models import ModelEntry, Registry
+from kcal_pipeline.scoring.models import (
+    DEFAULT_MODEL,
+    ModelConfigError,
+    ModelEntry,
+    Registry,
+    UnknownModelError,
+)
 
 
 def _flag(name: str) -> str:
@@ -342,14 +348,28 @@ def cmd_findings(args) -> int:
         VERDICTS,
         describe_sample,
         evaluate_claims,
+        provenance,
         read_store_tables,
         render_findings,
     )
 
-    tables = read_store_tables(kcal_home(args.home), args.model)
+    home = kcal_home(args.home)
+    tables = read_store_tables(home, args.model)
     findings = evaluate_claims(tables)
     models = [t.model_id for t in tables]
-    document = render_findings(findings, models, {t.model_id: describe_sample(t) for t in tables})
+    # The registry describes each model (file, quantization, dtype); without its file the store
+    # only knows the embedded default (Registry would write one: findings only read the store).
+    path = registry_path(home)
+    entries = {m: DEFAULT_MODEL if m == DEFAULT_MODEL.id else None for m in models}
+    if path.exists():
+        for m in models:
+            try:
+                entries[m] = Registry(path).get(m)
+            except (UnknownModelError, ModelConfigError):  # removed since, or a broken registry file
+                entries[m] = None
+    header = provenance(home, models, entries, ["kcal", *getattr(args, "argv", [])])
+    samples = {t.model_id: describe_sample(t) for t in tables}
+    document = render_findings(findings, models, samples, header)
     path = write_text_atomic(Path(args.out), document)
     counts = ", ".join(f"{sum(f.verdict == v for f in findings)} {v}" for v in VERDICTS)
     print(f"findings: {path} ({len(findings)} verdicts on {len(models)} model(s): {counts})")
@@ -650,6 +670,7 @@ def _interrupted(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # the exact command, for provenance
     if args.home:
         # The catalog (imported datasets) and the Dagster layer read KCAL_HOME from the environment.
         os.environ["KCAL_HOME"] = str(kcal_home(args.home))

@@ -38,6 +38,8 @@ ALL_OPTIONS = one_dimension_of("option_estimates", "model")
 EVERY_PROBE = {"probe_instances": AssetIn(partition_mapping=AllPartitionMapping())}
 # 5: statements asserted at P > τ, template-kind τ recorded, seeded consistency; 6: answer_space_draw
 CODE_VERSION = "6"
+# metric_differences: 7: bias-corrected intervals that contain their difference
+DIFFERENCES_CODE_VERSION = "7"
 
 
 @multi_asset(
@@ -48,8 +50,9 @@ CODE_VERSION = "6"
         "metrics": AssetOut(
             is_required=False,  # either output alone may be selected (can_subset)
             # 7: the bear_domain scope; 8: answer_space_draw (option-count sweep); 9: the signed gap
-            # (with intervals), multi-hot Brier and classwise ECE, statement metrics per breakdown
-            code_version="9",
+            # (with intervals), multi-hot Brier and classwise ECE, statement metrics per breakdown;
+            # 10: bias-corrected intervals that contain their point
+            code_version="10",
             description="Every registered metric that applies to each estimator, per split and "
             "answer space, never pooled, on the headline selection: overall, per relation, domain, "
             "gold count, MACE mixture, option count and BEAR topic domain, with seeded bootstrap "
@@ -58,7 +61,7 @@ CODE_VERSION = "6"
         ),
         "metric_differences": AssetOut(
             is_required=False,
-            code_version=CODE_VERSION,
+            code_version=DIFFERENCES_CODE_VERSION,
             description="Each estimator's accuracy, ACE, Brier, AUROC and AURC minus Base's, with "
             "a paired bootstrap interval over the same resamples (test split, headline selection).",
         ),
@@ -100,8 +103,8 @@ def metrics(
         yield Output(differences_table(estimates, templates), output_name="metric_differences")
 
 
-# 6: the band; 7: answer_space_draw
-@asset(group_name=GROUP, partitions_def=model_partitions, ins=ALL_RELATIONS, code_version="7")
+# 6: the band; 7: answer_space_draw; 8: the band bias-corrected, containing its point
+@asset(group_name=GROUP, partitions_def=model_partitions, ins=ALL_RELATIONS, code_version="8")
 def curves(context: AssetExecutionContext, estimates: pl.DataFrame, templates: pl.DataFrame) -> pl.DataFrame:
     """Reliability (each bin with its 95 % bootstrap band, on the metrics' resamples),
     accuracy–rejection, risk–coverage and ROC curves on the headline selection, per split and answer

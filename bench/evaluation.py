@@ -39,6 +39,7 @@ import time
 import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
+from statistics import NormalDist
 
 import numpy as np
 import polars as pl
@@ -238,7 +239,7 @@ MIXTURES = ((1,), (1, 2), (1, 2, 4), (1, 2, 4, 6))
 KIND_GROUPS = TEMPLATE_KINDS  # the breakdown's grouping of template kinds: data, not a definition
 DIFFERENCED = ("accuracy", "ace", "brier", "auroc", "aurc")  # the paired differences' metrics
 BOOTSTRAPPED = (*DIFFERENCED, "confidence_gap")  # the metrics table's intervals
-PERCENTILES = (2.5, 97.5)  # the 95 % percentile interval
+LEVEL = 0.95  # the intervals' level
 
 
 # --- metrics over (c, y) -----------------------------------------------------------------------
@@ -789,11 +790,24 @@ def resample_values(fn, c, y, resamples):
     )
 
 
-def percentile_interval(values):
+def bc_interval(values, point):
+    """The bias-corrected percentile interval, widened to contain its point: z0 = Φ⁻¹(share of
+    resamples below the point, ties (within 1e-12) half), the bounds np.percentile at 100·Φ(2·z0 ∓ z_(1−α/2)),
+    then min/max with the point; z0 = 0 for a NaN point. NaN resamples are left out."""
     finite = values[~np.isnan(values)]
     if len(finite) == 0:
         return math.nan, math.nan, 0
-    low, high = np.percentile(finite, PERCENTILES)
+    normal = NormalDist()
+    if math.isnan(point):
+        z0 = 0.0
+    else:
+        tie = np.abs(finite - point) <= 1e-12 * max(1.0, abs(point))  # equal but for summation order
+        share = (np.sum((finite < point) & ~tie) + 0.5 * np.sum(tie)) / len(finite)
+        z0 = -math.inf if share == 0 else math.inf if share == 1 else normal.inv_cdf(share)
+    z = normal.inv_cdf((1 - LEVEL) / 2)
+    low, high = np.percentile(finite, [100 * normal.cdf(z0 + (z0 + z)), 100 * normal.cdf(z0 + (z0 - z))])
+    if not math.isnan(point):
+        low, high = min(low, point), max(high, point)
     return float(low), float(high), len(finite)
 
 
@@ -806,7 +820,9 @@ def pd_intervals(test, plans):
         c, y = g["confidence"].to_numpy(float), g["correct"].to_numpy(bool)
         for sc in plans(g["relation_id"].to_numpy()):
             for m in usable:
-                low, high, used = percentile_interval(resample_values(METRIC_DEFS[m].fn, c, y, sc.resamples))
+                fn, own = METRIC_DEFS[m].fn, sc.rows
+                values = resample_values(fn, c, y, sc.resamples)
+                low, high, used = bc_interval(values, float(fn(c[own], y[own])))
                 rows.append((*(key[k] for k in KEYS5), sc.scope, sc.scope_value, m, low, high, used))
     return pd_frame(rows, [*KEYS5, "scope", "scope_value", "metric", "ci_low", "ci_high", "n_resamples"])
 
@@ -838,8 +854,8 @@ def pd_differences(test, plans, estimator_order):
                     fn = METRIC_DEFS[m].fn
                     va = resample_values(fn, *sides[0], sc.resamples)
                     vb = resample_values(fn, *sides[1], sc.resamples)
-                    low, high, used = percentile_interval(va - vb)
                     point = fn(ca, ya) - fn(cb, yb)
+                    low, high, used = bc_interval(va - vb, float(point))
                     head = [key[k] for k in on[:4]]
                     rows.append(
                         (
@@ -902,7 +918,7 @@ def pd_curves(headline, plans):
                 bin_of[idx] = quantile_bins(c, BINS)
                 band = pd_band(bin_of, y_all, plan[(scope, value)])
                 for b, conf, acc, count in zip(*bin_stats(c, y, BINS, "quantile"), strict=True):
-                    low, high, _ = percentile_interval(band[:, b])
+                    low, high, _ = bc_interval(band[:, b], acc)
                     rows.append((*head, "calibration", conf, acc, count, b, None, low, high))
                 for k in range(1, 10):
                     tau = k / 10

@@ -4,9 +4,11 @@ estimators, distinguishable from resampling noise?
 Resampling is clustered by relation, because instances of one relation share templates and an
 answer space and are not independent: scope "all" draws the relations with replacement, then the
 instances within each drawn relation with replacement (the two-stage bootstrap for clustered data,
-Davison & Hinkley 1997, §3.8); scope "relation" draws only instances. Intervals are percentile
-intervals (Efron & Tibshirani 1993, §13.3). Resamples are drawn once per row layout as INDEX
-matrices (`Resamples`) into a group's rows, so every estimator on the same instances, the paired
+Davison & Hinkley 1997, §3.8); scope "relation" draws only instances. Intervals are
+bias-corrected percentile (BC) intervals (bias_corrected_interval; Efron & Tibshirani 1993, §14.3)
+moved to their point where BC misses it, so every interval contains its point estimate, even for
+a metric biased under resampling (ACE). Resamples are drawn once per row layout as INDEX matrices
+(`Resamples`) into a group's rows, so every estimator on the same instances, the paired
 differences and an outside reference implementation all read the very same resamples. The
 batched metrics (BATCHED) evaluate all resamples at once (vectorised over resamples, in chunks
 that bound memory; no Python loop per resample) and equal the registered single-sample metric
@@ -39,6 +41,8 @@ LEVEL = 0.95
 DEFAULT_METRICS = ("accuracy", "ace", "brier", "auroc", "aurc")
 # The metrics table's intervals: DEFAULT_METRICS (the paired differences' metrics) and the signed gap.
 INTERVAL_METRICS = (*DEFAULT_METRICS, "confidence_gap")
+# bias_corrected_interval's tie tolerance (relative, at least absolute): far below any metric's resolution.
+TIE = 1e-12
 PAD = -1  # index of a padding cell in a Resamples matrix
 # Resamples per chunk are chosen so that one chunk holds about this many cells ([b, M] or [b, U]):
 # the gathered values, the sort keys and the per-value counts stay a few tens of MB whatever B and N.
@@ -351,7 +355,8 @@ def percentile_interval(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Percentile interval of each row of `values` [K, B], ignoring NaN resamples (a metric
     undefined on that resample, e.g. AUROC with one class): (low, high, resamples used).
-    Equals np.nanpercentile(row, [50(1−level), 50(1+level)]); NaN where no resample is defined."""
+    Equals np.nanpercentile(row, [50(1−level), 50(1+level)]); NaN where no resample is defined.
+    What kcal shows is bias_corrected_interval; this one is its z0 = 0 case, for comparison."""
     values = np.atleast_2d(values)
     ascending = np.sort(values, axis=1)  # NaN sorts last
     used = np.isfinite(values).sum(axis=1)
@@ -361,6 +366,54 @@ def percentile_interval(
     )
     bounds[used == 0] = np.nan
     return bounds[:, 0], bounds[:, 1], used
+
+
+def bias_corrected_interval(
+    values: np.ndarray, point: np.ndarray, level: float = LEVEL
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Bias-corrected percentile (BC) interval of each row of `values` [K, B] around its point
+    estimate `point` [K], ignoring NaN resamples: (low, high, resamples used).
+
+    Why not the plain percentile interval: a metric biased under resampling (ACE: a resample's bin
+    accuracies scatter around the sample's, and |confidence − accuracy| only grows) can have its
+    whole percentile interval on one side of its point. BC (Efron & Tibshirani 1993, §14.3: BCa
+    with acceleration 0) shifts the percentiles read by that bias: z0 = Φ⁻¹(p), p the share of
+    resamples below the point, ties counted half (as scipy.stats.bootstrap counts them; a tie is a
+    resample within TIE·max(1, |point|) of the point, so a resample equal to the point but summed
+    in another order, 1 ulp off, is a tie whichever implementation computed it); the bounds are the
+    percentiles 100·Φ(z0 + (z0 ± z)), z = Φ⁻¹((1 − level)/2). No acceleration: its jackknife would
+    re-evaluate every metric once per deleted relation and per deleted instance, per group.
+
+    Containment rule: BC contains the point only while p ∈ (α/2, 1 − α/2) roughly (at p = 0 or 1
+    both bounds fall on the resamples' extreme), so each bound is then moved to the point itself:
+    low = min(BC low, point), high = max(BC high, point). Every interval contains its point; one
+    moved so is narrow on the point's side (no resample there), not precise. A NaN point (the
+    metric undefined on the full sample) takes z0 = 0, the percentile interval; NaN bounds where
+    no resample is defined.
+    """
+    from scipy import special  # on first use: see kcal_pipeline/estimation/fitting.py
+
+    values = np.atleast_2d(values)
+    point = np.asarray(point, dtype=np.float64).reshape(-1)
+    if point.shape[0] != values.shape[0]:
+        raise ValueError(f"point: one per row of values ({values.shape[0]}), got {point.shape[0]}")
+    interval_percentiles(level)
+    used = np.isfinite(values).sum(axis=1)
+    tie = TIE * np.maximum(1.0, np.abs(point))[:, None]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        below = (values < point[:, None] - tie).sum(axis=1)
+        at_or_below = (values <= point[:, None] + tie).sum(axis=1)
+        share = (below + at_or_below) / (2 * np.maximum(used, 1))
+    z0 = np.where(np.isfinite(point), special.ndtri(share), 0.0)
+    z = float(special.ndtri((1 - level) / 2))
+    percent = 100 * np.column_stack([special.ndtr(z0 + (z0 + z)), special.ndtr(z0 + (z0 - z))])
+    ascending = np.sort(values, axis=1)  # NaN sorts last
+    bounds = row_percentiles(
+        lambda pos: np.take_along_axis(ascending, pos, axis=1), np.maximum(used, 1), percent
+    )
+    low, high = np.fmin(bounds[:, 0], point), np.fmax(bounds[:, 1], point)
+    low[used == 0], high[used == 0] = np.nan, np.nan
+    return low, high, used
 
 
 def _sorted_estimates(frame: pl.DataFrame, keys: Sequence[str], what: str) -> pl.DataFrame:
@@ -472,8 +525,9 @@ def bootstrap_intervals(
     level: float = LEVEL,
     values: ResampledValues | None = None,
 ) -> pl.DataFrame:
-    """Percentile intervals for the metrics of `compute_metrics`' table, scopes "all" (relations,
-    then instances, resampled) and "relation" (instances resampled).
+    """Bias-corrected intervals (bias_corrected_interval) for the metrics of `compute_metrics`'
+    table, scopes "all" (relations, then instances, resampled) and "relation" (instances
+    resampled); each contains the registered metric on the scope's rows, its point estimate.
 
     `frame`: what compute_metrics reads, one row per instance per (model, estimator, reduction,
     split, answer space). Probability metrics are left out for score-valued estimators.
@@ -485,7 +539,7 @@ def bootstrap_intervals(
     interval_percentiles(level)  # a bad level fails before any resampling
     memo = _memo(values, n_resamples, seed)
     df = _sorted_estimates(frame, GROUP, "estimates")
-    keys, requests = [], []
+    keys, points, requests = [], [], []
     for group, g in df.group_by(GROUP, maintain_order=True):
         key = dict(zip(GROUP, group, strict=True))
         usable = [m for m in names if METRICS[m].applies_to(key["output_kind"])]
@@ -495,13 +549,14 @@ def bootstrap_intervals(
         row_set = memo.rows_id(g)
         for sc in memo.plans(g["relation_id"].to_numpy()):
             keys += [(*(key[k] for k in _KEYS), sc.scope, sc.scope_value, m) for m in usable]
+            points += [METRICS[m](c[sc.rows], y[sc.rows], key["output_kind"]) for m in usable]
             value_key = _value_key(key["estimator"], key["output_kind"], key, row_set, sc)
             requests.append((value_key, usable, c, y, sc.resamples))
     results = memo.evaluate(requests)
     stacked = [v[m] for (_, usable, *_), v in zip(requests, results, strict=True) for m in usable]
     if not keys:
         return pl.DataFrame(schema=OUTPUT_SCHEMA)
-    low, high, used = percentile_interval(np.vstack(stacked), level)
+    low, high, used = bias_corrected_interval(np.vstack(stacked), np.array(points, dtype=np.float64), level)
     rows = [
         (*k, lo, hi, u) for k, lo, hi, u in zip(keys, low.tolist(), high.tolist(), used.tolist(), strict=True)
     ]
@@ -547,9 +602,9 @@ def paired_differences(
     level: float = LEVEL,
     values: ResampledValues | None = None,
 ) -> pl.DataFrame:
-    """metric(A) − metric(B) with a percentile interval, for each (A, B) in `pairs`, on the
-    instances both estimators answered (joined on model, reduction, split, answer space, relation
-    and instance; so always under the same reduction).
+    """metric(A) − metric(B) with a bias-corrected interval (containing it), for each (A, B) in
+    `pairs`, on the instances both estimators answered (joined on model, reduction, split, answer
+    space, relation and instance; so always under the same reduction).
 
     Both estimators are evaluated on the SAME resample indices, so the interval is of the paired
     difference: an interval excluding 0 says the gap is not resampling noise. `difference` is the
@@ -597,7 +652,8 @@ def paired_differences(
         return pl.DataFrame(schema=PAIRED_SCHEMA)
     results = memo.evaluate(requests)
     stacked = [results[i][m] - results[j][m] for i, j, m in operands]
-    low, high, used = percentile_interval(np.vstack(stacked), level)
+    point = np.array([d for d, _ in points], dtype=np.float64)
+    low, high, used = bias_corrected_interval(np.vstack(stacked), point, level)
     rows = [
         (*k, d, lo, hi, n, u)
         for k, (d, n), lo, hi, u in zip(keys, points, low.tolist(), high.tolist(), used.tolist(), strict=True)

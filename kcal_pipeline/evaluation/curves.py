@@ -17,7 +17,7 @@ from kcal_pipeline.evaluation.bootstrap import (
     LEVEL,
     N_RESAMPLES,
     Resamples,
-    percentile_interval,
+    bias_corrected_interval,
     resample_plan,
 )
 from kcal_pipeline.evaluation.calibration import BINS, bin_sums, row_bins
@@ -176,9 +176,9 @@ def compute_curves(
     """Every curve of every (model, estimator, reduction, split, answer space) × scope (all, each
     relation), long: keys, curve, x, y, n, bin (calibration only), threshold (rejection: τ; roc: t;
     null otherwise), and on reliability rows the band y_low, y_high: the bin's accuracy's `level`
-    percentile interval over `n_resamples` bootstrap resamples drawn as the metrics' intervals draw
-    them (bootstrap.resample_plan with `seed`; null on the other curves). Equal, sample by sample,
-    to the per-sample functions above.
+    bias-corrected interval (which contains it) over `n_resamples` bootstrap resamples drawn as the
+    metrics' intervals draw them (bootstrap.resample_plan with `seed`; null on the other curves).
+    Equal, sample by sample, to the per-sample functions above.
 
     Reliability curves are binned as ACE by default. Calibration and rejection curves read
     probabilities, so score-valued estimators have risk–coverage and ROC curves only.
@@ -235,21 +235,26 @@ def compute_curves(
 
 # Resamples per chunk: about this many cells [b, M] at once, as bootstrap.py bounds its chunks.
 _BAND_CHUNK_CELLS = 1 << 21
+_ALL = slice(None)
 
 
 def bin_accuracy_band(
-    bin_of_row, correct, resamples: Resamples, bins: int = BINS, level: float = LEVEL
+    bin_of_row, correct, resamples: Resamples, bins: int = BINS, level: float = LEVEL, rows: slice = _ALL
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(low, high) [bins]: per bin, the percentile interval over the resamples of the bin's accuracy.
+    """(low, high) [bins]: per bin, the bias-corrected interval (bootstrap.bias_corrected_interval)
+    over the resamples of the bin's accuracy, around the bin's accuracy on the point sample (`rows`,
+    the rows the resamples are drawn from), so the band always contains the curve's point.
 
     A resampled row keeps the bin the point sample put it in (`bin_of_row`, one per row the
     resamples index), so the band is drawn around the curve's own points; a bin that a resample
-    does not touch has no accuracy there and is left out of that bin's interval, as
-    percentile_interval leaves out NaN (NaN where no resample touches it). Counts and correct
+    does not touch has no accuracy there and is left out of that bin's interval (NaN where no
+    resample touches it). Counts and correct
     counts of every resample × bin come from one bincount per chunk of resamples.
     """
     bin_of_row = np.asarray(bin_of_row, dtype=np.int64)
     y = np.asarray(correct, dtype=np.float64)
+    point_count = np.bincount(bin_of_row[rows], minlength=bins)
+    point_right = np.bincount(bin_of_row[rows], weights=y[rows], minlength=bins)
     indices, sizes = resamples.indices, resamples.sizes
     count = np.empty((resamples.n_resamples, bins))
     right = np.empty((resamples.n_resamples, bins))
@@ -257,13 +262,14 @@ def bin_accuracy_band(
     for lo in range(0, resamples.n_resamples, step):
         chunk, chunk_sizes = indices[lo : lo + step], sizes[lo : lo + step]
         b = chunk.shape[0]
-        rows = chunk[np.arange(chunk.shape[1]) < chunk_sizes[:, None]]  # row-major: resample by resample
-        cell = np.repeat(np.arange(b), chunk_sizes) * bins + bin_of_row[rows]
+        drawn = chunk[np.arange(chunk.shape[1]) < chunk_sizes[:, None]]  # row-major: resample by resample
+        cell = np.repeat(np.arange(b), chunk_sizes) * bins + bin_of_row[drawn]
         count[lo : lo + b] = np.bincount(cell, minlength=b * bins).reshape(b, bins)
-        right[lo : lo + b] = np.bincount(cell, weights=y[rows], minlength=b * bins).reshape(b, bins)
+        right[lo : lo + b] = np.bincount(cell, weights=y[drawn], minlength=b * bins).reshape(b, bins)
     with np.errstate(invalid="ignore", divide="ignore"):
         accuracy = np.where(count > 0, right / count, np.nan)
-    low, high, _ = percentile_interval(accuracy.T, level)
+        point = np.where(point_count > 0, point_right / point_count, np.nan)
+    low, high, _ = bias_corrected_interval(accuracy.T, point, level)
     return low, high
 
 
@@ -292,11 +298,11 @@ def _calibration_band(
             sample = samples[(scope.scope, scope.scope_value)]
             own = np.zeros(size, dtype=np.int64)
             own[scope.rows] = bin_of[seg.starts[sample] : seg.starts[sample] + seg.sizes[sample]]
-            tasks.append((own, y, scope.resamples))
+            tasks.append((own, y, scope.resamples, scope.rows))
             targets.append(sample)
     low = np.full((seg.count, bins), np.nan)
     high = np.full((seg.count, bins), np.nan)
-    bands = in_threads(lambda task: bin_accuracy_band(*task, bins=bins, level=level), tasks)
+    bands = in_threads(lambda task: bin_accuracy_band(*task[:3], bins=bins, level=level, rows=task[3]), tasks)
     for sample, (lo, hi) in zip(targets, bands, strict=True):
         low[sample], high[sample] = lo, hi
     return low, high

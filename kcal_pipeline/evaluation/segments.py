@@ -162,12 +162,13 @@ class Segments:
 def row_percentiles(ascending_at: Callable[[np.ndarray], np.ndarray], n: np.ndarray, percent) -> np.ndarray:
     """np.percentile(method="linear") of each row's first n[b] sorted values, to the last bit.
 
-    `ascending_at(pos)` returns, per row, the values at ascending positions pos [b, q]. The
-    arithmetic is numpy's own (q/100, virtual index (n−1)·q, its two-sided lerp), so that quantile
-    bin edges, and hence the bins, equal those np.percentile gives the sample alone.
+    `ascending_at(pos)` returns, per row, the values at ascending positions pos [b, q]. `percent`
+    is [Q] (the same for every row) or [b, Q] (each row its own, as bias-corrected intervals read).
+    The arithmetic is numpy's own (q/100, virtual index (n−1)·q, its two-sided lerp), so that
+    quantile bin edges, and hence the bins, equal those np.percentile gives the sample alone.
     """
     q = np.true_divide(np.asarray(percent, dtype=np.float64), 100)
-    virtual = (n - 1)[:, None] * q[None, :]
+    virtual = (n - 1)[:, None] * np.atleast_2d(q)
     above = virtual >= (n - 1)[:, None]
     prev = np.where(above, (n - 1)[:, None], np.floor(virtual)).astype(np.intp)
     nxt = np.where(above, prev, prev + 1)

@@ -12,15 +12,29 @@ a difference states its numeric criterion (e.g. IoU_cons < 0.9 for "far from 1")
 store cannot test says why and which setting would enable it, never a made-up verdict.
 
 Intervals come from kcal_pipeline.evaluation.bootstrap (the same seeded resample plans and
-percentile intervals as the metrics tables); nothing here draws its own resamples.
+percentile intervals as the metrics tables); nothing here draws its own resamples. An inconclusive
+difference carries its minimum detectable effect; a claim with several comparisons per model is
+Holm–Bonferroni adjusted (evaluate_claims); simulated_ace_floor draws seeded calibrated outcomes
+(not resamples) for the ACE a perfectly calibrated scorer would show. The document opens with its
+provenance (model as the registry describes it, commit, store data version, command, machine).
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
+import os
+import platform
+import re
+import shlex
+import shutil
+import subprocess
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from pathlib import Path
+from statistics import NormalDist
+from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
@@ -33,6 +47,7 @@ from kcal_pipeline.core.storage import (
     read_partitions,
     rebuild_hint,
 )
+from kcal_pipeline.core.versions import stored_version
 from kcal_pipeline.estimation.fitting import TEMPERATURE_BOUNDS
 from kcal_pipeline.estimation.registry import (
     ESTIMATORS,
@@ -47,13 +62,16 @@ from kcal_pipeline.evaluation.bootstrap import (
     N_RESAMPLES,
     PAD,
     Resamples,
+    bias_corrected_interval,
     paired_differences,
-    percentile_interval,
     resample_plan,
 )
-from kcal_pipeline.evaluation.calibration import BIN_SWEEP, BINS
+from kcal_pipeline.evaluation.calibration import BIN_SWEEP, BINS, _bin_ids
 from kcal_pipeline.evaluation.registry import METRICS
 from kcal_pipeline.evaluation.scopes import MACE_DOMAIN
+
+if TYPE_CHECKING:
+    from kcal_pipeline.scoring.models.registry import ModelEntry
 
 HOLDS = "holds"
 FAILS = "does not hold"
@@ -114,6 +132,7 @@ class Finding:
     n: int | None = None
     numbers: str = ""
     note: str = ""
+    mde: float = math.nan  # an inconclusive difference's minimum detectable effect (_with_power)
 
     def __post_init__(self):
         if self.verdict not in VERDICTS:
@@ -128,8 +147,8 @@ ClaimFn = Callable[[StoreTables], list[Finding]]
 @dataclass(frozen=True)
 class Claim:
     """One claim of the seed papers: its section, the sentence tested, where it comes from, the
-    paper's setting (and whether a 135M model can be expected to show it), the verdict rule and
-    the tables it reads."""
+    paper's setting (models, data, sizes: what a store's model is compared against), the verdict
+    rule and the tables it reads."""
 
     key: str
     section: str
@@ -275,10 +294,151 @@ def _resample_sums(values: np.ndarray, resamples: Resamples) -> np.ndarray:
     return np.where(idx != PAD, values[idx], 0.0).sum(axis=1)
 
 
-def _interval(values: np.ndarray) -> tuple[float, float]:
-    """The 95 % percentile interval of one statistic's resample values (NaN ones left out)."""
-    low, high, _ = percentile_interval(values[None, :])
+def _interval(values: np.ndarray, point: float) -> tuple[float, float]:
+    """The 95 % bias-corrected interval of one statistic's resample values around its point (NaN
+    ones left out), as the metrics' intervals are read: it always contains `point`."""
+    low, high, _ = bias_corrected_interval(values[None, :], np.array([point]))
     return float(low[0]), float(high[0])
+
+
+# --- power, noise floor, multiplicity ------------------------------------------------------------
+
+ALPHA = 0.05  # two-sided, as the 95 % intervals
+POWER = 0.80  # the power a minimum detectable effect is stated at
+Z_ALPHA = NormalDist().inv_cdf(1 - ALPHA / 2)
+Z_POWER = NormalDist().inv_cdf(POWER)
+NOISE_FLOOR_SIMULATIONS = 1000
+
+
+def minimum_detectable_effect(sd_boot: float) -> float:
+    """The smallest true difference this n detects with 80 % power at two-sided 5 %:
+    (z_0.975 + z_0.80) · sd_boot, sd_boot the bootstrap spread of the difference. An inconclusive
+    verdict with an MDE larger than the paper's effect says the store is too small, not that the
+    effect is absent."""
+    if sd_boot is None or math.isnan(sd_boot) or sd_boot < 0:
+        return math.nan
+    return (Z_ALPHA + Z_POWER) * sd_boot
+
+
+def sd_from_interval(ci_low: float, ci_high: float) -> float:
+    """The bootstrap spread read back from a stored 95 % interval: (high − low) / (2 · z_0.975).
+    The tables keep intervals, not resamples; for a near-normal resample distribution the
+    percentile interval spans 2 · 1.96 standard deviations."""
+    if ci_low is None or ci_high is None or math.isnan(ci_low) or math.isnan(ci_high):
+        return math.nan
+    return (ci_high - ci_low) / (2 * Z_ALPHA)
+
+
+def bootstrap_p(differences: np.ndarray) -> float:
+    """Two-sided bootstrap p of a difference from its resample values: 2 · min(share ≤ 0, share ≥ 0),
+    at most 1 (NaN resamples left out; NaN when none is left). Used where the resamples are at hand."""
+    d = np.asarray(differences, dtype=np.float64)
+    d = d[~np.isnan(d)]
+    if d.size == 0:
+        return math.nan
+    return float(min(1.0, 2 * min((d <= 0).mean(), (d >= 0).mean())))
+
+
+def interval_p(difference: float, ci_low: float, ci_high: float) -> float:
+    """Two-sided p of a difference from its stored 95 % interval (normal approximation,
+    sd = sd_from_interval): what the tables allow, since they keep no resamples. A zero-width
+    interval (every resample equal) gives 0 for a non-zero difference, 1 for a zero one."""
+    sd = sd_from_interval(ci_low, ci_high)
+    if difference is None or math.isnan(difference) or math.isnan(sd):
+        return math.nan
+    if sd == 0:
+        return 0.0 if difference != 0 else 1.0
+    return 2 * (1 - NormalDist().cdf(abs(difference) / sd))
+
+
+def holm_adjusted(p_values: Sequence[float]) -> list[float]:
+    """Holm–Bonferroni adjusted p-values, in the input order: the i-th smallest p times (m − i + 1),
+    made non-decreasing along that order, capped at 1. A NaN p counts as a comparison (m includes
+    it: it cannot be dropped after the fact) and stays NaN."""
+    p = np.asarray(p_values, dtype=np.float64)
+    m = p.size
+    out = np.full(m, np.nan)
+    finite = np.flatnonzero(~np.isnan(p))
+    order = finite[np.argsort(p[finite], kind="stable")]
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p[i]))
+        out[i] = running
+    return out.tolist()
+
+
+def simulated_ace_floor(
+    confidence: np.ndarray, bins: int = BINS, simulations: int = NOISE_FLOOR_SIMULATIONS, seed: int = SEED
+) -> float:
+    """The expected ACE of a perfectly calibrated scorer at this n and these bins: outcomes drawn
+    as Bernoulli(confidence) for the observed confidences, ACE with calibration.py's quantile bins
+    (which depend on the confidences only, so they are formed once), averaged over `simulations`
+    seeded draws. An ACE near this floor is no evidence of miscalibration."""
+    c = np.asarray(confidence, dtype=np.float64)
+    if c.ndim != 1 or c.size == 0:
+        raise ValueError(f"confidence: expected a non-empty 1-d array, got shape {c.shape}")
+    if np.isnan(c).any() or (c < 0).any() or (c > 1).any():
+        raise ValueError("confidence: every value must lie in [0, 1]")
+    if simulations < 1:
+        raise ValueError(f"simulations: expected at least 1, got {simulations}")
+    ids = _bin_ids(c, bins, "quantile")
+    count = np.bincount(ids, minlength=bins)
+    kept = np.flatnonzero(count)
+    conf = np.bincount(ids, weights=c, minlength=bins)[kept] / count[kept]
+    onehot = np.zeros((c.size, kept.size))
+    onehot[np.arange(c.size), np.searchsorted(kept, ids)] = 1.0
+    rng = np.random.default_rng(seed)
+    total = 0.0
+    for start in range(0, simulations, 256):  # blocks keep the outcome matrix small
+        y = (rng.random((min(256, simulations - start), c.size)) < c).astype(np.float64)
+        acc = (y @ onehot) / count[kept]
+        total += np.abs(acc - conf).mean(axis=1).sum()
+    return total / simulations
+
+
+def _ace_floor_note(t: StoreTables, estimator: str) -> str:
+    """The ACE a perfectly calibrated scorer would show on `estimator`'s test confidences (headline
+    selection): below it an ACE difference is sampling noise; "" without probability rows."""
+    head = _head(t)
+    if head.is_empty():
+        return ""
+    rows = head.filter((pl.col("estimator") == estimator) & (pl.col("output_kind") == "probability"))
+    if rows.is_empty():
+        return ""
+    floor = simulated_ace_floor(rows["confidence"].to_numpy())
+    return f"ACE noise floor at n = {rows.height} ({NOISE_FLOOR_SIMULATIONS} calibrated draws) {fmt(floor)}"
+
+
+def _with_power(f: Finding, paper_effect: float | None = None) -> Finding:
+    """An inconclusive difference with its minimum detectable effect, and whether the paper's
+    effect (where the claim gives one) lies inside the interval."""
+    if f.verdict != INCONCLUSIVE or math.isnan(f.ci_low) or math.isnan(f.ci_high):
+        return f
+    mde = minimum_detectable_effect(sd_from_interval(f.ci_low, f.ci_high))
+    note = f"MDE at n = {f.n}: {fmt(mde)} (80 % power, two-sided 5 %)"
+    if paper_effect is not None:
+        where = "inside" if f.ci_low <= paper_effect <= f.ci_high else "outside"
+        note += f"; the paper's effect {fmt(paper_effect)} lies {where} the interval"
+    return replace(f, note=f"{f.note}; {note}" if f.note else note, mde=mde)
+
+
+def holm_family(findings: Sequence[Finding], alpha: float = ALPHA) -> list[Finding]:
+    """Holm–Bonferroni over one claim's comparisons on one model: a verdict that holds or does not
+    hold stays so only if its adjusted p (interval_p) is below `alpha`, else it becomes
+    inconclusive; Holm never upgrades an inconclusive one. Not-testable rows are not comparisons."""
+    tested = [i for i, f in enumerate(findings) if f.verdict != NOT_TESTABLE]
+    if len(tested) < 2:
+        return list(findings)
+    raw = [interval_p(findings[i].value, findings[i].ci_low, findings[i].ci_high) for i in tested]
+    adjusted = dict(zip(tested, holm_adjusted(raw), strict=True))
+    out = list(findings)
+    for i, p in adjusted.items():
+        f = findings[i]
+        keep = f.verdict in (HOLDS, FAILS) and not math.isnan(p) and p < alpha
+        verdict = f.verdict if keep or f.verdict == INCONCLUSIVE else INCONCLUSIVE
+        note = f"Holm-adjusted p {fmt(p)} over {len(tested)} comparisons"
+        out[i] = replace(f, verdict=verdict, note=f"{f.note}; {note}" if f.note else note)
+    return out
 
 
 # --- 1. Margin -----------------------------------------------------------------------------------
@@ -297,9 +457,8 @@ KISSLING_SETTING = (
     title="Margin is better calibrated than Base: ACE(Margin) − ACE(Base) < 0",
     paper=KISSLING,
     setting=KISSLING_SETTING
-    + " The paper's smallest models (GPT-2, OPT-125M) are of SmolLM2-135M's size, so "
-    "the effect lies within the range it covers: Margin removes the confidence that near-ties get "
-    "under Base, which helps any model whose Base is overconfident.",
+    + " Margin removes the confidence that near-ties get under Base, which helps any model whose "
+    "Base is overconfident.",
     rule="Paired bootstrap (metric_differences: same resamples for both, clustered by relation) of "
     "ACE(Margin) − ACE(Base): holds if the 95 % interval lies below 0, does not hold if it lies above 0, "
     "else inconclusive.",
@@ -316,6 +475,8 @@ def margin_lowers_ace(t: StoreTables) -> list[Finding]:
         )  # fmt: skip
     ace = {e: _metric(t, e, "ace") for e in (BASELINE, "margin")}
     context = ", ".join(f"ACE {_label(e)} {fmt(r['value'])}" for e, r in ace.items() if r)
+    floor = _ace_floor_note(t, BASELINE)
+    context += f"; {floor}" if context and floor else floor
     return [
         Finding(
             key,
@@ -356,8 +517,8 @@ ONE_TEMPLATE = (
     title="Average^Min has the lowest Brier score among the multi-template estimators",
     paper=KISSLING,
     setting=KISSLING_SETTING + " Average^Min was their best-calibrated estimator. It needs paraphrase "
-    "templates: at 135M the templates often disagree, which is what Average^Min uses, so the effect "
-    "can show; with few templates there is little to aggregate.",
+    "templates that disagree, which is what Average^Min uses; with few templates there is little to "
+    "aggregate.",
     rule="Brier of every multi-template estimator (families aggregation and template_marginal) on the "
     "test instances; paired bootstrap of Brier(Min Average) − Brier(the best other one): holds if the "
     "95 % interval lies below 0, does not hold if it lies above 0 (another one is better), else "
@@ -412,9 +573,9 @@ def _accuracy_among_answered(correct: np.ndarray, answered: np.ndarray) -> float
     section="2",
     title="Vote(k) trades answers for accuracy: a higher k answers fewer instances, more of them correctly",
     paper=KISSLING,
-    setting=KISSLING_SETTING + " Vote(k) abstains unless k templates agree. A small model's templates "
-    "disagree often, so the answered share falls quickly with k; whether the answers left are more "
-    "often right is what is tested.",
+    setting=KISSLING_SETTING + " Vote(k) abstains unless k templates agree: the more a model's templates "
+    "disagree, the faster the answered share falls with k; whether the answers left are more often "
+    "right is what is tested.",
     rule="Per k: the answered share and the accuracy among answered instances (Vote(k) Average; an "
     "abstention is no answer). The answered share cannot rise with k (Vote(k+1)'s answers are a subset "
     "of Vote(k)'s). Tested: accuracy among answered at the largest k minus at k = 2, paired bootstrap "
@@ -460,10 +621,10 @@ def vote_trades_coverage_for_accuracy(t: StoreTables) -> list[Finding]:
     }
     with np.errstate(divide="ignore", invalid="ignore"):  # nothing answered in a resample: NaN, left out
         diff = sums[f"correct{hi}"] / sums[f"answered{hi}"] - sums[f"correct{lo}"] / sums[f"answered{lo}"]
-    low, high = _interval(diff)
     value = _accuracy_among_answered(
         column[f"correct{hi}"], column[f"answered{hi}"]
     ) - _accuracy_among_answered(column[f"correct{lo}"], column[f"answered{lo}"])
+    low, high = _interval(diff, value)
     return [
         Finding(
             key,
@@ -488,8 +649,8 @@ def vote_trades_coverage_for_accuracy(t: StoreTables) -> list[Finding]:
     title="Epistemic markers lower accuracy and raise ACE (marked template against its unmarked parent)",
     paper=KISSLING + " (semantic grounding)",
     setting=KISSLING_SETTING + " They found that even the largest models do not encode what the markers "
-    "mean. A 135M model reads a marker as extra words: a change in accuracy (a different sentence) is "
-    "plausible, a calibration that follows the marker's meaning is not to be expected.",
+    "mean: a change in accuracy (a different sentence) is plausible, a calibration that follows the "
+    "marker's meaning is not to be expected.",
     rule="Each marker estimator (Base on the marked variant, stored on its parent template's row) "
     "against Base on the parent, paired on the same (instance, template) pairs of every marked "
     "template: paired bootstrap (relations, then pairs, resampled) of accuracy(marked) − "
@@ -551,7 +712,7 @@ def markers_lower_accuracy_raise_ace(t: StoreTables) -> list[Finding]:
     paper="Yoshikawa & Okazaki 2023, Selective-LAMA (Findings of EACL 2023)",
     setting="LAMA's open-vocabulary cloze questions on pretrained language models; their finding is "
     "that the token probability is not always the best confidence function. kcal adapts the functions "
-    "to a closed answer set. Ranking confidence functions is a property of the scores, so a 135M model "
+    "to a closed answer set. Ranking confidence functions is a property of the scores, so any model "
     "can show it; with few test instances the best two are seldom separable.",
     rule="AURC (area under risk–coverage, lower is better; Selective-LAMA's RC-AUC) of Base and every "
     "Selective-LAMA function on the headline selection; functions defined on fewer instances than the "
@@ -649,8 +810,8 @@ def _gold_count_trend(t: StoreTables, key: str, column: str, claimed: str, label
         means[n_gold] = float(values.mean())
         resampled[n_gold] = _resample_sums(values, res) / res.sizes
     lo, hi = min(groups), max(groups)
-    low, high = _interval(resampled[hi] - resampled[lo])
     value = means[hi] - means[lo]
+    low, high = _interval(resampled[hi] - resampled[lo], value)
     steps = np.diff([means[n] for n in groups])
     monotone = bool((steps >= 0).all()) if claimed == "positive" else bool((steps <= 0).all())
     per_n = ", ".join(f"{n}: {fmt(means[n])} (n = {groups[n].height})" for n in groups)
@@ -692,7 +853,7 @@ TREND_RULE = (
     title="Accuracy rises as the number of correct answers grows",
     paper=MACE,
     setting=MACE_SETTING + " In a closed set, more golds among the options also raise chance accuracy "
-    "(n golds of n + 5 options), so a 135M model near chance shows this rise mechanically.",
+    "(n golds of n + 5 options), so a model near chance shows this rise mechanically.",
     rule=TREND_RULE + " Claimed: > 0.",
     reads=MACE_READS,
 )
@@ -706,8 +867,7 @@ def mace_accuracy_rises_with_golds(t: StoreTables) -> list[Finding]:
     title="Confidence in the top answer falls as the number of correct answers grows",
     paper=MACE,
     setting=MACE_SETTING + " The fall needs a model that spreads its probability over the several "
-    "correct answers; a weak model that does not know them may not spread it, so the effect can be "
-    "absent at 135M.",
+    "correct answers; a model that does not know them may not spread it, so the effect can be absent.",
     rule=TREND_RULE + " Confidence = Base's mean confidence. Claimed: < 0.",
     reads=MACE_READS,
 )
@@ -761,11 +921,13 @@ def sca_tau0_as_good_as_tuned(t: StoreTables) -> list[Finding]:
     if fitted_note := _dev_size_note(t.fits, "sca_tuned", "answer_sum"):
         notes.append(fitted_note)
     taus = fitted.filter(pl.col("parameter") == "tau")["value"] if not fitted.is_empty() else pl.Series([])
-    if verdict == HOLDS and taus.len() and (taus == 0).all() and fitted["n_dev"].max() < FEW_DEV:
-        verdict = INCONCLUSIVE  # the same estimator twice, by a fit on too few questions: no evidence
+    if taus.len() and (taus == 0).all():
         notes.append("τ was tuned to 0 everywhere, so both are the same estimator here")
     a = d.get("ace")
     ace = f"; ΔACE {fmt_ci(a['difference'], a['ci_low'], a['ci_high'])}" if a else ""
+    if failed := few_dev_precondition(t.fits, "sca_tuned", "answer_sum"):
+        shown = f"ΔBrier {fmt_ci(b['difference'], b['ci_low'], b['ci_high'])}{ace}"
+        return _not_testable(key, t, subject, f"{failed} ({shown}; {'; '.join(notes)})")
     return [
         Finding(
             key,
@@ -794,7 +956,7 @@ def sca_tau0_as_good_as_tuned(t: StoreTables) -> list[Finding]:
     "Probing (arXiv 2505.21701)",
     setting="Multiple-choice MMLU and HellaSwag on 7–8B LLMs (Mistral, Llama 3, OLMo), six probing "
     "methods; minimal prompt changes cut intra-method consistency sharply (shuffled options: agreement "
-    "near 40 %). A 135M model's decisions are at least as fragile, so low consistency is expected here too.",
+    "near 40 %).",
     rule=f"Base's intra-method rows of the consistency table (headline template against the variant, "
     f"thresholds tuned on dev, all relations pooled), one IoU_cons per draw (the typo once per "
     f"perturbation seed; the one-shot prefix, the fixed knowledge-free demonstration context-fixed, "
@@ -906,6 +1068,10 @@ def recalibration_lowers_ace(t: StoreTables) -> list[Finding]:
                 f"estimator = '{name}'\")"
             )  # fmt: skip
             continue
+        if failed := few_dev_precondition(t.fits, name):
+            shown = f"ΔACE {fmt_ci(row['difference'], row['ci_low'], row['ci_high'])}"
+            out += _not_testable(key, t, subject, f"{failed} ({shown}; {_dev_size_note(t.fits, name)})")
+            continue
         out.append(
             Finding(
                 key,
@@ -967,6 +1133,22 @@ def _dev_size_note(fits: pl.DataFrame, estimator: str, reduction: str = REDUCTIO
     return note
 
 
+def few_dev_precondition(fits: pl.DataFrame, estimator: str, reduction: str = REDUCTION) -> str:
+    """The failed precondition of a claim behind a fitted parameter (temperature, Platt, isotonic,
+    τ): every relation's fit saw fewer than FEW_DEV dev instances, so the comparison reads a fit
+    to noise; "" when the fits are large enough or there are none to judge."""
+    own = _fits_of(fits, estimator, reduction)
+    if own.is_empty():
+        return ""
+    most = int(own["n_dev"].max())
+    if most >= FEW_DEV:
+        return ""
+    return (
+        f"too few dev instances: {estimator} was fitted on at most {most} per relation, fewer than "
+        f"{FEW_DEV} (raise --max-instances or --dev-fraction)"
+    )
+
+
 @claim(
     "model_beats_answer_prior",
     section="7",
@@ -974,7 +1156,7 @@ def _dev_size_note(fits: pl.DataFrame, estimator: str, reduction: str = REDUCTIO
     paper="kcal (null model: Base with the subject masked, as TemplateDiff masks it in Yoshikawa "
     "& Okazaki 2023)",
     setting="Not a claim of the seed papers. The null model shows how much of the accuracy the prior "
-    "over answers alone gives; a weak model leans on that prior, so its share can be high at 135M.",
+    "over answers alone gives; the less a model knows, the more it leans on that prior.",
     rule="Paired bootstrap (metric_differences) of accuracy(answer prior) − accuracy(Base): holds if the "
     "95 % interval lies below 0, does not hold if above, else inconclusive. The null model's share of "
     "the accuracy (accuracy(answer prior) / accuracy(Base)) is shown beside it.",
@@ -1068,13 +1250,38 @@ def ace_depends_on_bins(t: StoreTables) -> list[Finding]:
 # --- all claims, the store, the document ---------------------------------------------------------
 
 
+# The claims whose rows are differences tested against 0 by difference_verdict: an inconclusive one
+# shows its MDE, and several rows of one claim on one model form a Holm–Bonferroni family.
+DIFFERENCE_CLAIMS = (
+    "margin_lowers_ace",
+    "min_average_best_brier",
+    "vote_trades_coverage_for_accuracy",
+    "markers_lower_accuracy_raise_ace",
+    "selective_lama_best_function",
+    "mace_accuracy_rises_with_golds",
+    "mace_confidence_falls_with_golds",
+    "recalibration_lowers_ace",
+    "model_beats_answer_prior",
+)
+# The paper's own effect size per claim, in the finding's units, where the paper states one.
+PAPER_EFFECTS: dict[str, float] = {}
+
+
 def evaluate_claims(models: Sequence[StoreTables], claims: Iterable[str] | None = None) -> list[Finding]:
-    """Every registered claim (or the named ones) on every model, in registry then model order."""
+    """Every registered claim (or the named ones) on every model, in registry then model order;
+    difference claims Holm-adjusted within each model's family, inconclusive ones with their MDE."""
     keys = list(CLAIMS) if claims is None else list(claims)
     unknown = [k for k in keys if k not in CLAIMS]
     if unknown:
         raise ValueError(f"unknown claim(s) {unknown}; known: {list(CLAIMS)}")
-    return [f for k in keys for t in models for f in CLAIMS[k].fn(t)]
+    out = []
+    for k in keys:
+        for t in models:
+            rows = CLAIMS[k].fn(t)
+            if k in DIFFERENCE_CLAIMS:
+                rows = [_with_power(f, PAPER_EFFECTS.get(k)) for f in holm_family(rows)]
+            out += rows
+    return out
 
 
 def store_models(home: Path) -> list[str]:
@@ -1202,7 +1409,12 @@ def _table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> list[str]
 
 
 def _shown_verdict(f: Finding) -> str:
-    return f"**{f.verdict}**" if f.verdict != NOT_TESTABLE else f"{NOT_TESTABLE} on this store: {f.note}"
+    """The verdict as a cell: not testable with its failed precondition, inconclusive with its MDE."""
+    if f.verdict == NOT_TESTABLE:
+        return f"{NOT_TESTABLE} on this store: {f.note}"
+    if f.verdict == INCONCLUSIVE and not math.isnan(f.mde):
+        return f"**{f.verdict}** (MDE {fmt(f.mde)})"
+    return f"**{f.verdict}**"
 
 
 def _here(findings: list[Finding], models: Sequence[str]) -> str:
@@ -1211,17 +1423,127 @@ def _here(findings: list[Finding], models: Sequence[str]) -> str:
     for model in models:
         verdicts = [f.verdict for f in findings if f.model_id == model]
         counts = {v: verdicts.count(v) for v in VERDICTS if v in verdicts}
-        if set(verdicts) == {HOLDS}:
+        if set(counts) == {HOLDS}:
             what = "the effect is present"
-        elif NOT_TESTABLE in counts and len(counts) == 1:
+        elif set(counts) == {NOT_TESTABLE}:
             what = "it cannot be tested on this store"
-        elif HOLDS not in counts:
-            what = "the effect is absent or inconclusive here"
-        else:
+        elif set(counts) == {FAILS}:
+            what = "the claim does not hold here (the opposite is shown)"
+        elif HOLDS in counts:
             what = "the effect is present in part"
+        elif FAILS in counts:
+            what = "the claim does not hold in part, the rest is inconclusive or not testable"
+        else:
+            what = "inconclusive at this sample size"
         listing = ", ".join(f"{n} {v}" for v, n in counts.items())
         parts.append(f"{model}: {what} ({listing}).")
     return " ".join(parts)
+
+
+# --- provenance --------------------------------------------------------------------------------
+
+# A GGUF file's quantization type as its name states it (llama.cpp's naming: …Q4_1.gguf, …F16.gguf).
+_GGUF_TYPE = re.compile(r"[.-]((?:I?Q\d\w*)|BF16|F16|F32)\.gguf$", re.IGNORECASE)
+_INSTRUCT = re.compile(r"instruct|chat|[-_]it(?:\b|[-_])|sft", re.IGNORECASE)
+
+
+def model_provenance(entry: ModelEntry | None, model_id: str) -> str:
+    """What the numbers were computed with, read from the model's registry entry: file, quantization
+    and dtype (a GGUF is de-quantised to float32 by scoring.models.gguf), instruct or base (from
+    the id's naming, e.g. '-Instruct', '-it', '-chat'). No entry: the model left the registry."""
+    if entry is None:
+        return f"`{model_id}`: not in the store's model registry (file, dtype unknown)"
+    if entry.source == "gguf_package":
+        where, gguf = f"{entry.file} from the Python package {entry.package}", entry.file
+    elif entry.source == "gguf_file":
+        where, gguf = str(entry.path), str(entry.path)
+    elif entry.source == "hf":
+        where, gguf = f"hub {entry.id} at revision {entry.revision}", None
+    else:
+        where, gguf = str(entry.path), None
+    if gguf:
+        kind = _GGUF_TYPE.search(gguf)
+        weights = f"GGUF {kind[1].upper() if kind else 'of unstated type'}, de-quantised to float32"
+    else:
+        weights = f"not quantized, {entry.dtype}"
+    tuned = "instruction-tuned" if _INSTRUCT.search(entry.id) else "base (no instruct/chat/-it in the id)"
+    return f"`{entry.id}` ({entry.kind}): {where}; {weights}; {tuned}"
+
+
+def kcal_commit(root: Path | None = None) -> str:
+    """The checkout's commit (with '+changes' when the tree differs from it), 'unknown' outside one."""
+    root = Path(root) if root else Path(__file__).resolve().parents[2]
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root, capture_output=True, text=True, timeout=30, check=True,
+        ).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return f"{head}{'+changes' if dirty else ''}" if head else "unknown"
+
+
+def store_data_version(home: Path) -> str:
+    """One hash over every stored partition's data version (core.versions, in the Parquet metadata)
+    and its path: equal hashes mean the findings read the same data."""
+    home = Path(home)
+    pairs = sorted(
+        (str(p.relative_to(home)), stored_version(p) or "unreadable") for p in home.rglob("part.parquet")
+    )
+    if not pairs:
+        return "no partitions"
+    digest = hashlib.sha256("\n".join(f"{path} {version}" for path, version in pairs).encode())
+    return f"{digest.hexdigest()[:20]} over {len(pairs)} partitions"
+
+
+def machine_description() -> str:
+    """CPU cores and model, and the GPUs nvidia-smi lists (none without it)."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        names = [ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                 if ln.startswith("model name")]  # fmt: skip
+        cpu = names[0] if names else cpu
+    except OSError:
+        pass
+    gpus = "none detected"
+    if shutil.which("nvidia-smi"):
+        try:
+            listed = subprocess.run(
+                ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                capture_output=True, text=True, timeout=30, check=True,
+            ).stdout.split("\n")  # fmt: skip
+            gpus = ", ".join(g.strip() for g in listed if g.strip()) or gpus
+        except (OSError, subprocess.SubprocessError):
+            pass
+    return f"{os.cpu_count()} CPU cores ({cpu}); GPU: {gpus}"
+
+
+def provenance(
+    home: Path,
+    models: Sequence[str],
+    entries: Mapping[str, ModelEntry | None],
+    command: Sequence[str],
+    *,
+    commit: str | None = None,
+    machine: str | None = None,
+    when: datetime | None = None,
+) -> list[str]:
+    """The document's header lines: each model as its registry entry describes it, the kcal commit,
+    the store's data version, the exact command, date and machine. `commit`, `machine`, `when`
+    default to this checkout, this machine and now (tests pin them)."""
+    when = when or datetime.now(UTC)
+    lines = [f"- Model {model_provenance(entries.get(m), m)}" for m in models]
+    return [
+        *lines,
+        f"- kcal commit: {commit or kcal_commit()}",
+        f"- Store: `{home}`, data version {store_data_version(home)}",
+        f"- Command: `{shlex.join(command)}`",
+        f"- Date: {when.strftime('%Y-%m-%d %H:%M UTC')}",
+        f"- Machine: {machine or machine_description()}",
+    ]
 
 
 def describe_sample(t: StoreTables) -> str:
@@ -1233,6 +1555,7 @@ def describe_sample(t: StoreTables) -> str:
         return "no test-split estimates"
     per_relation = base.group_by("relation_id").len().sort("relation_id")
     counts = ", ".join(f"{r} {n}" for r, n in per_relation.iter_rows())
+    counts += f"; {per_relation.height} relation clusters (the bootstrap's resampling units)"
     scored = t.estimates.filter(pl.col("estimator") == BASELINE).select("relation_id", "template_id").unique()
     kinds = scored.join(
         t.templates.select("relation_id", "template_id", "kind"), on=["relation_id", "template_id"]
@@ -1246,11 +1569,15 @@ def describe_sample(t: StoreTables) -> str:
 
 
 def render_findings(
-    findings: Sequence[Finding], models: Sequence[str], samples: Mapping[str, str] | None = None
+    findings: Sequence[Finding],
+    models: Sequence[str],
+    samples: Mapping[str, str] | None = None,
+    header: Sequence[str] | None = None,
 ) -> str:
-    """The findings document (Markdown): the verdict rule, what each model's findings rest on
-    (`samples`: model → describe_sample), a summary table (claim, model, verdict, numbers), then one
-    section per claim group with each claim's source, the paper's setting, the test and the rows."""
+    """The findings document (Markdown): its provenance (`header`: provenance's lines), the verdict
+    rule, what each model's findings rest on (`samples`: model → describe_sample), a summary table
+    (claim, model, verdict, numbers), then one section per claim group with each claim's source,
+    the paper's setting, the test and the rows."""
     by_claim: dict[str, list[Finding]] = {}
     for f in findings:
         by_claim.setdefault(f.claim, []).append(f)
@@ -1263,12 +1590,19 @@ def render_findings(
         "thresholds and recalibration), reduction Sum unless a claim says otherwise. Regenerate "
         "after a run: `kcal findings --out docs/findings.md`.",
         "",
+        *(["**Provenance.**", "", *header, ""] if header else []),
         "**Verdicts.** A claim about a difference **holds** when the 95 % interval of the difference "
         "(a paired bootstrap where both sides are on the same instances: the same resamples for both, "
         f"relations then instances drawn, B = {N_RESAMPLES}, seed {SEED}) excludes 0 in the claimed "
         "direction, **does not hold** when it excludes 0 in the other direction, and is **inconclusive "
-        "at this sample size** otherwise. A claim that is not a difference states its numeric criterion "
-        "in its section. **Not testable on this store** says why and which setting would enable it.",
+        "at this sample size** otherwise; an inconclusive difference shows its minimum detectable "
+        "effect (MDE = (z₀.₉₇₅ + z₀.₈₀) · sd, sd = interval width / (2 · 1.96): the smallest effect this "
+        "n finds with 80 % power) and, where the paper states its effect, whether that lies inside the "
+        "interval. Several comparisons of one claim on one model are Holm–Bonferroni adjusted (p from "
+        "each interval by the normal approximation); a verdict that does not survive becomes "
+        "inconclusive. A claim that is not a difference states its numeric criterion in its section. "
+        "**Not testable on this store** names the precondition that failed (e.g. fewer than "
+        f"{FEW_DEV} dev instances behind a fitted parameter) and which setting would enable it.",
         "",
         *(f"- `{m}`: {samples[m]}" for m in models if samples and m in samples),
         *([""] if samples else []),

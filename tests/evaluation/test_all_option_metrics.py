@@ -22,6 +22,7 @@ from kcal_pipeline.evaluation import METRICS, compute_metrics
 from kcal_pipeline.evaluation.bootstrap import bootstrap_intervals, resample_plan
 from kcal_pipeline.evaluation.calibration import classwise_ece, confidence_gap, multihot_brier
 from kcal_pipeline.evaluation.tables import metrics_and_differences
+from tests.evaluation.test_bootstrap import slow_bc
 
 # Three instances of one relation; b has two golds, c only two options (a drawn answer space).
 #   (instance, option, P(o | r, s), gold)
@@ -209,9 +210,10 @@ def test_confidence_gap_by_hand_and_its_sign():
     )  # fmt: skip
 
 
-def test_confidence_gap_interval_is_the_percentile_interval_of_its_resamples():
+def test_confidence_gap_interval_is_the_bias_corrected_interval_of_its_resamples():
     # the gap is bootstrapped like the five DEFAULT_METRICS: the interval equals a plain loop over
-    # the plan's resamples (scope all: relations, then instances; relation: instances)
+    # the plan's resamples (scope all: relations, then instances; relation: instances), read
+    # around the gap on the scope's rows (test_bootstrap.slow_bc)
     rng = np.random.default_rng(3)
     c = np.round(rng.random(30), 1)
     y = rng.random(30) < c**2  # over-confident
@@ -225,7 +227,8 @@ def test_confidence_gap_interval_is_the_percentile_interval_of_its_resamples():
     assert len(got) == len(plan) == 3
     for sc in plan:
         rows = [sc.resamples.rows(b) for b in range(200)]
-        low, high = np.percentile([confidence_gap(c[r], y[r]) for r in rows], [2.5, 97.5])
+        values = np.array([confidence_gap(c[r], y[r]) for r in rows])
+        low, high = slow_bc(values, confidence_gap(c[sc.rows], y[sc.rows]))
         assert got[(sc.scope, sc.scope_value)] == (
             pytest.approx(low, abs=1e-12),
             pytest.approx(high, abs=1e-12),

