@@ -540,7 +540,7 @@ def test_an_empty_store_makes_every_claim_not_testable_and_the_document_says_why
     doc = render_findings(findings, [MODEL])
     for claim in CLAIMS.values():
         assert f"### {claim.title}" in doc
-        assert f"| {claim.section}. {claim.title} | {MODEL} |" in doc
+        assert f"| {claim.paper.seed} | {claim.where} | {claim.title} | {MODEL} |" in doc
     assert doc.count("not testable on this store: ") >= 2 * len(findings)  # summary and section rows
 
 
@@ -569,15 +569,18 @@ def test_kcal_findings_on_the_real_store(report_store, tmp_path):
     model_id = pl.read_parquet(report_store / "metrics" / f"model={key}" / "part.parquet")["model_id"][0]
     summary = doc.split("## Summary", 1)[1].split("\n## ", 1)[0]
     summary_rows = [
-        line for line in summary.splitlines() if line.startswith("| ") and " | verdict | " not in line
+        line for line in summary.splitlines() if line.startswith("| ") and not line.startswith("| seed |")
     ]
     for claim in CLAIMS.values():
         assert f"### {claim.title}" in doc
         assert any(
-            line.startswith(f"| {claim.section}. {claim.title} | {model_id} |") for line in summary_rows
+            line.startswith(f"| {claim.paper.seed} | {claim.where} | {claim.title} | {model_id} |")
+            for line in summary_rows
         )
     shown = {
-        re.sub(r"^\*\*(.*)\*\*( \(MDE [0-9.]+\))?$", r"\1", line.split(" | ")[3]).split(" on this store")[0]
+        re.sub(r"^\*\*(.*)\*\*( \(MDE [0-9.]+\))?$", r"\1", line.rstrip(" |").split(" | ")[7]).split(
+            " on this store"
+        )[0]
         for line in summary_rows
     }
     assert shown <= set(VERDICTS), shown
@@ -589,7 +592,7 @@ def test_kcal_findings_on_the_real_store(report_store, tmp_path):
     (row,) = diff.iter_rows(named=True)
     assert f"| ΔACE {fmt_ci(row['difference'], row['ci_low'], row['ci_high'])} |" in summary
     # the store has markers, perturbations, a MACE relation and 2 templates: those claims are tested
-    tested = {line.split(" | ")[0][2:] for line in summary_rows if "not testable" not in line}
+    tested = {line.split(" | ")[2] for line in summary_rows if "not testable" not in line}
     expected = (
         "markers_lower_accuracy_raise_ace",
         "consistency_far_from_one",
@@ -597,7 +600,7 @@ def test_kcal_findings_on_the_real_store(report_store, tmp_path):
     )
     for key_ in (*expected, "min_average_best_brier"):
         c = CLAIMS[key_]
-        assert f"{c.section}. {c.title}" in tested, key_
+        assert c.title in tested, key_
 
 
 def test_kcal_findings_names_an_unknown_model_and_a_store_without_metrics(report_store, tmp_path):
@@ -645,15 +648,15 @@ def test_recalibration_note_counts_dev_instances_and_temperatures_on_a_bound():
         }
     )
     # Sum only (the Mean fit is left out): 3 fits, 2 on a bound; P1 saw 2 dev instances, P2 30
-    assert fd._dev_size_note(fits, "base_temperature") == (
+    assert fd.dev_size_note(fits, "base_temperature") == (
         "fitted per relation on 2–30 dev instances; temperature on a bound (0.05, 20.0) in 2 of 3 fits"
     )
     few = fits.with_columns(n_dev=pl.lit(3))
-    assert fd._dev_size_note(few, "base_platt") == (
+    assert fd.dev_size_note(few, "base_platt") == (
         "fitted on 3 dev instances per relation: fewer than 20 dev instances per fit, so the fit "
         "follows noise (raise --max-instances or --dev-fraction)"
     )
-    assert fd._dev_size_note(fits, "base_isotonic") == "" and fd._dev_size_note(pl.DataFrame(), "x") == ""
+    assert fd.dev_size_note(fits, "base_isotonic") == "" and fd.dev_size_note(pl.DataFrame(), "x") == ""
 
 
 def test_sca_tuned_to_zero_on_a_few_dev_questions_is_no_evidence():
@@ -735,7 +738,9 @@ def test_an_inconclusive_difference_shows_its_mde_and_where_the_papers_effect_li
     assert f.verdict == INCONCLUSIVE and f.mde == pytest.approx(mde)
     assert f.note == "MDE at n = 50: 0.057 (80 % power, two-sided 5 %)"
     assert "| **inconclusive at this sample size** (MDE 0.057) |" in render_findings([f], [MODEL])
-    monkeypatch.setitem(fd.PAPER_EFFECTS, "margin_lowers_ace", -0.1)
+    spec = CLAIMS["margin_lowers_ace"]
+    number = dataclasses.replace(spec.number, effect=-0.1)
+    monkeypatch.setitem(CLAIMS, "margin_lowers_ace", dataclasses.replace(spec, number=number))
     (f,) = evaluate_claims([t], ["margin_lowers_ace"])
     assert f.note.endswith("; the paper's effect -0.100 lies outside the interval")
     (held,) = evaluate_claims([store(differences=differences("margin", "ace", -0.05, -0.09, -0.01))])[:1]

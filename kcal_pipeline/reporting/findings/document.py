@@ -1,0 +1,313 @@
+"""The findings document: provenance header, verdict rule, summary table, one section per paper."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import platform
+import re
+import shlex
+import shutil
+import subprocess
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import polars as pl
+
+if TYPE_CHECKING:
+    from kcal_pipeline.scoring.models.registry import ModelEntry
+
+from kcal_pipeline.core.versions import stored_version
+from kcal_pipeline.reporting.findings.core import (
+    BASELINE,
+    FAILS,
+    FEW_DEV,
+    HOLDS,
+    INCONCLUSIVE,
+    N_RESAMPLES,
+    NOT_TESTABLE,
+    SEED,
+    VERDICTS,
+    Finding,
+    StoreTables,
+    estimators_in,
+    fmt,
+    headline_rows,
+    ordered_claims,
+)
+from kcal_pipeline.reporting.findings.kissling import vote_levels
+
+
+def _cell(text: object) -> str:
+    """Text safe inside a Markdown table cell."""
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
+    return lines
+
+
+def _shown_verdict(f: Finding) -> str:
+    """The verdict as a cell: not testable with its failed precondition, inconclusive with its MDE."""
+    if f.verdict == NOT_TESTABLE:
+        return f"{NOT_TESTABLE} on this store: {f.note}"
+    if f.verdict == INCONCLUSIVE and not math.isnan(f.mde):
+        return f"**{f.verdict}** (MDE {fmt(f.mde)})"
+    return f"**{f.verdict}**"
+
+
+def _here(findings: list[Finding], models: Sequence[str]) -> str:
+    """One sentence per model on what this store shows for a claim."""
+    parts = []
+    for model in models:
+        verdicts = [f.verdict for f in findings if f.model_id == model]
+        counts = {v: verdicts.count(v) for v in VERDICTS if v in verdicts}
+        if set(counts) == {HOLDS}:
+            what = "the effect is present"
+        elif set(counts) == {NOT_TESTABLE}:
+            what = "it cannot be tested on this store"
+        elif set(counts) == {FAILS}:
+            what = "the claim does not hold here (the opposite is shown)"
+        elif HOLDS in counts:
+            what = "the effect is present in part"
+        elif FAILS in counts:
+            what = "the claim does not hold in part, the rest is inconclusive or not testable"
+        else:
+            what = "inconclusive at this sample size"
+        listing = ", ".join(f"{n} {v}" for v, n in counts.items())
+        parts.append(f"{model}: {what} ({listing}).")
+    return " ".join(parts)
+
+
+# --- provenance --------------------------------------------------------------------------------
+
+# A GGUF file's quantization type as its name states it (llama.cpp's naming: …Q4_1.gguf, …F16.gguf).
+_GGUF_TYPE = re.compile(r"[.-]((?:I?Q\d\w*)|BF16|F16|F32)\.gguf$", re.IGNORECASE)
+_INSTRUCT = re.compile(r"instruct|chat|[-_]it(?:\b|[-_])|sft", re.IGNORECASE)
+
+
+def model_provenance(entry: ModelEntry | None, model_id: str) -> str:
+    """What the numbers were computed with, read from the model's registry entry: file, quantization
+    and dtype (a GGUF is de-quantised to float32 by scoring.models.gguf), instruct or base (from
+    the id's naming, e.g. '-Instruct', '-it', '-chat'). No entry: the model left the registry."""
+    if entry is None:
+        return f"`{model_id}`: not in the store's model registry (file, dtype unknown)"
+    if entry.source == "gguf_package":
+        where, gguf = f"{entry.file} from the Python package {entry.package}", entry.file
+    elif entry.source == "gguf_file":
+        where, gguf = str(entry.path), str(entry.path)
+    elif entry.source == "hf":
+        where, gguf = f"hub {entry.id} at revision {entry.revision}", None
+    else:
+        where, gguf = str(entry.path), None
+    if gguf:
+        kind = _GGUF_TYPE.search(gguf)
+        weights = f"GGUF {kind[1].upper() if kind else 'of unstated type'}, de-quantised to float32"
+    else:
+        weights = f"not quantized, {entry.dtype}"
+    tuned = "instruction-tuned" if _INSTRUCT.search(entry.id) else "base (no instruct/chat/-it in the id)"
+    return f"`{entry.id}` ({entry.kind}): {where}; {weights}; {tuned}"
+
+
+def kcal_commit(root: Path | None = None) -> str:
+    """The checkout's commit (with '+changes' when the tree differs from it), 'unknown' outside one."""
+    root = Path(root) if root else Path(__file__).resolve().parents[2]
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root, capture_output=True, text=True, timeout=30, check=True,
+        ).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return f"{head}{'+changes' if dirty else ''}" if head else "unknown"
+
+
+def store_data_version(home: Path) -> str:
+    """One hash over every stored partition's data version (core.versions, in the Parquet metadata)
+    and its path: equal hashes mean the findings read the same data."""
+    home = Path(home)
+    pairs = sorted(
+        (str(p.relative_to(home)), stored_version(p) or "unreadable") for p in home.rglob("part.parquet")
+    )
+    if not pairs:
+        return "no partitions"
+    digest = hashlib.sha256("\n".join(f"{path} {version}" for path, version in pairs).encode())
+    return f"{digest.hexdigest()[:20]} over {len(pairs)} partitions"
+
+
+def machine_description() -> str:
+    """CPU cores and model, and the GPUs nvidia-smi lists (none without it)."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        names = [ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                 if ln.startswith("model name")]  # fmt: skip
+        cpu = names[0] if names else cpu
+    except OSError:
+        pass
+    gpus = "none detected"
+    if shutil.which("nvidia-smi"):
+        try:
+            listed = subprocess.run(
+                ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                capture_output=True, text=True, timeout=30, check=True,
+            ).stdout.split("\n")  # fmt: skip
+            gpus = ", ".join(g.strip() for g in listed if g.strip()) or gpus
+        except (OSError, subprocess.SubprocessError):
+            pass
+    return f"{os.cpu_count()} CPU cores ({cpu}); GPU: {gpus}"
+
+
+def provenance(
+    home: Path,
+    models: Sequence[str],
+    entries: Mapping[str, ModelEntry | None],
+    command: Sequence[str],
+    *,
+    commit: str | None = None,
+    machine: str | None = None,
+    when: datetime | None = None,
+) -> list[str]:
+    """The document's header lines: each model as its registry entry describes it, the kcal commit,
+    the store's data version, the exact command, date and machine. `commit`, `machine`, `when`
+    default to this checkout, this machine and now (tests pin them)."""
+    when = when or datetime.now(UTC)
+    lines = [f"- Model {model_provenance(entries.get(m), m)}" for m in models]
+    return [
+        *lines,
+        f"- kcal commit: {commit or kcal_commit()}",
+        f"- Store: `{home}`, data version {store_data_version(home)}",
+        f"- Command: `{shlex.join(command)}`",
+        f"- Date: {when.strftime('%Y-%m-%d %H:%M UTC')}",
+        f"- Machine: {machine or machine_description()}",
+    ]
+
+
+def describe_sample(t: StoreTables) -> str:
+    """What one model's findings rest on: test instances per relation, paraphrase templates, the
+    template kinds scored (what makes a claim testable or not)."""
+    head = headline_rows(t)
+    base = head.filter(pl.col("estimator") == BASELINE) if not head.is_empty() else head
+    if base.is_empty():
+        return "no test-split estimates"
+    per_relation = base.group_by("relation_id").len().sort("relation_id")
+    counts = ", ".join(f"{r} {n}" for r, n in per_relation.iter_rows())
+    counts += f"; {per_relation.height} relation clusters (the bootstrap's resampling units)"
+    scored = t.estimates.filter(pl.col("estimator") == BASELINE).select("relation_id", "template_id").unique()
+    kinds = scored.join(
+        t.templates.select("relation_id", "template_id", "kind"), on=["relation_id", "template_id"]
+    )
+    levels = vote_levels(estimators_in(head))
+    scored_kinds = ", ".join(sorted(kinds["kind"].unique().to_list()))
+    return (
+        f"test instances {base.height} ({counts}); paraphrase templates per instance: up to "
+        f"{max(levels, default=1)}; template kinds scored: {scored_kinds}"
+    )
+
+
+def _number_cell(f: Finding) -> str:
+    """kcal's number with its interval, as the summary shows it (the first item of `numbers`)."""
+    return f.numbers.split("; ")[0] if f.verdict != NOT_TESTABLE else ""
+
+
+def render_findings(
+    findings: Sequence[Finding],
+    models: Sequence[str],
+    samples: Mapping[str, str] | None = None,
+    header: Sequence[str] | None = None,
+    regenerate: str = "kcal findings --out docs/findings.md",
+) -> str:
+    """The findings document (Markdown): its provenance (`header`: provenance's lines), the verdict
+    rule, what each model's findings rest on (`samples`: label → describe_sample), a summary table
+    (paper, table or figure, claim, model, the paper's number, kcal's number, verdict), then one
+    section per paper with each claim's setting, preconditions, test and rows."""
+    by_claim: dict[str, list[Finding]] = {}
+    for f in findings:
+        by_claim.setdefault(f.claim, []).append(f)
+    claims = ordered_claims()
+    lines = [
+        "# Findings: the seed papers' claims re-tested",
+        "",
+        "Generated by `kcal findings` from the tables of kcal stores; models: "
+        + ", ".join(f"`{m}`" for m in models)
+        + ". Every number is on the test split and full answer spaces (the dev split only tunes "
+        "thresholds and recalibration), reduction Sum unless a claim says otherwise. The paper's "
+        "number is in the same metric and unit as kcal's where the paper states one, with the model "
+        f"it was measured on. Regenerate: `{regenerate}`.",
+        "",
+        *(["**Provenance.**", "", *header, ""] if header else []),
+        "**Verdicts.** A claim about a difference **holds** when the 95 % interval of the difference "
+        "(a paired bootstrap where both sides are on the same instances: the same resamples for both, "
+        f"relations then instances drawn, B = {N_RESAMPLES}, seed {SEED}, bias-corrected so that it "
+        "contains its point) excludes 0 in the claimed direction, **does not hold** when it excludes 0 in "
+        "the other direction, and is **inconclusive at this sample size** otherwise; an inconclusive "
+        "difference shows its minimum detectable effect (MDE = (z₀.₉₇₅ + z₀.₈₀) · sd, sd = interval "
+        "width / (2 · 1.96): the smallest effect this n finds with 80 % power) and, where the paper "
+        "states its effect, whether that lies inside the interval. Several comparisons of one claim "
+        "on one model are Holm–Bonferroni adjusted (p from each interval by the normal "
+        "approximation); a verdict that does not survive becomes inconclusive. A claim that is not a "
+        "difference (a criterion) states its numeric criterion in its section. **Not testable on this "
+        "store** names the precondition that failed (e.g. fewer than "
+        f"{FEW_DEV} dev instances behind a fitted parameter, no masked model) and what would enable it.",
+        "",
+        *(f"- {label}: {text}" for label, text in (samples or {}).items()),
+        *([""] if samples else []),
+        "## Summary",
+        "",
+    ]
+    summary = []
+    for c in claims:
+        for f in by_claim.get(c.key, []):
+            summary.append(
+                (
+                    f"{c.paper.seed}",
+                    c.where,
+                    c.title,
+                    f.model_id,
+                    f.subject,
+                    c.number.shown(),
+                    _number_cell(f),
+                    _shown_verdict(f),
+                )
+            )
+    lines += _table(
+        ["seed", "where", "claim", "model", "compared", "paper", "kcal [95 % interval]", "verdict"], summary
+    )
+    for paper in sorted({c.paper for c in claims}, key=lambda p: p.seed):
+        lines += ["", f"## {paper.short}", "", f"{paper.citation}."]
+        for c in (c for c in claims if c.paper == paper):
+            rows = by_claim.get(c.key, [])
+            lines += [
+                "",
+                f"### {c.title}",
+                "",
+                f"- **Where.** {c.where}.",
+                f"- **The paper's setting.** {c.setting}",
+                f"- **The paper's number.** {c.number.shown()}.",
+                *([f"- **Preconditions.** {'; '.join(c.preconditions)}."] if c.preconditions else []),
+                f"- **Test** ({c.kind}). {c.rule}",
+                f"- **Reads.** {c.reads} (profile stage `{c.stage}`).",
+                f"- **Here.** {_here(rows, models)}",
+                "",
+            ]
+            lines += _table(
+                ["model", "compared", "verdict", "numbers", "note"],
+                [
+                    (
+                        f.model_id,
+                        f.subject,
+                        _shown_verdict(f),
+                        f.numbers,
+                        f.note if f.verdict != NOT_TESTABLE else "",
+                    )
+                    for f in rows
+                ],
+            )
+    return "\n".join(lines) + "\n"
