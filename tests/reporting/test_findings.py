@@ -215,23 +215,26 @@ SURE = [1.0 if c else 0.0 for c in ALTERNATE]  # Brier 0
     ("min_conf", "vote_conf", "verdict", "difference"),
     [(SURE, 0.5, HOLDS, -0.25), (0.5, SURE, FAILS, 0.25), (0.5, 0.5, INCONCLUSIVE, 0.0)],
 )
-def test_min_average_brier_against_the_best_other_multi_template_estimator(
-    min_conf, vote_conf, verdict, difference
-):
-    # Brier: confidence 1 on the correct, 0 on the wrong → 0; 0.5 everywhere → 0.25; the template
-    # marginal at 0.6 → (0.4² + 0.6²)/2 = 0.26, so Vote(2) Average is the best other one.
+def test_min_average_brier_against_the_plurality_vote(min_conf, vote_conf, verdict, difference):
+    # Brier: confidence 1 on the correct, 0 on the wrong → 0; 0.5 everywhere → 0.25. The template
+    # marginal is perfect (Brier 0), yet the paper's comparison is with Vote(2) Average: always it.
     est = pl.concat(
         [instance_rows("min_average", min_conf), instance_rows("vote2_average", vote_conf),
-         instance_rows("template_marginal", 0.6)]
+         instance_rows("template_marginal", SURE)]
     )  # fmt: skip
-    f = only(fd.min_average_best_brier(store(estimates=est)))
+    f = only(fd.min_average_vs_vote2_brier(store(estimates=est)))
     assert f.subject == "Brier(Min Average) − Brier(Vote(2) Average)"
     assert (f.verdict, f.value, f.ci_low, f.ci_high, f.n) == (verdict, difference, difference, difference, 20)
+    assert "; lowest Brier of the multi-template estimators: " in f.numbers
+    assert "Template marginal 0.000" in f.numbers
 
 
-def test_min_average_without_a_second_template_is_not_testable():
-    f = only(fd.min_average_best_brier(store(estimates=instance_rows("min_average", 0.5))))
-    assert f.verdict == NOT_TESTABLE and "--max-templates 2" in f.note
+@pytest.mark.parametrize(
+    ("present", "missing"), [("min_average", "Vote(2) Average"), ("vote2_average", "Min Average")]
+)
+def test_min_average_or_vote2_missing_is_not_testable(present, missing):
+    f = only(fd.min_average_vs_vote2_brier(store(estimates=instance_rows(present, 0.5))))
+    assert f.verdict == NOT_TESTABLE and f"no {missing} estimates" in f.note and "--max-templates 2" in f.note
 
 
 def vote_rows(k, answered, correct):
@@ -414,30 +417,38 @@ def test_mace_claims_without_mace_questions_or_with_one_gold_count_are_not_testa
 
 
 def sca(tau0, tuned, correct):
-    kw = {"reduction": "answer_sum", "correct": correct}
+    """SCA at τ = 0 and tuned on the MACE relation's questions (instance grain, answer_sum)."""
+    kw = {"reduction": "answer_sum", "correct": correct, "relation": "mace-x"}
     return store(
-        estimates=pl.concat([instance_rows("sca_tau0", tau0, **kw), instance_rows("sca_tuned", tuned, **kw)])
+        estimates=pl.concat([instance_rows("sca_tau0", tau0, **kw), instance_rows("sca_tuned", tuned, **kw)]),
+        relations=MACE_RELATIONS,
     )
 
 
-def test_sca_at_tau_zero_against_the_tuned_tau_is_a_non_inferiority_test():
-    # identical: ΔBrier 0 ≥ −0.01 → holds
+def test_sca_at_tau_zero_against_the_tuned_tau_is_a_non_inferiority_test_on_auroc():
+    # identical: ΔAUROC 0 ≥ −0.02 → holds
     same = only(fd.sca_tau0_as_good_as_tuned(sca(0.5, 0.5, ALTERNATE)))
+    assert same.subject == "AUROC(SCA τ = 0) − AUROC(SCA tuned)"
     assert (same.verdict, same.value, same.ci_low) == (HOLDS, 0.0, 0.0)
-    # tuned knows the answers (Brier 0) where τ = 0 says 0.5 (Brier 0.25): ΔBrier −0.25 < −0.01
+    # tuned ranks every right answer first (AUROC 1) where τ = 0 ties them all (0.5): −0.5 < −0.02
     better = only(fd.sca_tau0_as_good_as_tuned(sca(0.5, SURE, ALTERNATE)))
-    assert (better.verdict, better.value, better.ci_high) == (FAILS, -0.25, -0.25)
-    # 40 questions: tuned gains 0.25 on 6 and loses 0.75 on 2 (ΔBrier 0 on average, spread ±0.06)
-    correct = [True] * 6 + [False] * 2 + [True] * 32
-    tuned = [1.0] * 8 + [0.5] * 32
-    mixed = only(fd.sca_tau0_as_good_as_tuned(sca([0.5] * 40, tuned, correct)))
-    assert mixed.verdict == INCONCLUSIVE and mixed.ci_low < -fd.BRIER_MARGIN < mixed.ci_high
-    assert mixed.value == pytest.approx(0.0)
+    assert (better.verdict, better.value, better.ci_high) == (FAILS, -0.5, -0.5)
+    assert better.numbers.startswith("ΔAUROC -0.500 [-0.500, -0.500]; ΔBrier 0.250")
+    # 40 questions, 20 right: tuned separates them (AUROC 1); τ = 0 puts one right answer at the
+    # wrong ones' 0.1, a tie with each of the 20: (19·20 + ½·20)/400 = 0.975, ΔAUROC −0.025, and a
+    # resample may draw that question 0, 1, 2, … times: the interval straddles −0.02
+    correct = [True] * 20 + [False] * 20
+    tuned = [0.9] * 20 + [0.1] * 20
+    tau0 = [0.1] + [0.9] * 19 + [0.1] * 20
+    mixed = only(fd.sca_tau0_as_good_as_tuned(sca(tau0, tuned, correct)))
+    assert mixed.verdict == INCONCLUSIVE and mixed.ci_low < -fd.AUROC_MARGIN < mixed.ci_high
+    assert mixed.value == pytest.approx(-0.025)
 
 
 def test_sca_without_question_templates_is_not_testable():
-    f = only(fd.sca_tau0_as_good_as_tuned(store(estimates=rows("base", ALTERNATE, 0.5))))
-    assert f.verdict == NOT_TESTABLE and "question" in f.note
+    on_mace = rows("base", ALTERNATE, 0.5, template="mace-x:c0", relation="mace-x")
+    f = only(fd.sca_tau0_as_good_as_tuned(store(estimates=on_mace, relations=MACE_RELATIONS)))
+    assert f.verdict == NOT_TESTABLE and "--template-kinds curated,question" in f.note
 
 
 # --- 6. consistency ------------------------------------------------------------------------------
@@ -540,7 +551,8 @@ def test_an_empty_store_makes_every_claim_not_testable_and_the_document_says_why
     doc = render_findings(findings, [MODEL])
     for claim in CLAIMS.values():
         assert f"### {claim.title}" in doc
-        assert f"| {claim.paper.seed} | {claim.where} | {claim.title} | {MODEL} |" in doc
+        cells = [c.replace("|", "\\|") for c in (claim.paper.seed, claim.where, claim.title, MODEL)]
+        assert "| " + " | ".join(cells) + " |" in doc  # a | inside a cell is escaped
     assert doc.count("not testable on this store: ") >= 2 * len(findings)  # summary and section rows
 
 
@@ -574,7 +586,13 @@ def test_kcal_findings_on_the_real_store(report_store, tmp_path):
     for claim in CLAIMS.values():
         assert f"### {claim.title}" in doc
         assert any(
-            line.startswith(f"| {claim.paper.seed} | {claim.where} | {claim.title} | {model_id} |")
+            line.startswith(
+                "| "
+                + " | ".join(
+                    c.replace("|", "\\|") for c in (claim.paper.seed, claim.where, claim.title, model_id)
+                )
+                + " |"
+            )
             for line in summary_rows
         )
     shown = {
@@ -598,7 +616,7 @@ def test_kcal_findings_on_the_real_store(report_store, tmp_path):
         "consistency_far_from_one",
         "mace_accuracy_rises_with_golds",
     )
-    for key_ in (*expected, "min_average_best_brier"):
+    for key_ in (*expected, "min_average_vs_vote2_brier"):
         c = CLAIMS[key_]
         assert c.title in tested, key_
 
@@ -665,7 +683,7 @@ def test_sca_tuned_to_zero_on_a_few_dev_questions_is_no_evidence():
 
     def fits(n_dev):
         return pl.DataFrame(
-            {"relation_id": ["P1"], "estimator": ["sca_tuned"], "reduction": ["answer_sum"],
+            {"relation_id": ["mace-x"], "estimator": ["sca_tuned"], "reduction": ["answer_sum"],
              "answer_space_k": [0], "parameter": ["tau"], "value": [0.0], "n_dev": [n_dev]}
         )  # fmt: skip
 
@@ -675,12 +693,13 @@ def test_sca_tuned_to_zero_on_a_few_dev_questions_is_no_evidence():
     assert few.note.startswith(
         "too few dev instances: sca_tuned was fitted on at most 2 per relation, fewer than 20"
     )
-    assert "compared on P1; fitted on 2 dev instances per relation; tuned τ 0.000" in few.note
+    assert "compared on mace-x; fitted on 2 dev instances per relation; tuned τ 0.000" in few.note
     assert few.note.endswith("τ was tuned to 0 everywhere, so both are the same estimator here)")
     many = only(fd.sca_tau0_as_good_as_tuned(dataclasses.replace(base, fits=fits(40))))
     assert many.verdict == HOLDS and "same estimator" in many.note
-    closed = dataclasses.replace(base, relations=pl.DataFrame({"relation_id": ["P1"], "domain": ["geo"]}))
-    assert "no MACE relation among them" in only(fd.sca_tau0_as_good_as_tuned(closed)).note
+    closed = dataclasses.replace(base, relations=pl.DataFrame({"relation_id": ["mace-x"], "domain": ["geo"]}))
+    f = only(fd.sca_tau0_as_good_as_tuned(closed))
+    assert f.verdict == NOT_TESTABLE and f.note.startswith("no MACE relation in this store")
 
 
 # --- power, noise floor, multiplicity ------------------------------------------------------------
@@ -732,13 +751,15 @@ def test_the_markers_family_is_holm_adjusted_in_evaluate_claims():
 
 
 def test_an_inconclusive_difference_shows_its_mde_and_where_the_papers_effect_lies(monkeypatch):
+    spec = CLAIMS["margin_lowers_ace"]
+    unknown = dataclasses.replace(spec.number, effect=None)  # a paper that states no effect
+    monkeypatch.setitem(CLAIMS, "margin_lowers_ace", dataclasses.replace(spec, number=unknown))
     t = store(differences=differences("margin", "ace", -0.02, -0.06, 0.02))
     (f,) = evaluate_claims([t], ["margin_lowers_ace"])
     mde = (Z975 + Z80) * 0.08 / (2 * Z975)  # 0.0572
     assert f.verdict == INCONCLUSIVE and f.mde == pytest.approx(mde)
     assert f.note == "MDE at n = 50: 0.057 (80 % power, two-sided 5 %)"
     assert "| **inconclusive at this sample size** (MDE 0.057) |" in render_findings([f], [MODEL])
-    spec = CLAIMS["margin_lowers_ace"]
     number = dataclasses.replace(spec.number, effect=-0.1)
     monkeypatch.setitem(CLAIMS, "margin_lowers_ace", dataclasses.replace(spec, number=number))
     (f,) = evaluate_claims([t], ["margin_lowers_ace"])

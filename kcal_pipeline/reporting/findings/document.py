@@ -311,3 +311,37 @@ def render_findings(
                 ],
             )
     return "\n".join(lines) + "\n"
+
+
+def _duration(seconds: object) -> str:
+    if not isinstance(seconds, int | float):
+        return "time not recorded"
+    return f"{int(seconds // 60)} min {seconds % 60:02.0f} s"
+
+
+def profile_lines(root: Path, record: Mapping) -> list[str]:
+    """The provenance of a findings profile (kcal findings --build): how it was built (scale,
+    command, commit, total time) and per stage its purpose, relations, settings, statements, build
+    time and store data version, so every verdict can be traced to the store that decided it."""
+    command = shlex.join(["kcal", *record.get("command", [])]) if record.get("command") else "not recorded"
+    lines = [
+        f"- Findings profile `{root}` at scale {record.get('scale', '?')}: built by `{command}` "
+        f"(kcal commit {record.get('kcal_commit') or 'unknown'}), {record.get('started', '?')} to "
+        f"{record.get('finished') or 'unfinished'}, {_duration(record.get('seconds'))} on this machine",
+    ]
+    for entry in record.get("stages", []):
+        name = entry.get("name", "?")
+        if entry.get("skipped"):
+            lines.append(f"- Stage `{name}`: skipped ({entry['skipped']})")
+            continue
+        settings = ", ".join(f"{k}={v}" for k, v in sorted(entry.get("settings", {}).items()))
+        relations = entry.get("relations", [])
+        lines.append(
+            f"- Stage `{name}` ({entry.get('purpose', '')}): {len(relations)} relations "
+            f"({', '.join(relations)}); {settings}; {entry.get('statements', '?'):,} statements; built in "
+            f"{_duration(entry.get('seconds'))}; data version {store_data_version(root / name)}"
+            if isinstance(entry.get("statements"), int)
+            else f"- Stage `{name}` ({entry.get('purpose', '')}): {', '.join(relations)}; {settings}; "
+            "not finished"
+        )
+    return lines

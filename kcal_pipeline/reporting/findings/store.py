@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from kcal_pipeline.core.storage import (
 )
 from kcal_pipeline.estimation.registry import OUTPUT_SCHEMA
 from kcal_pipeline.reporting.findings.core import (
+    BASELINE,
     FIT_COLUMNS,
     FULL_ANSWER_SPACE,
     HEADLINE_SPLIT,
@@ -55,12 +57,16 @@ ESTIMATE_COLUMNS = tuple(c for c in OUTPUT_SCHEMA if c != "predicted_id")
 
 # The reductions the claims read: the headline one, and SCA's own.
 CLAIMED_REDUCTIONS = (REDUCTION, "answer_sum")
+# Base is also kept under every reduction (the reduction claim) and on the option-count sweep's cut
+# answer spaces (answer_space_k > 0: the more-options claim); every other estimator on full ones only.
+EVERY_SETTING_ESTIMATORS = (BASELINE,)
 
 
 def _claimed_estimates(home: Path, partition: dict[str, str]) -> pl.DataFrame:
-    """One estimates partition, only the rows the claims read (test split, full answer spaces,
-    CLAIMED_REDUCTIONS), filtered while scanning: a store with every template kind holds millions
-    of estimate rows per model. A damaged file is named with how to rebuild it, as storage does."""
+    """One estimates partition, only the rows the claims read (test split; full answer spaces
+    and CLAIMED_REDUCTIONS, or Base under any reduction and answer space), filtered while scanning:
+    a store with every template kind holds millions of estimate rows per model. A damaged file is
+    named with how to rebuild it, as storage does."""
     path = partition_path(home, "estimates", partition)
     try:
         present = pl.read_parquet_schema(path)
@@ -69,8 +75,13 @@ def _claimed_estimates(home: Path, partition: dict[str, str]) -> pl.DataFrame:
             .select([c for c in ESTIMATE_COLUMNS if c in present])
             .filter(
                 (pl.col("split") == HEADLINE_SPLIT)
-                & (pl.col("answer_space_k") == FULL_ANSWER_SPACE)
-                & pl.col("reduction").is_in(CLAIMED_REDUCTIONS)
+                & (
+                    (
+                        (pl.col("answer_space_k") == FULL_ANSWER_SPACE)
+                        & pl.col("reduction").is_in(CLAIMED_REDUCTIONS)
+                    )
+                    | pl.col("estimator").is_in(EVERY_SETTING_ESTIMATORS)
+                )
             )
             .collect()
         )
@@ -136,3 +147,34 @@ def _optional_unpartitioned(home: Path, table: str, columns: Sequence[str]) -> p
         return read_partition(home, table, columns=columns)
     except FileNotFoundError:
         return pl.DataFrame()
+
+
+PROFILE_FILE = "profile.json"  # what kcal findings --build records about its stages
+
+
+def read_profile(
+    root: Path, models: Sequence[str] | None = None
+) -> tuple[dict[str, list[StoreTables]], dict]:
+    """A findings profile's stage stores (kcal findings --build): stage → each model's tables, in the
+    profile's stage order, and the build record (profile.json: stages, settings, times). A stage
+    without metrics (skipped, failed, not built yet) is left out: its claims are then not testable."""
+    root = Path(root)
+    path = root / PROFILE_FILE
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path}: no findings profile here; build one with kcal findings --build --profile-dir {root}"
+        )
+    try:
+        record = json.loads(path.read_text())
+    except ValueError as exc:
+        raise BadFileError(f"{path}: not JSON ({exc}); rebuild with kcal findings --build") from exc
+    stages = {}
+    for entry in record.get("stages", []):
+        home = root / str(entry.get("name", ""))
+        if entry.get("name") and store_models(home):
+            stages[entry["name"]] = read_store_tables(home, models)
+    if not stages:
+        raise FileNotFoundError(
+            f"{root}: no stage store has metrics yet; run kcal findings --build --profile-dir {root}"
+        )
+    return stages, record
