@@ -42,6 +42,7 @@ from kcal_pipeline.evaluation.bootstrap import (
     Resamples,
     bias_corrected_interval,
     paired_differences,
+    resample_plan,
 )
 from kcal_pipeline.evaluation.calibration import BINS, _bin_ids
 
@@ -58,8 +59,6 @@ REDUCTION = "sum"  # the headline reduction every claim is read under (SCA has i
 BASELINE = "base"
 # "far from 1" (consistency): every seed's IoU_cons below this; "close to 1": every seed's at or above.
 FAR_FROM_ONE = 0.9
-# "τ = 0 is as good as a tuned τ": non-inferiority on the Brier score with this margin.
-BRIER_MARGIN = 0.01
 MULTI_TEMPLATE_FAMILIES = ("aggregation", "template_marginal")
 SELECTIVE_LAMA_FAMILY = "selective_lama"
 RECALIBRATED = ("base_temperature", "base_platt", "base_isotonic")
@@ -248,6 +247,62 @@ def not_testable(key: str, t: StoreTables, subject: str, why: str) -> list[Findi
     return [Finding(key, t.model_id, subject, NOT_TESTABLE, note=why)]
 
 
+def interval_finding(
+    key: str,
+    t: StoreTables,
+    subject: str,
+    claimed: str,
+    value: float,
+    low: float,
+    high: float,
+    n: int | None,
+    prefix: str,
+    extra: str = "",
+    note: str = "",
+) -> Finding:
+    """A statistic with its 95 % interval, judged by difference_verdict on the `claimed` side; its
+    numbers lead with `prefix` and the interval, then `extra`: the one shape of every interval claim."""
+    return Finding(
+        key,
+        t.model_id,
+        subject,
+        difference_verdict(low, high, claimed),
+        value,
+        low,
+        high,
+        n,
+        f"{prefix} {fmt_ci(value, low, high)}{extra}",
+        note,
+    )
+
+
+def difference_finding(
+    key: str,
+    t: StoreTables,
+    subject: str,
+    row: Mapping,
+    claimed: str,
+    label: str,
+    extra: str = "",
+    note: str = "",
+) -> Finding:
+    """interval_finding of a difference row (difference, ci_low, ci_high, n: metric_differences',
+    paired_difference's), its numbers led by "Δ<label>"."""
+    return interval_finding(
+        key,
+        t,
+        subject,
+        claimed,
+        row["difference"],
+        row["ci_low"],
+        row["ci_high"],
+        row["n"],
+        f"Δ{label}",
+        extra,
+        note,
+    )
+
+
 # --- selections --------------------------------------------------------------------------------
 
 
@@ -262,6 +317,35 @@ def headline_rows(t: StoreTables, reduction: str | None = REDUCTION) -> pl.DataF
     if reduction is not None:
         est = est.filter(pl.col("reduction") == reduction)
     return headline_template_estimates(est, t.templates)
+
+
+def template_rows(t: StoreTables, estimators: Sequence[str]) -> pl.DataFrame:
+    """The estimators' template-grain rows as the claims read them: test split, full answer
+    spaces, the headline reduction."""
+    return t.estimates.filter(
+        (pl.col("split") == HEADLINE_SPLIT)
+        & (pl.col("answer_space_k") == FULL_ANSWER_SPACE)
+        & (pl.col("reduction") == REDUCTION)
+        & pl.col("template_id").is_not_null()
+        & pl.col("estimator").is_in(list(estimators))
+    )
+
+
+def pair_key(template_column: str) -> pl.Expr:
+    """An instance_id naming the (instance, template) pair, so that a paired difference pairs one
+    statement with and without a variant (a marker, a context) rather than the bare instance."""
+    return pl.col("instance_id") + "|" + pl.col(template_column)
+
+
+def join_instances(frames: Iterable[pl.DataFrame]) -> pl.DataFrame:
+    """Several selections side by side on their shared (relation, instance), sorted so that a
+    resample plan over the rows is reproducible."""
+    keys = ["relation_id", "instance_id"]
+    it = iter(frames)
+    wide = next(it)
+    for frame in it:
+        wide = wide.join(frame, on=keys)
+    return wide.sort(*keys)
 
 
 def estimators_in(frame: pl.DataFrame) -> set[str]:
@@ -315,6 +399,30 @@ def resample_sums(values: np.ndarray, resamples: Resamples) -> np.ndarray:
     metrics do not cover (a mean confidence, an accuracy among answered) is read from these."""
     idx = resamples.indices
     return np.where(idx != PAD, values[idx], 0.0).sum(axis=1)
+
+
+def relation_resamples(relation_ids: np.ndarray, seed: int = SEED) -> Resamples:
+    """The seeded two-stage resample plan (relations, then rows; scope all) as the metrics tables
+    draw it, for a statistic computed here over rows sorted by relation."""
+    return resample_plan(relation_ids, N_RESAMPLES, seed)[0].resamples
+
+
+def resample_means(values: np.ndarray, resamples: Resamples) -> np.ndarray:
+    """The mean of values on each resample: [B]."""
+    return resample_sums(values, resamples) / resamples.sizes
+
+
+def ratio(numerator: np.ndarray, denominator: np.ndarray) -> float:
+    """Σ numerator / Σ denominator (an accuracy among the answered or asserted); NaN when the
+    denominator sums to 0."""
+    return float(numerator.sum() / denominator.sum()) if denominator.sum() else math.nan
+
+
+def resample_ratio(numerator: np.ndarray, denominator: np.ndarray, resamples: Resamples) -> np.ndarray:
+    """ratio on every resample ([B]; NaN where the denominator sums to 0 there, which
+    bc_interval leaves out)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return resample_sums(numerator, resamples) / resample_sums(denominator, resamples)
 
 
 def bc_interval(values: np.ndarray, point: float) -> tuple[float, float]:

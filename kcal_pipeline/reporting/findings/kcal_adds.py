@@ -19,8 +19,8 @@ from kcal_pipeline.reporting.findings.core import (
     StoreTables,
     claim,
     dev_size_note,
+    difference_finding,
     difference_row,
-    difference_verdict,
     estimator_label,
     few_dev_precondition,
     fmt,
@@ -64,18 +64,7 @@ def recalibration_lowers_ace(t: StoreTables) -> list[Finding]:
             out += not_testable(key, t, subject, f"{failed} ({shown}; {dev_size_note(t.fits, name)})")
             continue
         out.append(
-            Finding(
-                key,
-                t.model_id,
-                subject,
-                difference_verdict(row["ci_low"], row["ci_high"], "negative"),
-                row["difference"],
-                row["ci_low"],
-                row["ci_high"],
-                row["n"],
-                f"ΔACE {fmt_ci(row['difference'], row['ci_low'], row['ci_high'])}",
-                dev_size_note(t.fits, name),
-            )
+            difference_finding(key, t, subject, row, "negative", "ACE", note=dev_size_note(t.fits, name))
         )
     return out
 
@@ -110,19 +99,7 @@ def model_beats_answer_prior(t: StoreTables) -> list[Finding]:
             f"; share of accuracy {fmt(acc['answer_prior']['value'] / acc[BASELINE]['value'])} "
             f"({fmt(acc['answer_prior']['value'])} / {fmt(acc[BASELINE]['value'])})"
         )
-    return [
-        Finding(
-            key,
-            t.model_id,
-            subject,
-            difference_verdict(row["ci_low"], row["ci_high"], "negative"),
-            row["difference"],
-            row["ci_low"],
-            row["ci_high"],
-            row["n"],
-            f"Δaccuracy {fmt_ci(row['difference'], row['ci_low'], row['ci_high'])}{share}",
-        )
-    ]
+    return [difference_finding(key, t, subject, row, "negative", "accuracy", share)]
 
 
 @claim(

@@ -3,7 +3,6 @@ against Base, aggregating paraphrase templates, reductions, option counts, epist
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 
 import numpy as np
@@ -11,7 +10,7 @@ import polars as pl
 
 from kcal_pipeline.dataset.instances.variants import SUBSAMPLE_SUFFIX
 from kcal_pipeline.estimation.registry import NO_ANSWER, headline_template_estimates
-from kcal_pipeline.evaluation.bootstrap import batched_metrics, instance_resamples, resample_plan
+from kcal_pipeline.evaluation.bootstrap import batched_metrics, instance_resamples
 from kcal_pipeline.evaluation.registry import METRICS
 from kcal_pipeline.reporting.findings.core import (
     BASELINE,
@@ -29,17 +28,23 @@ from kcal_pipeline.reporting.findings.core import (
     ace_floor_note,
     bc_interval,
     claim,
+    difference_finding,
     difference_row,
-    difference_verdict,
     estimator_label,
     estimators_in,
     fmt,
     fmt_ci,
     headline_rows,
+    interval_finding,
+    join_instances,
     metric_row,
     not_testable,
+    pair_key,
     paired_difference,
-    resample_sums,
+    ratio,
+    relation_resamples,
+    resample_ratio,
+    template_rows,
 )
 
 KISSLING = Paper(
@@ -90,20 +95,7 @@ def margin_lowers_ace(t: StoreTables) -> list[Finding]:
     context = ", ".join(f"ACE {estimator_label(e)} {fmt(r['value'])}" for e, r in ace.items() if r)
     floor = ace_floor_note(t, BASELINE)
     context += f"; {floor}" if context and floor else floor
-    return [
-        Finding(
-            key,
-            t.model_id,
-            subject,
-            difference_verdict(row["ci_low"], row["ci_high"], "negative"),
-            row["difference"],
-            row["ci_low"],
-            row["ci_high"],
-            row["n"],
-            f"ΔACE {fmt_ci(row['difference'], row['ci_low'], row['ci_high'])}"
-            + (f"; {context}" if context else ""),
-        )
-    ]
+    return [difference_finding(key, t, subject, row, "negative", "ACE", f"; {context}" if context else "")]
 
 
 # --- 2. Aggregation ------------------------------------------------------------------------------
@@ -162,24 +154,8 @@ def min_average_vs_vote2_brier(t: StoreTables) -> list[Finding]:
     ranking = ", ".join(
         f"{estimator_label(n)} {fmt(v)}" for n, v in sorted(brier.items(), key=lambda kv: (kv[1], kv[0]))[:4]
     )
-    return [
-        Finding(
-            key,
-            t.model_id,
-            subject,
-            difference_verdict(d["ci_low"], d["ci_high"], "negative"),
-            d["difference"],
-            d["ci_low"],
-            d["ci_high"],
-            d["n"],
-            f"ΔBrier {fmt_ci(d['difference'], d['ci_low'], d['ci_high'])}; lowest Brier of the "
-            f"multi-template estimators: {ranking}",
-        )
-    ]
-
-
-def _accuracy_among_answered(correct: np.ndarray, answered: np.ndarray) -> float:
-    return float(correct.sum() / answered.sum()) if answered.sum() else math.nan
+    ranking = f"; lowest Brier of the multi-template estimators: {ranking}"
+    return [difference_finding(key, t, subject, d, "negative", "Brier", ranking)]
 
 
 @claim(
@@ -216,45 +192,35 @@ def vote_trades_coverage_for_accuracy(t: StoreTables) -> list[Finding]:
             )
         )
         return not_testable(key, t, "accuracy among answered: Vote(T) − Vote(2)", why)
-    wide = None
-    for k in levels:
-        g = head.filter(pl.col("estimator") == f"vote{k}_average").select(
+    wide = join_instances(
+        head.filter(pl.col("estimator") == f"vote{k}_average").select(
             "relation_id",
             "instance_id",
             pl.col("correct").cast(pl.Float64).alias(f"correct{k}"),
             (pl.col("predicted_index") != NO_ANSWER).cast(pl.Float64).alias(f"answered{k}"),
         )
-        wide = g if wide is None else wide.join(g, on=["relation_id", "instance_id"])
-    wide = wide.sort("relation_id", "instance_id")
+        for k in levels
+    )
     column = {c: wide[c].to_numpy() for c in wide.columns if c.startswith(("correct", "answered"))}
     per_k = "; ".join(
         f"k={k}: answered {fmt(column[f'answered{k}'].mean())}, accuracy among answered "
-        f"{fmt(_accuracy_among_answered(column[f'correct{k}'], column[f'answered{k}']))}"
+        f"{fmt(ratio(column[f'correct{k}'], column[f'answered{k}']))}"
         for k in levels
     )
     lo, hi = levels[0], levels[-1]
-    res = resample_plan(wide["relation_id"].to_numpy(), N_RESAMPLES, SEED)[0].resamples
-    sums = {
-        c: resample_sums(column[c], res)
-        for c in (f"correct{lo}", f"answered{lo}", f"correct{hi}", f"answered{hi}")
-    }
-    with np.errstate(divide="ignore", invalid="ignore"):  # nothing answered in a resample: NaN, left out
-        diff = sums[f"correct{hi}"] / sums[f"answered{hi}"] - sums[f"correct{lo}"] / sums[f"answered{lo}"]
-    value = _accuracy_among_answered(
-        column[f"correct{hi}"], column[f"answered{hi}"]
-    ) - _accuracy_among_answered(column[f"correct{lo}"], column[f"answered{lo}"])
+    res = relation_resamples(wide["relation_id"].to_numpy())
+    # nothing answered in a resample: NaN, left out
+    diff = resample_ratio(column[f"correct{hi}"], column[f"answered{hi}"], res) - resample_ratio(
+        column[f"correct{lo}"], column[f"answered{lo}"], res
+    )
+    value = ratio(column[f"correct{hi}"], column[f"answered{hi}"]) - ratio(
+        column[f"correct{lo}"], column[f"answered{lo}"]
+    )
     low, high = bc_interval(diff, value)
+    subject = f"accuracy among answered: Vote({hi}) − Vote({lo})"
     return [
-        Finding(
-            key,
-            t.model_id,
-            f"accuracy among answered: Vote({hi}) − Vote({lo})",
-            difference_verdict(low, high, "positive"),
-            value,
-            low,
-            high,
-            wide.height,
-            f"Δaccuracy {fmt_ci(value, low, high)}; {per_k}",
+        interval_finding(
+            key, t, subject, "positive", value, low, high, wide.height, "Δaccuracy", f"; {per_k}"
         )
     ]
 
@@ -292,13 +258,7 @@ def markers_lower_accuracy_raise_ace(t: StoreTables) -> list[Finding]:
     est = t.estimates
     if est.is_empty():
         return not_testable(key, t, "markers", "no estimates on the test split")
-    est = est.filter(
-        (pl.col("split") == HEADLINE_SPLIT)
-        & (pl.col("answer_space_k") == FULL_ANSWER_SPACE)
-        & (pl.col("reduction") == REDUCTION)
-        & pl.col("template_id").is_not_null()
-        & pl.col("estimator").is_in([*markers, BASELINE])
-    )
+    est = template_rows(t, [*markers, BASELINE])
     present = [m for m in markers if m in estimators_in(est)]
     if not present:
         return not_testable(
@@ -306,25 +266,14 @@ def markers_lower_accuracy_raise_ace(t: StoreTables) -> list[Finding]:
             "curated,question,marker_verbal,marker_numeric"
         )  # fmt: skip
     # A pair (instance, parent template) is the unit, as the template-kind breakdown counts it.
-    pairs = est.with_columns(instance_id=pl.col("instance_id") + "|" + pl.col("template_id"))
+    pairs = est.with_columns(instance_id=pair_key("template_id"))
     out = []
     for m in present:
         d = paired_difference(pairs, m, BASELINE, ["accuracy", "ace"])
         for metric, claimed, label in (("accuracy", "negative", "accuracy"), ("ace", "positive", "ACE")):
             r = d[metric]
-            out.append(
-                Finding(
-                    key,
-                    t.model_id,
-                    f"{estimator_label(m)}: {label}(marked) − {label}(unmarked)",
-                    difference_verdict(r["ci_low"], r["ci_high"], claimed),
-                    r["difference"],
-                    r["ci_low"],
-                    r["ci_high"],
-                    r["n"],
-                    f"Δ{label} {fmt_ci(r['difference'], r['ci_low'], r['ci_high'])} over {r['n']} pairs",
-                )
-            )
+            subject = f"{estimator_label(m)}: {label}(marked) − {label}(unmarked)"
+            out.append(difference_finding(key, t, subject, r, claimed, label, f" over {r['n']} pairs"))
     return out
 
 
@@ -358,24 +307,13 @@ def models_overconfident(t: StoreTables) -> list[Finding]:
             key, t, subject, "metrics has no confidence_gap row of Base on the test split: "
             "materialize metrics (kcal demo) with a test split (--dev-fraction < 1)"
         )  # fmt: skip
-    parts = [f"gap {fmt_ci(row['value'], row['ci_low'], row['ci_high'])}"]
+    parts = ""
     for metric, label in (("mean_confidence", "mean confidence"), ("accuracy", "accuracy")):
         r = metric_row(t, BASELINE, metric)
         if r is not None:
-            parts.append(f"{label} {fmt(r['value'])}")
-    return [
-        Finding(
-            key,
-            t.model_id,
-            subject,
-            difference_verdict(row["ci_low"], row["ci_high"], "positive"),
-            row["value"],
-            row["ci_low"],
-            row["ci_high"],
-            row["n"],
-            "; ".join(parts),
-        )
-    ]
+            parts += f"; {label} {fmt(r['value'])}"
+    value, low, high = row["value"], row["ci_low"], row["ci_high"]
+    return [interval_finding(key, t, subject, "positive", value, low, high, row["n"], "gap", parts)]
 
 
 def _metric(name: str, frame: pl.DataFrame) -> float:
@@ -427,19 +365,18 @@ def sum_best_reduction(t: StoreTables) -> list[Finding]:
             f"the claim needs Sum and another of {', '.join(REDUCTION_LABELS)}: run kcal findings "
             "--build (stage bear), whose store keeps Base under every reduction"
         )  # fmt: skip
-    wide = None
-    for r in present:
-        g = base.filter(pl.col("reduction") == r).select(
+    wide = join_instances(
+        base.filter(pl.col("reduction") == r).select(
             "relation_id",
             "instance_id",
             pl.col("confidence").alias(f"c_{r}"),
             pl.col("correct").alias(f"y_{r}"),
         )
-        wide = g if wide is None else wide.join(g, on=["relation_id", "instance_id"])
+        for r in present
+    )
     if wide.is_empty():
         return not_testable(key, t, subject, "no test instance has Base under every stored reduction")
-    wide = wide.sort("relation_id", "instance_id")
-    res = resample_plan(wide["relation_id"].to_numpy(), N_RESAMPLES, SEED)[0].resamples
+    res = relation_resamples(wide["relation_id"].to_numpy())
     point, boot, shown = {}, {}, []
     for r in present:
         c, y = wide[f"c_{r}"].to_numpy(), wide[f"y_{r}"].to_numpy()
@@ -453,19 +390,9 @@ def sum_best_reduction(t: StoreTables) -> list[Finding]:
     best = max((r for r in present if r != REDUCTION), key=lambda r: (point[r], r))
     value = point[REDUCTION] - point[best]
     low, high = bc_interval(boot[REDUCTION] - boot[best], value)
-    return [
-        Finding(
-            key,
-            t.model_id,
-            f"H(Base, Sum) − H(Base, {REDUCTION_LABELS[best]})",
-            difference_verdict(low, high, "positive"),
-            value,
-            low,
-            high,
-            wide.height,
-            f"ΔH {fmt_ci(value, low, high)}; " + "; ".join(shown),
-        )
-    ]
+    subject = f"H(Base, Sum) − H(Base, {REDUCTION_LABELS[best]})"
+    shown = "; " + "; ".join(shown)
+    return [interval_finding(key, t, subject, "positive", value, low, high, wide.height, "ΔH", shown)]
 
 
 NO_SWEEP = (
@@ -560,20 +487,8 @@ def more_options_lower_ace(t: StoreTables) -> list[Finding]:
         on_full = full.join(g.select("relation_id", "parent"), on=["relation_id", "parent"], how="semi")
         full_ace = f"; full answer space on them {fmt(_metric('ace', on_full))}" if on_full.height else ""
         per_k.append(f"k={k}: ACE {aces}, {g['parent'].n_unique()} instances cut{full_ace}")
-    return [
-        Finding(
-            key,
-            t.model_id,
-            f"{subject}, draw {verdict_draw}",
-            difference_verdict(found["ci_low"], found["ci_high"], "negative"),
-            found["difference"],
-            found["ci_low"],
-            found["ci_high"],
-            found["n"],
-            f"ΔACE {fmt_ci(found['difference'], found['ci_low'], found['ci_high'])} over "
-            f"{found['n']} instances; " + "; ".join([*shown, *per_k]),
-        )
-    ]
+    shown = f" over {found['n']} instances; " + "; ".join([*shown, *per_k])
+    return [difference_finding(key, t, f"{subject}, draw {verdict_draw}", found, "negative", "ACE", shown)]
 
 
 MIN_RELATIONS = 5  # fewer relations and a correlation across them means little
@@ -627,17 +542,5 @@ def ace_falls_with_accuracy(t: StoreTables) -> list[Finding]:
     idx = instance_resamples(len(groups), N_RESAMPLES, SEED).indices
     low, high = bc_interval(_pearson(acc[idx], ace[idx]), value)
     per_relation = ", ".join(f"{n} {fmt(a)}/{fmt(c)}" for n, a, c in zip(names, acc, ace, strict=True))
-    return [
-        Finding(
-            key,
-            t.model_id,
-            subject,
-            difference_verdict(low, high, "negative"),
-            value,
-            low,
-            high,
-            len(groups),
-            f"r {fmt_ci(value, low, high)} over {len(groups)} relations; accuracy/ACE per relation: "
-            + per_relation,
-        )
-    ]
+    shown = f" over {len(groups)} relations; accuracy/ACE per relation: {per_relation}"
+    return [interval_finding(key, t, subject, "negative", value, low, high, len(groups), "r", shown)]

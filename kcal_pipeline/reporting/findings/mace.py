@@ -8,7 +8,7 @@ import numpy as np
 import polars as pl
 
 from kcal_pipeline.estimation.registry import ESTIMATORS
-from kcal_pipeline.evaluation.bootstrap import PAD, Resamples, batched_metrics, resample_plan
+from kcal_pipeline.evaluation.bootstrap import PAD, Resamples, batched_metrics
 from kcal_pipeline.evaluation.registry import METRICS
 from kcal_pipeline.evaluation.scopes import MACE_DOMAIN
 from kcal_pipeline.reporting.findings.core import (
@@ -16,7 +16,6 @@ from kcal_pipeline.reporting.findings.core import (
     FAILS,
     HOLDS,
     INCONCLUSIVE,
-    N_RESAMPLES,
     REDUCTION,
     SEED,
     Finding,
@@ -26,7 +25,7 @@ from kcal_pipeline.reporting.findings.core import (
     bc_interval,
     claim,
     dev_size_note,
-    difference_verdict,
+    difference_finding,
     estimator_label,
     estimators_in,
     few_dev_precondition,
@@ -34,9 +33,11 @@ from kcal_pipeline.reporting.findings.core import (
     fmt,
     fmt_ci,
     headline_rows,
+    interval_finding,
     not_testable,
     paired_difference,
-    resample_sums,
+    relation_resamples,
+    resample_means,
 )
 
 MACE = Paper(
@@ -108,9 +109,9 @@ def _gold_count_trend(t: StoreTables, key: str, column: str, claimed: str, label
     means, resampled = {}, {}
     for n_gold, g in groups.items():
         values = g[column].cast(pl.Float64).to_numpy()
-        res = resample_plan(g["relation_id"].to_numpy(), N_RESAMPLES, SEED + n_gold)[0].resamples
+        res = relation_resamples(g["relation_id"].to_numpy(), SEED + n_gold)
         means[n_gold] = float(values.mean())
-        resampled[n_gold] = resample_sums(values, res) / res.sizes
+        resampled[n_gold] = resample_means(values, res)
     lo, hi = min(groups), max(groups)
     value = means[hi] - means[lo]
     low, high = bc_interval(resampled[hi] - resampled[lo], value)
@@ -119,16 +120,17 @@ def _gold_count_trend(t: StoreTables, key: str, column: str, claimed: str, label
     per_n = ", ".join(f"{n}: {fmt(means[n])} (n = {groups[n].height})" for n in groups)
     direction = "rises" if claimed == "positive" else "falls"
     return [
-        Finding(
+        interval_finding(
             key,
-            t.model_id,
+            t,
             f"{label}: {hi} golds − {lo} gold{'s' if lo > 1 else ''}",
-            difference_verdict(low, high, claimed),
+            claimed,
             value,
             low,
             high,
             sum(g.height for g in groups.values()),
-            f"Δ{label} {fmt_ci(value, low, high)}; by gold count {per_n}",
+            f"Δ{label}",
+            f"; by gold count {per_n}",
             f"{label} {direction} at every step (monotone)"
             if monotone
             else f"not monotone: {label} does not {direction[:-1]} at every step",
@@ -246,7 +248,7 @@ def mace_auroc_falls_with_mixed_golds(t: StoreTables) -> list[Finding]:
     c = pooled["confidence"].cast(pl.Float64).to_numpy()
     y = pooled["correct"].cast(pl.Boolean).to_numpy()
     gold = pooled["n_gold"].to_numpy()
-    res = resample_plan(pooled["relation_id"].to_numpy(), N_RESAMPLES, SEED)[0].resamples
+    res = relation_resamples(pooled["relation_id"].to_numpy())
     counts = list(groups)
     points, resampled, shown = [], [], []
     for k in range(1, len(counts) + 1):
@@ -272,16 +274,17 @@ def mace_auroc_falls_with_mixed_golds(t: StoreTables) -> list[Finding]:
     if counts[0] != 1:
         notes.append(f"no one-gold question: the smallest gold count is {counts[0]}")
     return [
-        Finding(
+        interval_finding(
             key,
-            t.model_id,
+            t,
             f"AUROC{_gold_set(counts)} − AUROC{_gold_set(counts[:1])}",
-            difference_verdict(low, high, "negative"),
+            "negative",
             value,
             low,
             high,
             pooled.height,
-            f"ΔAUROC {fmt_ci(value, low, high)}; AUROC by cumulative gold-count set: {', '.join(shown)}",
+            "ΔAUROC",
+            f"; AUROC by cumulative gold-count set: {', '.join(shown)}",
             "; ".join(notes),
         )
     ]
@@ -400,20 +403,9 @@ def sca_beats_others(t: StoreTables) -> list[Finding]:
     ranking = ", ".join(
         f"{estimator_label(n)} {fmt(v)}" for n, v in sorted(scored.items(), key=lambda kv: (-kv[1], kv[0]))
     )
-    return [
-        Finding(
-            key,
-            t.model_id,
-            f"AUROC({estimator_label(sca)}) − AUROC({estimator_label(best)})",
-            difference_verdict(d["ci_low"], d["ci_high"], "positive"),
-            d["difference"],
-            d["ci_low"],
-            d["ci_high"],
-            d["n"],
-            f"ΔAUROC {fmt_ci(d['difference'], d['ci_low'], d['ci_high'])}; AUROC of the others: {ranking}",
-            "; ".join(notes),
-        )
-    ]
+    subject = f"AUROC({estimator_label(sca)}) − AUROC({estimator_label(best)})"
+    ranking = f"; AUROC of the others: {ranking}"
+    return [difference_finding(key, t, subject, d, "positive", "AUROC", ranking, "; ".join(notes))]
 
 
 @claim(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from kcal_pipeline.evaluation.bootstrap import PAD, Resamples, batched_metrics, resample_plan
+from kcal_pipeline.evaluation.bootstrap import PAD, Resamples, batched_metrics
 from kcal_pipeline.evaluation.registry import METRICS
 from kcal_pipeline.reporting.findings.core import (
     BASELINE,
@@ -15,7 +15,6 @@ from kcal_pipeline.reporting.findings.core import (
     HEADLINE_SPLIT,
     N_RESAMPLES,
     REDUCTION,
-    SEED,
     SELECTIVE_LAMA_FAMILY,
     Finding,
     Paper,
@@ -23,14 +22,15 @@ from kcal_pipeline.reporting.findings.core import (
     StoreTables,
     bc_interval,
     claim,
-    difference_verdict,
+    difference_finding,
     estimator_label,
     estimators_in,
     fmt,
-    fmt_ci,
     headline_rows,
+    interval_finding,
     not_testable,
     paired_difference,
+    relation_resamples,
 )
 
 SELECTIVE_LAMA = Paper(
@@ -93,20 +93,8 @@ def selective_lama_best_function(t: StoreTables) -> list[Finding]:
     listing = ", ".join(f"{estimator_label(n)} {fmt(v)}" for v, n in ranked)
     partial = [f"{estimator_label(n)} {fmt(v)} (n = {k})" for n, (v, k) in candidates.items() if k != full]
     note = f"not ranked, defined on fewer instances: {', '.join(partial)}" if partial else ""
-    return [
-        Finding(
-            key,
-            t.model_id,
-            f"AURC({estimator_label(best)}) − AURC({estimator_label(runner)})",
-            difference_verdict(d["ci_low"], d["ci_high"], "negative"),
-            d["difference"],
-            d["ci_low"],
-            d["ci_high"],
-            d["n"],
-            f"ΔAURC {fmt_ci(d['difference'], d['ci_low'], d['ci_high'])}; AURC: {listing}",
-            note,
-        )
-    ]
+    subject = f"AURC({estimator_label(best)}) − AURC({estimator_label(runner)})"
+    return [difference_finding(key, t, subject, d, "negative", "AURC", f"; AURC: {listing}", note)]
 
 
 # --- template bias -------------------------------------------------------------------------------
@@ -266,7 +254,7 @@ def rcauc_less_template_biased(t: StoreTables) -> list[Finding]:
     each_once = Resamples(whole, sizes)  # the sample itself: one block per relation
     cv_acc, cv_sel = template_spread(confidence, correct, slots, each_once, np.arange(names.size))
     value = float(cv_sel.mean() - cv_acc.mean())
-    plan = resample_plan(relation, N_RESAMPLES, SEED)[0].resamples
+    plan = relation_resamples(relation)
     blocks, owner = relation_blocks(plan, relation, sizes)
     b_acc, b_sel = template_spread(confidence, correct, slots, blocks, relation[blocks.indices[:, 0]])
     diff = _per_resample_mean(b_sel, owner, N_RESAMPLES) - _per_resample_mean(b_acc, owner, N_RESAMPLES)
@@ -277,19 +265,19 @@ def rcauc_less_template_biased(t: StoreTables) -> list[Finding]:
     )
     counts = sorted(set(slots.tolist()))
     return [
-        Finding(
+        interval_finding(
             key,
-            t.model_id,
+            t,
             subject,
-            difference_verdict(low, high, "negative"),
+            "negative",
             value,
             low,
             high,
             wide.height,
-            f"ΔCV {fmt_ci(value, low, high)}; mean CV(1 − AURC) {fmt(float(cv_sel.mean()))}, "
-            f"mean CV(accuracy) {fmt(float(cv_acc.mean()))} over {names.size} relations with "
-            f"{'–'.join(map(str, counts))} templates; per relation CV(1 − AURC) vs CV(accuracy): "
-            + per_relation,
+            "ΔCV",
+            f"; mean CV(1 − AURC) {fmt(float(cv_sel.mean()))}, mean CV(accuracy) {fmt(float(cv_acc.mean()))} "
+            f"over {names.size} relations with {'–'.join(map(str, counts))} templates; per relation "
+            f"CV(1 − AURC) vs CV(accuracy): {per_relation}",
             f"left out, no correct answer on any template: {', '.join(dropped)}" if dropped else "",
         )
     ]
@@ -336,18 +324,6 @@ def sent_reranking_worse_than_token(t: StoreTables) -> list[Finding]:
             out += not_testable(key, t, subject, f"no {estimator_label(other)} estimates: {SELECTIVE_STAGE}")
             continue
         d = paired_difference(head, other, "token", ["aurc"])["aurc"]
-        out.append(
-            Finding(
-                key,
-                t.model_id,
-                subject,
-                difference_verdict(d["ci_low"], d["ci_high"], "positive"),
-                d["difference"],
-                d["ci_low"],
-                d["ci_high"],
-                d["n"],
-                f"ΔAURC {fmt_ci(d['difference'], d['ci_low'], d['ci_high'])} on the {d['n']} instances Token "
-                "is defined on",
-            )
-        )
+        shown = f" on the {d['n']} instances Token is defined on"
+        out.append(difference_finding(key, t, subject, d, "positive", "AURC", shown))
     return out

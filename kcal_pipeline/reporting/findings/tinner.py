@@ -9,27 +9,28 @@ import numpy as np
 import polars as pl
 
 from kcal_pipeline.estimation.cube import PARAPHRASE_KINDS
-from kcal_pipeline.evaluation.bootstrap import resample_plan
 from kcal_pipeline.reporting.findings.core import (
     BASELINE,
-    FULL_ANSWER_SPACE,
-    HEADLINE_SPLIT,
-    N_RESAMPLES,
-    REDUCTION,
-    SEED,
     Finding,
     Paper,
     PaperNumber,
     StoreTables,
     bc_interval,
     claim,
-    difference_verdict,
+    difference_finding,
     fmt,
     fmt_ci,
     headline_rows,
+    interval_finding,
+    join_instances,
     not_testable,
+    pair_key,
     paired_difference,
-    resample_sums,
+    ratio,
+    relation_resamples,
+    resample_means,
+    resample_ratio,
+    template_rows,
 )
 
 TINNER = Paper(
@@ -57,21 +58,6 @@ CONTEXT_KINDS_COMMAND = (
 )
 
 
-def _sorted_instances(frame: pl.DataFrame) -> pl.DataFrame:
-    return frame.sort("relation_id", "instance_id")
-
-
-def _base_rows(t: StoreTables) -> pl.DataFrame:
-    """Base's template-grain rows as the claims read them: test split, full answer spaces, sum."""
-    return t.estimates.filter(
-        (pl.col("split") == HEADLINE_SPLIT)
-        & (pl.col("answer_space_k") == FULL_ANSWER_SPACE)
-        & (pl.col("reduction") == REDUCTION)
-        & (pl.col("estimator") == BASELINE)
-        & pl.col("template_id").is_not_null()
-    )
-
-
 def marginal_rows(t: StoreTables) -> pl.DataFrame:
     """The template marginal's test rows (headline selection) in the relations whose instances Base
     scored on two or more paraphrase templates: with one, P(o | r, s) is that template's Base and
@@ -80,11 +66,11 @@ def marginal_rows(t: StoreTables) -> pl.DataFrame:
     if head.is_empty():
         return head
     paraphrases = t.templates.filter(pl.col("kind").is_in(PARAPHRASE_KINDS))
-    scored = _base_rows(t).join(paraphrases, on=["relation_id", "template_id"], how="semi")
+    scored = template_rows(t, [BASELINE]).join(paraphrases, on=["relation_id", "template_id"], how="semi")
     counts = scored.group_by("relation_id").agg(pl.col("template_id").n_unique().alias("n"))
     several = counts.filter(pl.col("n") >= 2)["relation_id"].to_list()
     rows = head.filter((pl.col("estimator") == MARGINAL) & pl.col("relation_id").is_in(several))
-    return _sorted_instances(rows)
+    return rows.sort("relation_id", "instance_id")
 
 
 def _above(confidence: np.ndarray) -> np.ndarray:
@@ -93,13 +79,12 @@ def _above(confidence: np.ndarray) -> np.ndarray:
 
 def _precision(correct: np.ndarray, above: np.ndarray) -> float:
     """Accuracy among the instances asserted (confidence > 0.5); NaN when none is."""
-    return float((correct * above).sum() / above.sum()) if above.sum() else math.nan
+    return ratio(correct * above, above)
 
 
 def _resampled_precision(correct: np.ndarray, above: np.ndarray, resamples) -> np.ndarray:
     """The precision at 0.5 on every resample ([B]; NaN where a resample asserts nothing)."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return resample_sums(correct * above, resamples) / resample_sums(above, resamples)
+    return resample_ratio(correct * above, above, resamples)
 
 
 PRECISION_RULE = (
@@ -134,22 +119,23 @@ def few_facts_above_half_high_precision(t: StoreTables) -> list[Finding]:
     above = _above(rows["confidence"].to_numpy())
     precision, accuracy = _precision(correct, above), float(correct.mean())
     value = precision - accuracy
-    res = resample_plan(rows["relation_id"].to_numpy(), N_RESAMPLES, SEED)[0].resamples
-    diff = _resampled_precision(correct, above, res) - resample_sums(correct, res) / res.sizes
+    res = relation_resamples(rows["relation_id"].to_numpy())
+    diff = _resampled_precision(correct, above, res) - resample_means(correct, res)
     low, high = bc_interval(diff, value)
     n_above = int(above.sum())
     return [
-        Finding(
+        interval_finding(
             key,
-            t.model_id,
+            t,
             subject,
-            difference_verdict(low, high, "positive"),
+            "positive",
             value,
             low,
             high,
             rows.height,
-            f"Δ {fmt_ci(value, low, high)}; share above 0.5 {fmt(n_above / rows.height)} ({n_above} of "
-            f"{rows.height}); precision at 0.5 {fmt(precision)}; accuracy {fmt(accuracy)}",
+            "Δ",
+            f"; share above 0.5 {fmt(n_above / rows.height)} ({n_above} of {rows.height}); precision at "
+            f"0.5 {fmt(precision)}; accuracy {fmt(accuracy)}",
             "" if n_above else "no instance has P(o | r, s) > 0.5: precision at 0.5 is undefined",
         )
     ]
@@ -188,10 +174,10 @@ def aggregation_raises_precision(t: StoreTables) -> list[Finding]:
         )
         for i, e in enumerate((MARGINAL, BASELINE))
     ]
-    wide = _sorted_instances(sides[0].join(sides[1], on=["relation_id", "instance_id"]))
+    wide = join_instances(sides)
     if wide.is_empty():
         return not_testable(key, t, subject, "no Base estimates on the template marginal's test instances")
-    res = resample_plan(wide["relation_id"].to_numpy(), N_RESAMPLES, SEED)[0].resamples
+    res = relation_resamples(wide["relation_id"].to_numpy())
     precision, resampled, shares = [], [], []
     for i in (0, 1):
         correct = wide[f"y{i}"].cast(pl.Float64).to_numpy()
@@ -202,18 +188,18 @@ def aggregation_raises_precision(t: StoreTables) -> list[Finding]:
     value = precision[0] - precision[1]
     low, high = bc_interval(resampled[0] - resampled[1], value)
     return [
-        Finding(
+        interval_finding(
             key,
-            t.model_id,
+            t,
             subject,
-            difference_verdict(low, high, "positive"),
+            "positive",
             value,
             low,
             high,
             wide.height,
-            f"Δprecision {fmt_ci(value, low, high)}; precision at 0.5: Template marginal "
-            f"{fmt(precision[0])} (share above 0.5 {fmt(shares[0])}), Base {fmt(precision[1])} "
-            f"(share above 0.5 {fmt(shares[1])})",
+            "Δprecision",
+            f"; precision at 0.5: Template marginal {fmt(precision[0])} (share above 0.5 "
+            f"{fmt(shares[0])}), Base {fmt(precision[1])} (share above 0.5 {fmt(shares[1])})",
             "" if math.isfinite(value) else "one side asserts nothing above 0.5: precision is undefined",
         )
     ]
@@ -232,13 +218,13 @@ def context_pairs(t: StoreTables, kind: str) -> pl.DataFrame:
     variants = tpl.filter((pl.col("kind") == kind) & pl.col("parent_id").is_not_null()).select(
         "relation_id", "template_id", "parent_id"
     )
-    base = _base_rows(t)
+    base = template_rows(t, [BASELINE])
     variant = base.join(variants, on=["relation_id", "template_id"]).with_columns(
-        estimator=pl.lit(kind), instance_id=pl.col("instance_id") + "|" + pl.col("parent_id")
+        estimator=pl.lit(kind), instance_id=pair_key("parent_id")
     )
     parents = variants.select("relation_id", pl.col("parent_id").alias("template_id")).unique()
     parent = base.join(parents, on=["relation_id", "template_id"], how="semi").with_columns(
-        instance_id=pl.col("instance_id") + "|" + pl.col("template_id")
+        instance_id=pair_key("template_id")
     )
     keys = ["relation_id", "instance_id"]
     shared = variant.select(keys).join(parent.select(keys), on=keys)
@@ -258,6 +244,11 @@ def _context_difference(t: StoreTables, kind: str) -> dict | None:
     accuracy = pairs.group_by("estimator").agg(pl.col("correct").mean())
     acc = dict(zip(accuracy["estimator"].to_list(), accuracy["correct"].to_list(), strict=True))
     return {**d, "accuracy": acc[kind], "accuracy_parent": acc[BASELINE]}
+
+
+def _context_numbers(d: dict) -> str:
+    """What a context difference shows after its interval: the pairs and both accuracies."""
+    return f" over {d['n']} pairs; accuracy {fmt(d['accuracy'])} with, {fmt(d['accuracy_parent'])} without"
 
 
 CONTEXT_RULE = (
@@ -292,20 +283,7 @@ def demonstrations_raise_accuracy(t: StoreTables) -> list[Finding]:
         if d is None:
             out += not_testable(key, t, subject, f"no {kind} variants were scored: {CONTEXT_KINDS_COMMAND}")
             continue
-        out.append(
-            Finding(
-                key,
-                t.model_id,
-                subject,
-                difference_verdict(d["ci_low"], d["ci_high"], "positive"),
-                d["difference"],
-                d["ci_low"],
-                d["ci_high"],
-                d["n"],
-                f"Δaccuracy {fmt_ci(d['difference'], d['ci_low'], d['ci_high'])} over {d['n']} pairs; "
-                f"accuracy {fmt(d['accuracy'])} with, {fmt(d['accuracy_parent'])} without",
-            )
-        )
+        out.append(difference_finding(key, t, subject, d, "positive", "accuracy", _context_numbers(d)))
     return out
 
 
@@ -342,16 +320,5 @@ def wrong_context_lowers_accuracy(t: StoreTables) -> list[Finding]:
         else "context_fixed: not scored"
     )
     return [
-        Finding(
-            key,
-            t.model_id,
-            subject,
-            difference_verdict(d["ci_low"], d["ci_high"], "negative"),
-            d["difference"],
-            d["ci_low"],
-            d["ci_high"],
-            d["n"],
-            f"Δaccuracy {fmt_ci(d['difference'], d['ci_low'], d['ci_high'])} over {d['n']} pairs; "
-            f"accuracy {fmt(d['accuracy'])} with, {fmt(d['accuracy_parent'])} without; {control}",
-        )
+        difference_finding(key, t, subject, d, "negative", "accuracy", f"{_context_numbers(d)}; {control}")
     ]
