@@ -116,7 +116,7 @@ def model_provenance(entry: ModelEntry | None, model_id: str) -> str:
 
 def kcal_commit(root: Path | None = None) -> str:
     """The checkout's commit (with '+changes' when the tree differs from it), 'unknown' outside one."""
-    root = Path(root) if root else Path(__file__).resolve().parents[2]
+    root = Path(root) if root else Path(__file__).resolve().parents[3]
     try:
         head = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10, check=True
@@ -264,7 +264,7 @@ def render_findings(
     ]
     summary = []
     for c in claims:
-        for f in by_claim.get(c.key, []):
+        for i, f in enumerate(by_claim.get(c.key, [])):
             summary.append(
                 (
                     f"{c.paper.seed}",
@@ -272,7 +272,7 @@ def render_findings(
                     c.title,
                     f.model_id,
                     f.subject,
-                    c.number.shown(),
+                    c.number.shown() if i == 0 else "(as above)",  # one claim's rows share it
                     _number_cell(f),
                     _shown_verdict(f),
                 )

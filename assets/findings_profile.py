@@ -1,0 +1,194 @@
+"""Build the findings profile: one ordinary kcal store per stage under a root directory.
+
+Each stage store gets its BEAR import (where the stage needs BEAR) and then `run_missing`, exactly
+as `kcal demo` runs, so a re-run materializes only what is missing or stale and a killed build
+resumes from the partition checkpoints. The stages themselves (relations, settings, sizes) are
+pure data in kcal_pipeline/core/findings_profile.py; this module times them and records what ran
+in DIR/profile.json, which the findings header cites.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from collections.abc import Callable, Iterator, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+import polars as pl
+
+from kcal_pipeline.core.storage import write_text_atomic
+from kcal_pipeline.dataset.findings_profile import Stage
+from kcal_pipeline.reporting.findings import kcal_commit
+
+PROFILE_FILE = "profile.json"
+
+
+def _utc_now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@contextlib.contextmanager
+def stage_home(home: Path) -> Iterator[None]:
+    """KCAL_HOME = `home` (and DAGSTER_HOME = home/dagster) for the block: the catalog (imported
+    datasets) and the Dagster layer read them from the environment, and the catalog is cached per
+    process, so its cache is cleared on the way in and out."""
+    from kcal_pipeline.dataset.relations import load_catalog
+
+    before = {name: os.environ.get(name) for name in ("KCAL_HOME", "DAGSTER_HOME")}
+    os.environ["KCAL_HOME"] = str(home)
+    # Each stage store has its own Dagster instance (get_instance sets DAGSTER_HOME for the
+    # process, so without this every later stage would run on the first stage's instance).
+    os.environ["DAGSTER_HOME"] = str(home / "dagster")
+    load_catalog.cache_clear()
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        load_catalog.cache_clear()
+
+
+def stored_statements(home: Path, relations: Sequence[str]) -> int:
+    """Scored statements in the store for these relations (every model), read from file metadata."""
+    files = [
+        f
+        for r in relations
+        for f in sorted((home / "statement_scores").glob(f"model=*/relation={r}/*.parquet"))
+    ]
+    if not files:
+        return 0
+    return int(pl.scan_parquet(files).select(pl.len()).collect().item())
+
+
+def _earlier_stages(path: Path) -> dict[str, dict]:
+    """The stage entries of an earlier build's profile.json (none if absent or unreadable)."""
+    try:
+        return {e["name"]: e for e in json.loads(path.read_text("utf-8")).get("stages", []) if "name" in e}
+    except (OSError, ValueError, AttributeError, TypeError, KeyError):
+        return {}
+
+
+def _same_stage(before: dict, entry: dict) -> bool:
+    """An earlier entry of the same stage with the same relations and settings, and a build time."""
+    same = all(before.get(k) == entry[k] for k in ("relations", "settings", "source", "bear_templates"))
+    return same and all(before.get(k) is not None for k in ("started", "finished", "seconds"))
+
+
+def _minutes(seconds: float) -> str:
+    return f"{int(seconds // 60)} min {seconds % 60:.0f} s"
+
+
+def build_profile(
+    root: Path,
+    stages: Sequence[Stage],
+    *,
+    scale: float,
+    bear_dir: Path | None,
+    kissling: Path | None,
+    command: Sequence[str] = (),
+    log: Callable[[str], None] = print,
+) -> tuple[dict[str, Path], list[str]]:
+    """Materialize every stage store under `root`; returns (stage -> home of the stages that ran,
+    the failures). A stage's failures are reported and the next stage goes on; a skipped stage
+    (BEAR absent) is recorded with its reason. DIR/profile.json is rewritten after every stage."""
+    from assets.runner import run_missing  # Dagster layer
+    from kcal_pipeline.core.store_lock import hold_store_lock
+    from kcal_pipeline.dataset.sources.bear import import_bear
+
+    root = Path(root).expanduser().resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    # Converted weights are shared by every stage (converting takes ~25 s and ~0.5 GB each).
+    os.environ.setdefault("KCAL_MODEL_CACHE", str(root / "model-cache"))
+    record: dict = {
+        "scale": scale,
+        "command": list(command),
+        "kcal_commit": kcal_commit(),
+        "bear": str(bear_dir) if bear_dir else None,
+        "bear_templates": str(kissling) if kissling else None,
+        "model_cache": os.environ["KCAL_MODEL_CACHE"],
+        "started": _utc_now(),
+        "finished": None,
+        "seconds": None,
+        "stages": [],
+    }
+    homes: dict[str, Path] = {}
+    failures: list[str] = []
+    build_started = time.perf_counter()
+    earlier = _earlier_stages(root / PROFILE_FILE)
+
+    def save() -> None:
+        write_text_atomic(root / PROFILE_FILE, json.dumps(record, indent=2) + "\n")
+
+    for stage in stages:
+        entry: dict = {
+            "name": stage.name,
+            "purpose": stage.purpose,
+            "source": stage.source,
+            "relations": stage.probe_relations,
+            "settings": dict(stage.settings),
+            "bear_templates": stage.bear_templates,
+        }
+        record["stages"].append(entry)
+        if stage.skipped:
+            entry["skipped"] = stage.skipped
+            log(f"stage {stage.name}: skipped: {stage.skipped}")
+            save()
+            continue
+        home = root / stage.name
+        home.mkdir(parents=True, exist_ok=True)
+        entry["home"] = str(home)
+        entry["started"] = _utc_now()
+        log(f"stage {stage.name}: {', '.join(stage.probe_relations)} in {home} ({stage.purpose})")
+        started = time.perf_counter()
+        with stage_home(home), hold_store_lock(home, command=" ".join(["kcal", *command])):
+            if stage.source == "bear":
+                templates = kissling if stage.bear_templates == "kissling" else None
+                import_bear(
+                    bear_dir, home, prefix="bear-", replace=True, relations=stage.relations,
+                    templates=templates, log=log,
+                )  # fmt: skip
+            settings = dict(stage.settings)
+            summary = run_missing(home, relations=stage.probe_relations, settings=settings, log=log)
+        seconds = time.perf_counter() - started
+        statements = stored_statements(home, stage.probe_relations)
+        entry.update(
+            finished=_utc_now(),
+            seconds=round(seconds, 1),
+            materialized=len(summary.materialized),
+            skipped_up_to_date=len(summary.skipped),
+            statements=statements,
+            failed=[str(f) for f in summary.failed],
+        )
+        before = earlier.get(stage.name, {})
+        if not summary.materialized and not summary.failed and _same_stage(before, entry):
+            # Nothing was materialized: the store is the one the earlier run built, so its build
+            # time (what the profile costs) is kept; `checked` says when it was found up to date.
+            entry.update({k: before[k] for k in ("started", "finished", "seconds")}, checked=_utc_now())
+        homes[stage.name] = home
+        log(
+            f"stage {stage.name}: {len(summary.materialized)} asset partitions in {_minutes(seconds)} "
+            f"({len(summary.skipped)} up to date; {statements:,} statements scored in the store)"
+        )
+        for failure in summary.failed:
+            failures.append(f"stage {stage.name}: {failure}")
+            log(f"stage {stage.name}: failed: {failure}")
+        save()
+    total = time.perf_counter() - build_started
+    built = [e for e in record["stages"] if e.get("seconds") is not None]
+    # The profile's cost is its stages' build times (kept from earlier runs for up-to-date stages);
+    # this run's own time is `run_seconds`.
+    record.update(
+        started=min((e["started"] for e in built), default=record["started"]),
+        finished=max((e["finished"] for e in built), default=_utc_now()),
+        seconds=round(sum(e["seconds"] for e in built), 1),
+        run_seconds=round(total, 1),
+    )
+    save()
+    log(f"profile: {len(homes)} stage store(s) in {root} in {_minutes(total)}; {root / PROFILE_FILE}")
+    return homes, failures
