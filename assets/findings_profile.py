@@ -22,8 +22,7 @@ import polars as pl
 from kcal_pipeline.core.storage import write_text_atomic
 from kcal_pipeline.dataset.findings_profile import Stage
 from kcal_pipeline.reporting.findings import kcal_commit
-
-PROFILE_FILE = "profile.json"
+from kcal_pipeline.reporting.findings.store import PROFILE_FILE  # the file read_profile reads
 
 
 def _utc_now() -> str:
