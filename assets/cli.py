@@ -294,6 +294,7 @@ def cmd_models_add(args) -> int:
         tf32=args.tf32,
         start_token=args.start_token,
         trust_remote_code=args.trust_remote_code,
+        engine=args.engine,
         **source,
     )
     from kcal_pipeline.scoring.models.loading import check_loadable
@@ -525,6 +526,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="float32 models on GPUs: full float32 matmuls instead of TF32 (slower, ~1e-3 closer)",
     )
     a.add_argument("--start-token", help="token prepended to every statement (default: BOS, else EOS)")
+    a.add_argument(
+        "--engine",
+        default="torch",
+        choices=["torch", "llama.cpp"],
+        help="llama.cpp: score a GGUF source on its own quantized weights (faster on CPU, not float32 "
+        "scores; needs `make llama-cpp`); default torch (float32 reference)",
+    )
     a.add_argument(
         "--trust-remote-code",
         action="store_true",

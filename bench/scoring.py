@@ -65,6 +65,7 @@ import polars as pl  # noqa: E402
 import torch  # noqa: E402
 
 RELATIONS = ("P36", "P30", "P37")
+MACE_RELATIONS = ("mace-award",)  # the object-first case: per-question options, option opens the statement
 TEMPLATE_PICKS = ("c0", "c1", "c2", "c0:numeric-50", "c1:context-1shot")
 SEED = 13
 BATCH = 32
@@ -73,7 +74,7 @@ BATCH = 32
 # --- statements from the snapshot ----------------------------------------------------------------
 
 
-def build_statements(n_instances: int, workdir: Path) -> pl.DataFrame:
+def build_statements(n_instances: int, workdir: Path, relations: tuple[str, ...] = RELATIONS) -> pl.DataFrame:
     """The pipeline's chain (snapshot → facts → instances → statements) without Dagster."""
     from kcal_pipeline.core.options import ProbeOptions
     from kcal_pipeline.dataset.instances.probe import object_pools, templates_frame
@@ -95,13 +96,13 @@ def build_statements(n_instances: int, workdir: Path) -> pl.DataFrame:
         cached = CachedSparql(
             SparqlClient(endpoint.url), workdir / "sparql-cache", snapshot_endpoint_id(info.content_hash)
         )
-        facts = {r: relation_facts(get_relation(r), cached, log=quiet).facts for r in RELATIONS}
+        facts = {r: relation_facts(get_relation(r), cached, log=quiet).facts for r in relations}
     catalog = load_catalog()
     pools = object_pools(pl.concat(list(facts.values())), catalog)
     templates = curated_and_variants(templates_frame(catalog), ProbeOptions().perturbation_seeds)
     parts = []
-    for i, rid in enumerate(RELATIONS):
-        per = n_instances // len(RELATIONS) + (i < n_instances % len(RELATIONS))
+    for i, rid in enumerate(relations):
+        per = n_instances // len(relations) + (i < n_instances % len(relations))
         if per == 0:
             continue
         instances = relation_instances(
@@ -283,9 +284,10 @@ class Result:
         except Exception as exc:
             self.error = f"{type(exc).__name__}: {exc}"
             return
-        self.positions += counter.positions
-        self.rounds.append((took, counter.positions))
-        self.real += counter.real
+        positions = out.get("positions", counter.positions)
+        self.positions += positions
+        self.rounds.append((took, positions))
+        self.real += out.get("positions", counter.real)
         self.calls += counter.calls
         for r, lp in zip(chunk.rows, out["tokens"], strict=False):
             self.tokens[r] = np.asarray(lp, dtype=np.float64)
@@ -308,15 +310,35 @@ class Result:
 
 
 def kcal_run(scorer, loaded, **kw):
+    native = getattr(loaded, "native", None)  # the llama.cpp engine counts its own trie nodes
+
     def run(c: Chunk) -> dict:
+        before = native.positions if native is not None else 0
         frame = scorer(loaded, c.texts, c.subj, c.obj, **kw)
-        return {
+        out = {
             "ll": frame["ll_sum"].to_numpy(),
             "tokens": frame["token_logprobs"].to_list(),
             "roles": frame["token_roles"].to_list(),
         }
+        if native is not None:
+            out["positions"] = native.positions - before
+        return out
 
     return run
+
+
+def native_loaded(cache: Path):
+    """The embedded model on the llama.cpp engine (its own Q4_1 weights), or None and why not."""
+    from kcal_pipeline.scoring.models import DEFAULT_MODEL, load_model
+
+    try:
+        from kcal_pipeline.scoring.native import native_available
+    except ImportError:  # a kcal checkout from before the engine
+        return None, "this kcal has no llama.cpp engine"
+    problem = native_available()
+    if problem:
+        return None, problem
+    return load_model(dataclasses.replace(DEFAULT_MODEL, engine="llama.cpp"), cache), ""
 
 
 def start_token_tokenizer(loaded):
@@ -536,59 +558,134 @@ def first_token_split(a: Result, b: Result, idx: list[int]) -> tuple[float, floa
 # --- CLM -----------------------------------------------------------------------------------------
 
 
-def clm_section(args, frame: pl.DataFrame, cache: Path) -> None:
-    from kcal_pipeline.scoring.clm import score_clm
+def clm_section(args, frame: pl.DataFrame, cache: Path, workdir: Path) -> None:
     from kcal_pipeline.scoring.models import DEFAULT_MODEL, load_model
-    from kcal_pipeline.scoring.prefix import score_clm_shared_prefix
 
     loaded = load_model(DEFAULT_MODEL, cache)
-    groups = groups_of(frame)
-    n = frame.height
+    native, why_not = (None, "--no-native") if args.no_native else native_loaded(cache)
     n_tok = statement_tokens(loaded, frame)
-    flops_per_token = 2 * loaded.n_params
     print(
         f"model {loaded.key} ({loaded.revision}) {loaded.device}/{loaded.dtype}, "
         f"{loaded.n_params / 1e6:.1f} M parameters, {torch.get_num_threads()} threads, batch size {BATCH} "
         f"(entry default {loaded.batch_size})"
     )
+    if native is not None:
+        print(f"kcal llama.cpp: {native.engine_check.describe()}")
+    else:
+        print(f"kcal llama.cpp: skipped ({why_not})")
     print(statements_line(frame, n_tok, args.rounds))
+    fast, plain, ref, mini, *quant = compare_paths(args, loaded, native, frame, n_tok)
+    print()
+    explain_clm(loaded, frame, groups_of(frame), fast, plain, ref, mini)
+    if quant:
+        native_agreement(frame, quant[0], plain)
+    if args.mace_instances:
+        print()
+        mace = build_statements(args.mace_instances, workdir, MACE_RELATIONS)
+        n_mace = statement_tokens(loaded, mace)
+        print(
+            f"MACE-shaped case: {mace.height} statements = {mace['instance_id'].n_unique()} questions of "
+            f"{', '.join(MACE_RELATIONS)} × {mace['template_id'].n_unique()} templates × their options "
+            f"({mace.height / mace['instance_id'].n_unique() / mace['template_id'].n_unique():.2f} per "
+            f"question on average); {int((mace['object_start'] == 0).sum())} statements open with the "
+            f"option (no prefix to share but the option's own tokens); {n_mace} tokens"
+        )
+        mace_results = compare_paths(args, loaded, native, mace, n_mace)
+        if len(mace_results) > 4:
+            native_agreement(mace, mace_results[4], mace_results[1])
 
+
+def compare_paths(args, loaded, native, frame: pl.DataFrame, n_tok: int) -> list[Result]:
+    """kcal fast and plain, the peers and (where installed) kcal's llama.cpp engine on one statement
+    set in interleaved rounds; prints the table and the issue's targets. Returns the results."""
+    from kcal_pipeline.scoring.clm import score_clm
+    from kcal_pipeline.scoring.prefix import score_clm_shared_prefix
+
+    groups = groups_of(frame)
+    n = frame.height
+    flops_per_token = 2 * loaded.n_params
     results = [
         Result("kcal fast (shared prefix)", n, kcal_run(score_clm_shared_prefix, loaded, batch_size=BATCH)),
         Result("kcal plain (score_clm)", n, kcal_run(score_clm, loaded, batch_size=BATCH)),
         *peer_results(loaded, n),
     ]
+    if native is not None:
+        from kcal_pipeline.scoring.native import score_clm_native
+
+        results.append(Result("kcal llama.cpp (Q4_1)", n, kcal_run(score_clm_native, native)))
     chunks, warm = rounds_of(frame, groups, args.rounds), chunk_of(frame, groups[:4])
     peak = run_rounds(loaded.model, results, chunks, warm)
     from kcal_pipeline.scoring import prefix
 
     if hasattr(prefix, "packing_supported"):  # the fast path falls back to the plain one if not
         print(f"kcal fast path: prefix packing used: {prefix.packing_supported(loaded)}")
-    fast, plain, ref, mini = results
+    fast, plain, ref = results[:3]
     print()
     table(results, ref, fast, flops_per_token, peak)
     print(
-        f"(positions: token positions fed through the model, padding included, counted by a forward hook; "
-        f"{n_tok + n} are needed one statement at a time, fewer when shared prefixes run once. "
-        f"roofline: 2 × {loaded.n_params / 1e6:.1f} M parameters = "
+        f"(positions: token positions fed through the model, padding included, counted by a forward hook "
+        f"(llama.cpp: the trie nodes it decodes); {n_tok + n} are needed one statement at a time, fewer "
+        f"when shared prefixes run once. roofline: 2 × {loaded.n_params / 1e6:.1f} M parameters = "
         f"{flops_per_token / 1e6:.0f} MFLOP per position × positions/s ÷ {peak / 1e9:.1f} GFLOP/s, the best "
         f"fp32 torch.mm (2048², 4096²) measured between the rounds)"
     )
-    if fast.ok and ref.ok:
-        d_sum = max_delta(fast, ref)[0]
-        ratio = ref.seconds / fast.seconds
-        median = float(np.median([a / b for (a, _), (b, _) in zip(ref.rounds, fast.rounds, strict=False)]))
-        share = fast.positions / fast.seconds * flops_per_token / peak
-        best = max(p / t for t, p in fast.rounds) * flops_per_token / peak
-        print(
-            f"targets: kcal fast ≥ 3× lm-pub-quiz's throughput: {ratio:.2f}× in total, "
-            f"{median:.2f}× in the median round ({'met' if min(ratio, median) >= 3 else 'NOT met'}); "
-            f"equal log-likelihoods: max |Δ ll_sum| {d_sum:.1e} (see below); ≥ 50% of the roofline: "
-            f"{100 * share:.1f}% over the run, {100 * best:.1f}% "
-            f"in its best round ({'met' if share >= 0.5 else 'NOT met'})"
+    if fast.ok and ref.ok and plain.ok:
+        print(targets_line(fast, plain, ref, results[4] if len(results) > 4 else None, flops_per_token, peak))
+    return results
+
+
+def ratio_to(ref: Result, r: Result) -> tuple[float, float]:
+    """r's throughput over ref's: in total, and in the median round."""
+    per_round = [a / b for (a, _), (b, _) in zip(ref.rounds, r.rounds, strict=False)]
+    return ref.seconds / r.seconds, float(np.median(per_round))
+
+
+def targets_line(fast: Result, plain: Result, ref: Result, quant, flops_per_token: float, peak: float) -> str:
+    """Issue 31's bar: kcal fast ≥ 5× lm-pub-quiz (total and median round) at max |Δ ll_sum| ≤ 1e-4
+    from the float32 reference (kcal plain: float32 forward, one batch shape), ≥ 75 % of the
+    roofline; the llama.cpp engine ≥ 10× lm-pub-quiz."""
+    met = lambda ok: "met" if ok else "NOT met"  # noqa: E731
+    total, median = ratio_to(ref, fast)
+    d_sum = max_delta(fast, plain)[0]
+    share = fast.positions / fast.seconds * flops_per_token / peak
+    best = max(p / t for t, p in fast.rounds) * flops_per_token / peak
+    line = (
+        f"targets: kcal fast ≥ 5× lm-pub-quiz's throughput: {total:.2f}× in total, {median:.2f}× in the "
+        f"median round ({met(min(total, median) >= 5)}); max |Δ ll_sum| ≤ 1e-4 from the float32 reference "
+        f"(kcal plain): {d_sum:.1e} ({met(d_sum <= 1e-4)}); ≥ 75% of the roofline: {100 * share:.1f}% over "
+        f"the run, {100 * best:.1f}% in its best round ({met(share >= 0.75)})"
+    )
+    if quant is not None and quant.ok:
+        q_total, q_median = ratio_to(ref, quant)
+        line += (
+            f"; kcal llama.cpp ≥ 10× lm-pub-quiz: {q_total:.2f}× in total, {q_median:.2f}× in the median "
+            f"round ({met(min(q_total, q_median) >= 10)})"
         )
-    print()
-    explain_clm(loaded, frame, groups, fast, plain, ref, mini)
+    return line
+
+
+def native_agreement(frame: pl.DataFrame, quant: Result, plain: Result) -> None:
+    """The llama.cpp engine against the float32 reference: |Δ| per token, and per relation the share
+    of (instance, template) candidate sets whose best option (highest ll_sum) is the same."""
+    if not (quant.ok and plain.ok):
+        return
+    d_tok, mean_tok, bad = token_deltas(quant, plain)
+    d_sum = max_delta(quant, plain)[0]
+    same = []
+    for relation in frame["relation_id"].unique(maintain_order=True).to_list():
+        sets = groups_of(frame.filter(pl.col("relation_id") == relation))
+        rows = frame.with_row_index("row").filter(pl.col("relation_id") == relation)["row"].to_numpy()
+        agree = [
+            int(np.argmax(quant.ll[rows[members]]) == np.argmax(plain.ll[rows[members]]))
+            for _, _, _, members in sets
+        ]
+        same.append(f"{relation} {np.mean(agree):.3f} of {len(agree)}")
+    print(
+        f"- kcal llama.cpp (Q4_1) − float32 reference (kcal plain): |Δ| per token mean {mean_tok:.3f}, "
+        f"max {d_tok:.2f}; max |Δ ll_sum| {d_sum:.2f}"
+        + (f"; {bad} statements tokenized differently" if bad else "; same tokens")
+        + f"; same best option per candidate set: {', '.join(same)}"
+    )
 
 
 def explain_clm(loaded, frame, groups, fast, plain, ref, mini) -> None:
@@ -643,7 +740,8 @@ def explain_clm(loaded, frame, groups, fast, plain, ref, mini) -> None:
         f"float64 − float32 log_softmax = {np.sum(lp64 - lp32) / n_scored:+.1e} per token, "
         f"{np.mean(lp64 - lp32):+.1e} per statement on "
         f"average (max |Δ| {np.abs(lp64 - lp32).max():.1e}). minicons' float32 logit − logsumexp is "
-        f"{np.sum(lse32 - lp64) / n_scored:+.1e} per token from float64; kcal takes logsumexp in float64. "
+        f"{np.sum(lse32 - lp64) / n_scored:+.1e} per token from float64; kcal sums float32 exponentials "
+        f"(cascaded) and joins log and max in float64. "
         f"With a float64 log_softmax, lm-pub-quiz's batches match kcal plain to "
         f"{np.abs(lp64 - kc.ll).max():.1e} (the rest: batch shape, i.e. GEMM rounding). "
         f"No token is dropped or added: same token counts, first tokens agree."
@@ -1178,6 +1276,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="instance × template groups for the MLM section (default 150, quick 30)",
     )
     ap.add_argument("--no-mlm", action="store_true")
+    ap.add_argument(
+        "--mace-instances",
+        type=int,
+        default=None,
+        help="questions of the MACE-shaped (object-first) case (default 24, quick 6; 0 skips it)",
+    )
+    ap.add_argument("--no-native", action="store_true", help="skip kcal's llama.cpp engine even if installed")
     config = ap.add_argument_group(
         "config mode",
         "a random-weight LlamaForCausalLM from bench/configs/NAME.json instead of the embedded model "
@@ -1204,6 +1309,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.instances = args.instances or (15 if args.quick else 60)
     args.rounds = args.rounds or (4 if args.quick else 8)
     args.mlm_groups = args.mlm_groups or (30 if args.quick else 150)
+    if args.mace_instances is None:
+        args.mace_instances = 6 if args.quick else 24
     if args.config is None:
         given = {"--dtypes": args.dtypes, "--no-peers": args.no_peers, "--device": args.device != "auto"}
         for flag in (f for f, on in given.items() if on):
@@ -1260,7 +1367,7 @@ def main(argv: list[str] | None = None) -> list[DtypeRun] | None:
         if args.config:
             runs = config_section(args, frame, *embedded_base(cache))
         else:
-            clm_section(args, frame, cache)
+            clm_section(args, frame, cache, workdir)
         if not args.no_mlm and not args.config:
             threads = torch.get_num_threads()
             # A 33 k-parameter model gains nothing from a second thread, and on a busy machine every

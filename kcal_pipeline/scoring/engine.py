@@ -24,6 +24,8 @@ from kcal_pipeline.core.options import ScoringOptions
 from kcal_pipeline.scoring.budget import recorded_budget
 from kcal_pipeline.scoring.clm import PLAIN, score_clm
 from kcal_pipeline.scoring.mlm import score_mlm
+from kcal_pipeline.scoring.native import ENGINE as NATIVE_ENGINE
+from kcal_pipeline.scoring.native import score_clm_native
 from kcal_pipeline.scoring.precision import tf32_applies
 from kcal_pipeline.scoring.prefix import (
     PACKED,
@@ -52,9 +54,21 @@ def scorer_for(loaded: LoadedModel, options: ScoringOptions) -> tuple[str, Score
     if getattr(loaded, "kind", "clm") == "mlm":
         variant = options.mlm_variant
         return f"mlm-{variant}", lambda *a, **k: score_mlm(*a, variant=variant, **k)
+    if getattr(loaded, "engine", "torch") == NATIVE_ENGINE:
+        return f"clm-{NATIVE_ENGINE}", score_clm_native
     if options.fast_path and packing_supported(loaded):
         return "clm-packed", score_clm_shared_prefix
     return "clm-plain", score_clm
+
+
+def refuse_native_dropout(loaded: LoadedModel) -> None:
+    """Dropout passes switch dropout on in the torch model; llama.cpp's forward has none."""
+    engine = getattr(loaded, "engine", "torch")
+    if engine != "torch":
+        raise ValueError(
+            f"model {loaded.key!r} has engine = {engine!r}, which has no dropout: dropout passes "
+            "(scoring_settings.dropout) need engine = 'torch'"
+        )
 
 
 def scoring_choices(loaded: LoadedModel, options: ScoringOptions) -> dict[str, str]:
@@ -63,6 +77,8 @@ def scoring_choices(loaded: LoadedModel, options: ScoringOptions) -> dict[str, s
     for masked LMs, which run fixed batches of masked rows."""
     if getattr(loaded, "kind", "clm") == "mlm":
         return {}
+    if getattr(loaded, "engine", "torch") == NATIVE_ENGINE:
+        return {"packing": "trie of sequence ids in llama.cpp", "engine": loaded.engine_check.describe()}
     choices = {"packing": packing_decision(loaded).describe() if options.fast_path else "off (fast_path)"}
     for path in (PACKED, PLAIN):
         budget = recorded_budget(loaded, path)
@@ -85,6 +101,8 @@ def fingerprint(loaded: LoadedModel, statements: pl.DataFrame, options: ScoringO
     }
     if tf32_applies(loaded):  # only where it changes scores, so CPU fingerprints stay as they were
         meta["tf32"] = True
+    if getattr(loaded, "engine", "torch") != "torch":  # likewise: torch fingerprints stay as they were
+        meta["engine"] = loaded.engine_check.fingerprint_values()
     h.update(json.dumps(meta, sort_keys=True).encode())
     # context_end counts where some statement has a context, so every other set keeps its fingerprint
     columns = INPUT_COLUMNS + ([CONTEXT_COLUMN] if context_ends_of(statements) else [])
@@ -106,6 +124,7 @@ def score_statements(
     """
     require_columns(statements, INPUT_COLUMNS, "statements")
     if options.dropout:
+        refuse_native_dropout(loaded)
         dropout_plan(loaded.model, options.dropout_rate)
     _, scorer = scorer_for(loaded, options)  # decided in eval mode, before any dropout pass
     texts = statements["text"].to_list()

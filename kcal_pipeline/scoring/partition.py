@@ -79,7 +79,13 @@ def score_partition(
     """
     # torch comes in here, not at import: the code location (every kcal command, run worker and
     # UI process) imports this module and most never score (2 s of a 5 s import).
-    from kcal_pipeline.scoring.engine import fingerprint, score_statements, scorer_for, scoring_choices
+    from kcal_pipeline.scoring.engine import (
+        fingerprint,
+        refuse_native_dropout,
+        score_statements,
+        scorer_for,
+        scoring_choices,
+    )
     from kcal_pipeline.scoring.stochastic import dropout_plan
 
     print_ = log or (lambda _: None)
@@ -96,6 +102,7 @@ def score_partition(
         "fingerprint": fp,
     }
     if options.dropout:  # also refuses a model without dropout and without a rate, before any work
+        refuse_native_dropout(loaded)
         plan = dropout_plan(loaded.model, options.dropout_rate)
         meta["dropout"] = f"{options.dropout_passes} passes, {plan.describe()}"
     if options.subject_mask:
@@ -111,8 +118,11 @@ def score_partition(
         return PartitionScores(
             previous, {**meta, "rescored": False, "tokens": int(previous["n_tokens"].sum())}
         )
-    if loaded.kind == "clm" and options.fast_path:
-        print_(f"{relation}: {scoring_choices(loaded, options)['packing']}")
+    choices = scoring_choices(loaded, options)
+    if "engine" in choices:  # not float32 scores: say so on every partition it scores
+        print_(f"{relation}: {choices['engine']}")
+    elif loaded.kind == "clm" and options.fast_path:
+        print_(f"{relation}: {choices['packing']}")
     meter = ProgressMeter(f"scoring {loaded.key} × {relation} ({scorer_name}):", log=print_, stream=stream)
     started = time.perf_counter()
     position = [0]  # statements before the chunk being scored

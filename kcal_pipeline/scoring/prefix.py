@@ -133,15 +133,22 @@ def score_clm_shared_prefix(
     return _frame([out[u] for u in which], roles_of(offsets, subject_spans, object_spans, ends))
 
 
-def pack_rows(seqs: Sequence[Sequence[int]], start_token: int, row_tokens: int) -> list[_Row]:
+def pack_rows(
+    seqs: Sequence[Sequence[int]], start_token: int, row_tokens: int, max_members: int | None = None
+) -> list[_Row]:
     """Sequences in lexicographic order, so each one's longest shared prefix within a row is the one
-    it shares with its predecessor; a row is closed when the next sequence would overflow it."""
+    it shares with its predecessor; a row is closed when the next sequence would overflow it (or,
+    with max_members, when it holds that many sequences: llama.cpp's limit, native.py)."""
     rows: list[_Row] = []
     row, prev, path = None, (), []
     for u in sorted(range(len(seqs)), key=lambda i: tuple(seqs[i])):
         seq = seqs[u]
         lcp = _common_prefix(prev, seq) if row is not None else 0
-        if row is None or (len(row.tokens) + len(seq) - lcp > row_tokens and row.members):
+        full = row is not None and (
+            len(row.tokens) + len(seq) - lcp > row_tokens
+            or (max_members is not None and len(row.members) >= max_members)
+        )
+        if row is None or (full and row.members):
             row = _Row(tokens=[start_token])
             rows.append(row)
             lcp = 0

@@ -266,3 +266,24 @@ def test_roles_with_the_real_tokenizer(loaded):
         ("ro", OBJ),
         (")", T),
     ]
+
+
+def test_log_normaliser_matches_a_float64_logsumexp():
+    """The float32 exponentials and sum, joined in float64, against the definition in float64: a
+    peaked row (one logit far above the rest, as a confident LM gives), a flat row (49,152 equal
+    logits: log 49152 exactly), large magnitudes and more rows than one step holds."""
+    from kcal_pipeline.scoring.clm import NORMALISER_ROWS, log_normaliser
+
+    gen = torch.Generator().manual_seed(7)
+    vocab = 49_152
+    rows = torch.randn(2 * NORMALISER_ROWS + 5, vocab, generator=gen) * 4
+    rows[0, 123] = 60.0  # peaked
+    rows[1] = 3.0  # flat: 3 + log(vocab)
+    rows[2] -= 1_000.0  # far from zero
+    got = log_normaliser(rows.reshape(-1, 1, vocab))
+    assert got.dtype == torch.float64 and got.shape == (rows.shape[0], 1)
+    want = torch.logsumexp(rows.double(), -1)
+    assert torch.allclose(got[:, 0], want, rtol=0, atol=1e-6)
+    assert got[1, 0].item() == pytest.approx(3.0 + np.log(vocab), abs=1e-6)
+    assert abs((got[:, 0] - want).mean().item()) < 1e-7  # no drift to one side
+    assert log_normaliser(torch.zeros(0, vocab)).shape == (0,)

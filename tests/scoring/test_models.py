@@ -125,6 +125,10 @@ def test_duplicate_id_and_colliding_key_are_rejected(registry):
         ("trust_remote_code", True, {"source": "gguf_file", "path": "/m.gguf"}),
         ("kind", "mlm", {"source": "gguf_file", "path": "/m.gguf"}),
         ("package", "pkg", {"source": "gguf_file", "path": "/m.gguf"}),  # package belongs to gguf_package
+        ("engine", "vllm", {}),
+        ("engine", "llama.cpp", {}),  # llama.cpp runs GGUF sources only
+        ("engine", "llama.cpp", {"source": "local", "path": "/m"}),
+        ("device", "cuda", {"source": "gguf_file", "path": "/m.gguf", "engine": "llama.cpp"}),
     ],
 )
 def test_bad_fields_are_rejected_naming_field_and_value(field, value, kw):
@@ -144,6 +148,18 @@ def test_token_budget_message_and_defaults():
         hf(token_budget=15)
     assert (hf().token_budget, hf().tf32, hf(token_budget=16).token_budget) == (None, True, 16)
     assert "token_budget" not in hf().to_dict() and "tf32" not in hf().to_dict()  # defaults stay unwritten
+
+
+def test_engine_defaults_to_torch_and_is_written_only_when_chosen(registry):
+    assert hf().engine == "torch" and "engine" not in hf().to_dict()
+    native = ModelEntry(id="org/q", source="gguf_file", path="/m.gguf", engine="llama.cpp")
+    assert native.to_dict()["engine"] == "llama.cpp"
+    registry.path.parent.mkdir(parents=True)
+    registry.path.write_text(
+        '[[model]]\nid = "org/q"\nsource = "gguf_file"\npath = "/m.gguf"\nengine = "llama.cpp"\n',
+        encoding="utf-8",
+    )
+    assert [e.engine for e in registry.entries()] == ["llama.cpp"]
 
 
 def test_kind_is_detected_unless_given():

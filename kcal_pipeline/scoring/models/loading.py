@@ -72,6 +72,11 @@ class LoadedModel:
     kind: str = "clm"
     token_budget: int | None = None  # the entry's; None: sized by scoring/budget.py
     tf32: bool = True  # the entry's; applies to float32 on CUDA only (scoring/precision.py)
+    # "llama.cpp": scores come from `native` (scoring/native.py) on the GGUF's own weights; `model`
+    # is then the float32 reference it was checked against (engine_check), and what generates text.
+    engine: str = "torch"
+    native: Any = None
+    engine_check: Any = None
 
 
 _loaded: dict[tuple[str, str], tuple[ModelEntry, LoadedModel]] = {}
@@ -125,7 +130,7 @@ def _load_uncached(entry: ModelEntry, cache_dir: Path) -> LoadedModel:
         _start_token_id(entry, tokenizer) if kind == "clm" else _mlm_start_token_id(entry, tokenizer)
     )
     model.to(device).eval()
-    return LoadedModel(
+    loaded = LoadedModel(
         model=model,
         tokenizer=tokenizer,
         start_token_id=start_token_id,
@@ -139,6 +144,26 @@ def _load_uncached(entry: ModelEntry, cache_dir: Path) -> LoadedModel:
         token_budget=entry.token_budget,
         tf32=entry.tf32,
     )
+    return _with_engine(entry, loaded) if entry.engine != "torch" else loaded
+
+
+def _with_engine(entry: ModelEntry, loaded: LoadedModel) -> LoadedModel:
+    """The entry's llama.cpp engine on its GGUF, checked against the float32 model just loaded."""
+    import dataclasses
+
+    import torch
+
+    from kcal_pipeline.scoring.models.gguf import _gguf_source
+    from kcal_pipeline.scoring.native import NativeModel, check_engine, native_available
+
+    problem = native_available()
+    if problem:
+        raise ModelLoadError(f"model {entry.id!r}: {problem}")
+    gguf, _ = _gguf_source(entry)
+    loaded = dataclasses.replace(
+        loaded, engine=entry.engine, native=NativeModel(gguf, threads=torch.get_num_threads())
+    )
+    return dataclasses.replace(loaded, engine_check=check_engine(loaded))
 
 
 def _resolve_device(device: str) -> str:
@@ -320,6 +345,12 @@ def check_loadable(entry: ModelEntry) -> str | None:
                 f"model {entry.id!r}: {str(gguf)!r} is not a GGUF file (it does not start with the "
                 f"bytes 'GGUF', got {magic!r})"
             )
+        if entry.engine != "torch":
+            from kcal_pipeline.scoring.native import native_available
+
+            problem = native_available()
+            if problem:
+                raise ModelLoadError(f"model {entry.id!r}: {problem}")
         return "clm"
     if Path(entry.id).exists():
         raise ModelLoadError(

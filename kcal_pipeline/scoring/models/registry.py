@@ -22,6 +22,9 @@ SOURCES = ("gguf_package", "gguf_file", "hf", "local")
 GGUF_SOURCES = ("gguf_package", "gguf_file")
 KINDS = ("auto", "clm", "mlm")
 DTYPES = ("float32", "bfloat16", "float16")
+# What runs the forward passes: torch on the entry's dtype (exact), or llama.cpp on a GGUF's own
+# quantized weights (faster on CPU, scores off by the quantization; scoring/native.py).
+ENGINES = ("torch", "llama.cpp")
 MIN_TOKEN_BUDGET = 16  # below this a call holds less than one short statement
 _DEVICE = re.compile(r"^(auto|cpu|cuda|cuda:[0-9]+)$")
 _PACKAGE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
@@ -75,6 +78,7 @@ class ModelEntry:
     tf32: bool = True  # float32 matmuls in TF32 on GPUs that have it (~1e-3 on log-probs)
     start_token: str | None = None
     trust_remote_code: bool = False
+    engine: str = "torch"
 
     def __post_init__(self) -> None:
         self._check_id()
@@ -155,6 +159,17 @@ class ModelEntry:
             )
         if not isinstance(self.trust_remote_code, bool):
             raise _bad("trust_remote_code", self.trust_remote_code, "true or false")
+        if self.engine not in ENGINES:
+            raise _bad("engine", self.engine, f"one of {', '.join(map(repr, ENGINES))}")
+        if self.engine == "llama.cpp" and self.source not in GGUF_SOURCES:
+            raise _bad(
+                "engine",
+                self.engine,
+                f"'torch' for source {self.source!r} (llama.cpp runs GGUF weights: source "
+                f"{' or '.join(map(repr, GGUF_SOURCES))})",
+            )
+        if self.engine == "llama.cpp" and self.device not in ("auto", "cpu"):
+            raise _bad("device", self.device, "'auto' or 'cpu' for engine 'llama.cpp' (kcal runs it on CPU)")
 
     def to_dict(self) -> dict[str, Any]:
         """The fields that differ from their defaults (plus id, source), in declaration order."""
