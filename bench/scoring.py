@@ -74,7 +74,9 @@ BATCH = 32
 # --- statements from the snapshot ----------------------------------------------------------------
 
 
-def build_statements(n_instances: int, workdir: Path, relations: tuple[str, ...] = RELATIONS) -> pl.DataFrame:
+def build_statements(
+    n_instances: int, workdir: Path, relations: tuple[str, ...] = RELATIONS, answer_space: str = "sampled"
+) -> pl.DataFrame:
     """The pipeline's chain (snapshot → facts → instances → statements) without Dagster."""
     from kcal_pipeline.core.options import ProbeOptions
     from kcal_pipeline.dataset.instances.probe import object_pools, templates_frame
@@ -109,9 +111,9 @@ def build_statements(n_instances: int, workdir: Path, relations: tuple[str, ...]
             get_relation(rid),
             facts[rid],
             pools,
-            # gold + 5 sampled distractors, the documented set-up (the probe's default is now
-            # the relation's whole answer space: 25-60 options, 5× the statements)
-            ProbeOptions(max_instances=per, seed=SEED, answer_space="sampled"),
+            # gold + 5 sampled distractors, the documented set-up; answer_space="relation" is the
+            # probe's default (the relation's answer space: 25 or 60 options, 5-10× the statements)
+            ProbeOptions(max_instances=per, seed=SEED, answer_space=answer_space),
             log=quiet,
         )
         chosen = run_templates(
@@ -579,6 +581,19 @@ def clm_section(args, frame: pl.DataFrame, cache: Path, workdir: Path) -> None:
     explain_clm(loaded, frame, groups_of(frame), fast, plain, ref, mini)
     if quant:
         native_agreement(frame, quant[0], plain)
+    if args.default_space_instances:
+        print()
+        full = build_statements(args.default_space_instances, workdir, RELATIONS, answer_space="relation")
+        n_full = statement_tokens(loaded, full)
+        print(
+            f"The probe's default answer space (answer_space='relation': every option of the relation's "
+            f"answer space, {full.height / full['instance_id'].n_unique() / len(TEMPLATE_PICKS):.0f} per "
+            f"instance on average): {full.height} statements = {full['instance_id'].n_unique()} instances "
+            f"of {', '.join(RELATIONS)} × their templates × every option; {n_full} tokens"
+        )
+        full_results = compare_paths(args, loaded, native, full, n_full)
+        if len(full_results) > 4:
+            native_agreement(full, full_results[4], full_results[1])
     if args.mace_instances:
         print()
         mace = build_statements(args.mace_instances, workdir, MACE_RELATIONS)
@@ -1282,6 +1297,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=None,
         help="questions of the MACE-shaped (object-first) case (default 24, quick 6; 0 skips it)",
     )
+    ap.add_argument(
+        "--default-space-instances",
+        type=int,
+        default=None,
+        help="instances of the case on the probe's default answer space (default 9, quick 3; 0 skips it)",
+    )
     ap.add_argument("--no-native", action="store_true", help="skip kcal's llama.cpp engine even if installed")
     config = ap.add_argument_group(
         "config mode",
@@ -1311,6 +1332,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.mlm_groups = args.mlm_groups or (30 if args.quick else 150)
     if args.mace_instances is None:
         args.mace_instances = 6 if args.quick else 24
+    if args.default_space_instances is None:
+        args.default_space_instances = 3 if args.quick else 9
     if args.config is None:
         given = {"--dtypes": args.dtypes, "--no-peers": args.no_peers, "--device": args.device != "auto"}
         for flag in (f for f, on in given.items() if on):

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from kcal_pipeline.scoring.models.loading import LoadedModel
 
 # Bump when a change to any scorer changes scores: it is part of every scoring fingerprint.
-SCORER_VERSION = "3"  # 3: masked LMs mask the subject with mask tokens; BERT's attention dropout
+SCORER_VERSION = "4"  # 4: float32 cascaded normaliser, tiny packed calls padded (~1e-6); 3: MLM subject masks
 INPUT_COLUMNS = ["statement_id", "text", "subject_start", "subject_end", "object_start", "object_end"]
 OPTIONAL_SCHEMA = {**DROPOUT_SCHEMA, **MASKED_SCHEMA}
 

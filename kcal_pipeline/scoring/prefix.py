@@ -55,6 +55,7 @@ from kcal_pipeline.core.storage import write_text_atomic
 from kcal_pipeline.scoring.batching import map_budgeted
 from kcal_pipeline.scoring.budget import POSITIONS_PER_STATEMENT, TokenBudget, budget_for
 from kcal_pipeline.scoring.clm import (
+    MIN_ROWS,
     SCHEMA,
     Span,
     _frame,
@@ -195,7 +196,9 @@ def _score_packed(
 def _forward_rows(loaded: LoadedModel, rows: list[_Row]) -> list[list[np.ndarray]]:
     """One forward pass over packed rows; per row, per member, log P(x_t | start, x_<t)."""
     dtype = next(loaded.model.parameters()).dtype
-    width = max(len(r.tokens) for r in rows)
+    # at least MIN_ROWS positions, as the plain path: a call of one short row (the last of a set)
+    # would take a small-matrix GEMM kernel and move first-token log-probs by ~1e-4 (clm.MIN_ROWS)
+    width = max(max(len(r.tokens) for r in rows), -(-MIN_ROWS // len(rows)))
     input_ids = torch.full((len(rows), width), loaded.start_token_id, dtype=torch.long)
     positions = torch.zeros((len(rows), width), dtype=torch.long)
     allowed = torch.zeros((len(rows), 1, width, width), dtype=torch.bool)

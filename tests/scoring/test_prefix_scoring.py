@@ -361,3 +361,25 @@ def test_context_ends_are_checked(loaded):
         score_clm_shared_prefix(loaded, texts, subj, obj, context_ends=[-1])
     with pytest.raises(ValueError, match="one entry per text"):
         score_clm(loaded, texts, subj, obj, context_ends=[])
+
+
+def test_a_call_of_one_short_row_scores_like_any_other(loaded):
+    """A packed call holding one short row (a set's last few nodes) is padded to MIN_ROWS positions,
+    as the plain path pads tiny batches: with fewer rows the GEMM takes another kernel, and SmolLM2's
+    ~2e4 start-token activations turned that into ~1.2e-4 on the first token (one thread)."""
+    import copy
+
+    from tests.scoring.test_clm_scoring import reference_logprobs
+
+    float64 = copy.deepcopy(loaded.model).double()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the kernel switch showed on one thread (the suite's per-worker setting)
+    try:
+        for text in ["Paris.", "Rome is", "Oslo"]:
+            got = score_clm_shared_prefix(loaded, [text], [(0, 0)], [(0, 0)], batch_size=1, row_tokens=2)
+            want = reference_logprobs(float64, loaded.tokenizer, loaded.start_token_id, text)
+            np.testing.assert_allclose(
+                got["token_logprobs"][0].to_numpy(), want, atol=6e-5, rtol=0, err_msg=text
+            )
+    finally:
+        torch.set_num_threads(threads)
