@@ -14,6 +14,8 @@ Timed paths (each warmed up first; batch size 32, the model entry's):
   lm-pub-quiz  CausalLMEvaluator.evaluate_instance per (instance, template), as its evaluate_relation
                does; reduction=None (per-token scores, like kcal's output)
   minicons     IncrementalLMScorer.sequence_score, 32 statements per call, bos_token=True
+  kcal llama.cpp  score_clm_native: the GGUF's own Q4_1 weights on llama.cpp (engine = "llama.cpp"),
+               where llama-cpp-python is installed (make llama-cpp); skipped with the reason otherwise
 Both peers get a copy of the tokenizer whose BOS is kcal's start token <|endoftext|>, so all four
 condition on the same first token; what the peers' defaults do instead is measured and printed.
 
@@ -22,6 +24,14 @@ paths in rotating order, so a load change on a shared machine hits every path al
 hold even when the absolute rates do not. A forward pre-hook on the model counts the positions each
 path feeds through it (real tokens and padding). Roofline share = 2 × parameters × positions/s ÷
 the best fp32 torch.mm FLOP/s measured between the rounds.
+
+Two more cases run the same paths (--default-space-instances, --mace-instances; 0 skips one): the
+probe's default answer space (answer_space="relation": every option of the relation, 25 or 60, so
+a candidate set shares its prefix 25-60 ways) and a MACE-shaped set (mace-award: per-question
+options, three of five templates open with the option, so only the option's own tokens can be
+shared). Targets printed per case (issue 31): kcal fast ≥ 5× lm-pub-quiz in total and in the median
+round, max |Δ ll_sum| ≤ 1e-4 from the float32 reference (kcal plain), ≥ 75% of the roofline; the
+llama.cpp engine ≥ 10× lm-pub-quiz, with its deviation and how often it picks the same best option.
 
 Config mode (--config NAME, the GPU bench): the same statements on a random-weight LlamaForCausalLM
 built from bench/configs/NAME.json (no hub access), seeded, in float32 and a converted copy per
@@ -581,33 +591,41 @@ def clm_section(args, frame: pl.DataFrame, cache: Path, workdir: Path) -> None:
     explain_clm(loaded, frame, groups_of(frame), fast, plain, ref, mini)
     if quant:
         native_agreement(frame, quant[0], plain)
-    if args.default_space_instances:
+    cases = (
+        (args.default_space_instances, RELATIONS, "relation", default_space_line),
+        (args.mace_instances, MACE_RELATIONS, "sampled", mace_line),
+    )
+    for instances, relations, answer_space, describe in cases:
+        if not instances:
+            continue
         print()
-        full = build_statements(args.default_space_instances, workdir, RELATIONS, answer_space="relation")
-        n_full = statement_tokens(loaded, full)
-        print(
-            f"The probe's default answer space (answer_space='relation': every option of the relation's "
-            f"answer space, {full.height / full['instance_id'].n_unique() / len(TEMPLATE_PICKS):.0f} per "
-            f"instance on average): {full.height} statements = {full['instance_id'].n_unique()} instances "
-            f"of {', '.join(RELATIONS)} × their templates × every option; {n_full} tokens"
-        )
-        full_results = compare_paths(args, loaded, native, full, n_full)
-        if len(full_results) > 4:
-            native_agreement(full, full_results[4], full_results[1])
-    if args.mace_instances:
-        print()
-        mace = build_statements(args.mace_instances, workdir, MACE_RELATIONS)
-        n_mace = statement_tokens(loaded, mace)
-        print(
-            f"MACE-shaped case: {mace.height} statements = {mace['instance_id'].n_unique()} questions of "
-            f"{', '.join(MACE_RELATIONS)} × {mace['template_id'].n_unique()} templates × their options "
-            f"({mace.height / mace['instance_id'].n_unique() / mace['template_id'].n_unique():.2f} per "
-            f"question on average); {int((mace['object_start'] == 0).sum())} statements open with the "
-            f"option (no prefix to share but the option's own tokens); {n_mace} tokens"
-        )
-        mace_results = compare_paths(args, loaded, native, mace, n_mace)
-        if len(mace_results) > 4:
-            native_agreement(mace, mace_results[4], mace_results[1])
+        case = build_statements(instances, workdir, relations, answer_space=answer_space)
+        n_case = statement_tokens(loaded, case)
+        print(describe(case, n_case))
+        results = compare_paths(args, loaded, native, case, n_case)
+        if len(results) > 4:
+            native_agreement(case, results[4], results[1])
+
+
+def default_space_line(frame: pl.DataFrame, n_tok: int) -> str:
+    instances = frame["instance_id"].n_unique()
+    return (
+        f"The probe's default answer space (answer_space='relation': every option of the relation's "
+        f"answer space, {frame.height / instances / len(TEMPLATE_PICKS):.0f} per instance on average): "
+        f"{frame.height} statements = {instances} instances of {', '.join(RELATIONS)} × their templates "
+        f"× every option; {n_tok} tokens"
+    )
+
+
+def mace_line(frame: pl.DataFrame, n_tok: int) -> str:
+    questions, templates = frame["instance_id"].n_unique(), frame["template_id"].n_unique()
+    return (
+        f"MACE-shaped case: {frame.height} statements = {questions} questions of "
+        f"{', '.join(MACE_RELATIONS)} × {templates} templates × their options "
+        f"({frame.height / questions / templates:.2f} per question on average); "
+        f"{int((frame['object_start'] == 0).sum())} statements open with the option (no prefix to "
+        f"share but the option's own tokens); {n_tok} tokens"
+    )
 
 
 def compare_paths(args, loaded, native, frame: pl.DataFrame, n_tok: int) -> list[Result]:

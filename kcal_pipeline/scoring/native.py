@@ -34,16 +34,11 @@ import polars as pl
 import torch
 
 from kcal_pipeline.scoring.clm import (
-    SCHEMA,
     Span,
-    _frame,
     _token_logprobs,
-    check_context_ends,
-    encode_inputs,
     log_normaliser,
-    roles_of,
 )
-from kcal_pipeline.scoring.prefix import _PROBE, pack_rows
+from kcal_pipeline.scoring.prefix import _PROBE, pack_rows, score_distinct
 
 if TYPE_CHECKING:
     from kcal_pipeline.scoring.models.loading import LoadedModel
@@ -229,24 +224,20 @@ def score_clm_native(
     MAX_SEQUENCES distinct statements); progress(done, total) counts distinct token sequences.
     """
     native = _native(loaded)
-    enc = encode_inputs(loaded, texts, subject_spans, object_spans, batch_size)
-    if enc is None:
-        return pl.DataFrame(schema=SCHEMA)
-    texts, subject_spans, object_spans, _, ids, offsets = enc
-    ends = check_context_ends(context_ends, texts, subject_spans, object_spans)
-    unique: dict[tuple[int, ...], int] = {}
-    which = [unique.setdefault(tuple(seq), len(unique)) for seq in ids]
-    useqs = list(unique)
-    rows = pack_rows(useqs, loaded.start_token_id, native.call_tokens, max_members=MAX_SEQUENCES)
-    out: list[np.ndarray] = [None] * len(useqs)  # type: ignore[list-item]
-    done = 0
-    for row in rows:
-        for (u, _), lp in zip(row.members, native.row_logprobs(row), strict=True):
-            out[u] = lp
-        done += len(row.members)
-        if progress is not None:
-            progress(done, len(useqs))
-    return _frame([out[u] for u in which], roles_of(offsets, subject_spans, object_spans, ends))
+
+    def score(useqs: list[tuple[int, ...]], _batch_size: int | None) -> list[np.ndarray]:
+        rows = pack_rows(useqs, loaded.start_token_id, native.call_tokens, max_members=MAX_SEQUENCES)
+        out: list[np.ndarray] = [None] * len(useqs)  # type: ignore[list-item]
+        done = 0
+        for row in rows:
+            for (u, _), lp in zip(row.members, native.row_logprobs(row), strict=True):
+                out[u] = lp
+            done += len(row.members)
+            if progress is not None:
+                progress(done, len(useqs))
+        return out
+
+    return score_distinct(loaded, texts, subject_spans, object_spans, batch_size, context_ends, score)
 
 
 def _native(loaded: LoadedModel) -> NativeModel:

@@ -117,20 +117,36 @@ def score_clm_shared_prefix(
     distinct token sequences scored. context_ends: as score_clm's. A context is an ordinary prefix
     here: the options (and templates) that share it share its trie nodes, computed once.
     """
+    if not isinstance(row_tokens, int) or row_tokens < 2:
+        raise ValueError(f"row_tokens must be an integer >= 2, got {row_tokens!r}")
+
+    def score(useqs: list[tuple[int, ...]], batch_size: int | None) -> list[np.ndarray]:
+        if packing_supported(loaded):
+            return _score_packed(loaded, useqs, batch_size, row_tokens, progress)
+        return _token_logprobs(loaded, [list(s) for s in useqs], batch_size, progress)
+
+    return score_distinct(loaded, texts, subject_spans, object_spans, batch_size, context_ends, score)
+
+
+def score_distinct(
+    loaded: LoadedModel,
+    texts: Sequence[str],
+    subject_spans: Sequence[Span],
+    object_spans: Sequence[Span],
+    batch_size: int | None,
+    context_ends: Sequence[int] | None,
+    score: Callable[[list[tuple[int, ...]], int | None], list[np.ndarray]],
+) -> pl.DataFrame:
+    """The sharing scorers' frame (this path's and llama.cpp's): inputs checked and tokenized once,
+    each distinct token sequence scored once by score(sequences, batch_size), in input order."""
     enc = encode_inputs(loaded, texts, subject_spans, object_spans, batch_size)
     if enc is None:
         return pl.DataFrame(schema=SCHEMA)
     texts, subject_spans, object_spans, batch_size, ids, offsets = enc
     ends = check_context_ends(context_ends, texts, subject_spans, object_spans)
-    if not isinstance(row_tokens, int) or row_tokens < 2:
-        raise ValueError(f"row_tokens must be an integer >= 2, got {row_tokens!r}")
     unique: dict[tuple[int, ...], int] = {}
     which = [unique.setdefault(tuple(seq), len(unique)) for seq in ids]
-    useqs = list(unique)
-    if packing_supported(loaded):
-        out = _score_packed(loaded, useqs, batch_size, row_tokens, progress)
-    else:
-        out = _token_logprobs(loaded, [list(s) for s in useqs], batch_size, progress)
+    out = score(list(unique), batch_size)
     return _frame([out[u] for u in which], roles_of(offsets, subject_spans, object_spans, ends))
 
 
