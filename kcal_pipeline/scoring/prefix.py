@@ -236,21 +236,50 @@ def _forward_rows(loaded: LoadedModel, rows: list[_Row]) -> list[list[np.ndarray
             pp += parents
             tt += [row.tokens[n] for n in path]
     device = loaded.device
-    with torch.inference_mode(), matmul_precision(loaded):
+    keys = torch.tensor(rr, device=device) * width + torch.tensor(pp, device=device)
+    parent_keys, inverse = torch.unique(keys, return_inverse=True)
+    targets = torch.tensor(tt, device=device)
+    with torch.inference_mode(), matmul_precision(loaded), _head_at(loaded.model, parent_keys) as only:
         logits = loaded.model(
             input_ids=input_ids.to(device),
             attention_mask=mask.to(device),
             position_ids=positions.to(device),
             use_cache=False,
         ).logits
-        keys = torch.tensor(rr, device=device) * width + torch.tensor(pp, device=device)
-        parent_keys, inverse = torch.unique(keys, return_inverse=True)
         flat = logits.reshape(-1, logits.shape[-1])
-        norm = log_normaliser(flat[parent_keys])
-        picked = flat[keys, torch.tensor(tt, device=device)].double() - norm[inverse]
+        if only:  # the LM head ran at the parents only: row i of flat is parent_keys[i]
+            picked = flat[inverse, targets].double() - log_normaliser(flat)[inverse]
+        else:
+            picked = flat[keys, targets].double() - log_normaliser(flat[parent_keys])[inverse]
     picked = picked.cpu().numpy()
     pieces = iter(np.split(picked, spans[1:]))  # one piece per member, in row order
     return [[next(pieces) for _ in row.members] for row in rows]
+
+
+HEAD_AT_PARENTS = True  # bench/profile_scoring.py switches it off to measure what it saves
+
+
+@contextlib.contextmanager
+def _head_at(model, keep: torch.Tensor) -> Iterator[bool]:
+    """Project onto the vocabulary only at `keep` (flat row × width indices: the nodes some score is
+    read at) — not at padding, nor at leaves, which are a statement's last token and predict
+    nothing. A pre-hook hands the LM head those hidden states alone, so whatever the model does to
+    the logits after it (a soft cap, a scale) still applies. Yields whether it did: not with fewer
+    than MIN_ROWS positions (the small-matrix GEMM kernel, clm.MIN_ROWS) or without a separate head."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if not HEAD_AT_PARENTS or head is None or len(keep) < MIN_ROWS:
+        yield False
+        return
+
+    def only_kept(_module, args):
+        hidden = args[0]
+        return (hidden.reshape(-1, hidden.shape[-1])[keep], *args[1:])
+
+    handle = head.register_forward_pre_hook(only_kept)
+    try:
+        yield True
+    finally:
+        handle.remove()
 
 
 def _ancestor_matrix(parents: Sequence[int]) -> np.ndarray:

@@ -383,3 +383,25 @@ def test_a_call_of_one_short_row_scores_like_any_other(loaded):
             )
     finally:
         torch.set_num_threads(threads)
+
+
+def test_the_lm_head_runs_at_parents_only_and_scores_stay(loaded, monkeypatch):
+    """The vocabulary projection skips padding and leaves (nothing is read there): the same scores
+    as projecting every position (up to the smaller GEMM's rounding), on fewer positions."""
+    seen = []
+    head = loaded.model.get_output_embeddings()
+    handle = head.register_forward_hook(lambda _m, args, _out: seen.append(args[0].shape[:-1].numel()))
+    try:
+        monkeypatch.setattr(prefix_mod, "HEAD_AT_PARENTS", False)
+        everywhere = score_clm_shared_prefix(loaded, *args(CASES), batch_size=4, row_tokens=40)
+        projected_everywhere = sum(seen)
+        seen.clear()
+        monkeypatch.setattr(prefix_mod, "HEAD_AT_PARENTS", True)
+        at_parents = score_clm_shared_prefix(loaded, *args(CASES), batch_size=4, row_tokens=40)
+    finally:
+        handle.remove()
+    assert sum(seen) < 0.9 * projected_everywhere  # leaves and padding: 15 % of these small rows
+    for a, b in zip(
+        at_parents["token_logprobs"].to_list(), everywhere["token_logprobs"].to_list(), strict=True
+    ):
+        np.testing.assert_allclose(a, b, atol=2e-5, rtol=0)
