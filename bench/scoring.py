@@ -41,7 +41,7 @@ rounds; statements/s, tokens/s, share of that dtype's torch.mm peak measured in 
 per-token |Δ| against an fp32 reference (kcal plain on the float32 model, TF32 off).
 
 Run:  make bench                     (creates .bench-venv from bench/requirements.txt, then runs this)
-      make bench BENCH_ARGS=--quick  (a smoke run, ≈ 3 min; the default run ≈ 7.5 min)
+      make bench BENCH_ARGS=--quick  (a smoke run, ≈ 4 min; the default run ≈ 14 min)
       .bench-venv/bin/python bench/scoring.py [--quick] [--instances N] [--rounds R] [--no-mlm]
       python bench/scoring.py --config NAME [--device cuda] [--dtypes bfloat16,float32] [--no-peers]
 """
