@@ -71,6 +71,8 @@ def test_models_add_list_remove_keeps_partitions_in_sync(tmp_path):
         (["models", "remove", "not/registered"], "not/registered"),
         (["models", "add", "x/y", "--gguf", "weights.bin"], "'.gguf' file"),
         (["models", "add", "x/y", "--kind", "seq2seq"], "invalid choice: 'seq2seq'"),
+        (["models", "add", "x/y", "--engine", "llama.cpp"], "engine must be 'torch' for source 'hf'"),
+        (["models", "add", "x/y", "--engine", "onnx"], "invalid choice: 'onnx'"),
     ],
 )
 def test_models_bad_input_is_named(tmp_path, args, needle):
