@@ -500,7 +500,10 @@ def table(
     flops_per_token: float,
     peak: float,
     speed_label: str = "fast ×",
+    float32: Result | None = None,
 ) -> None:
+    """One line per path; with `float32` (kcal plain, the float32 reference) a column of each
+    path's max / mean |Δ ll_sum| from it, over statements tokenized alike."""
     head = (
         "path",
         "statements",
@@ -511,11 +514,12 @@ def table(
         "roofline (best round)",
         f"{speed_label} total (median, range)",
         "max|Δll| vs lpq",
+        *(["|Δll| vs fp32 ref max/mean"] if float32 is not None else []),
     )
     rows = []
     for r in results:
         if not r.ok:
-            rows.append((r.name, str(r.n), "failed", "", "", "", "", "", ""))
+            rows.append((r.name, str(r.n), "failed", *[""] * (len(head) - 3)))
             continue
         rate = r.positions / r.seconds
         best = max(p / t for t, p in r.rounds)
@@ -532,10 +536,21 @@ def table(
                 f"{100 * rate * flops_per_token / peak:.1f}% ({100 * best * flops_per_token / peak:.1f}%)",
                 speed,
                 delta,
+                *([from_reference(r, float32)] if float32 is not None else []),
             )
         )
     print_rows(head, rows)
     failures(results)
+
+
+def from_reference(r: Result, float32: Result) -> str:
+    if r is float32:
+        return "ref"
+    if not float32.ok:
+        return "—"
+    same = [i for i in range(r.n) if len(r.tokens[i]) == len(float32.tokens[i])]
+    diff = np.abs(r.ll[same] - float32.ll[same])
+    return f"{diff.max():.1e} / {diff.mean():.1e}" if same else "—"
 
 
 def print_rows(head: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
@@ -654,7 +669,7 @@ def compare_paths(args, loaded, native, frame: pl.DataFrame, n_tok: int) -> list
         print(f"kcal fast path: prefix packing used: {prefix.packing_supported(loaded)}")
     fast, plain, ref = results[:3]
     print()
-    table(results, ref, fast, flops_per_token, peak)
+    table(results, ref, fast, flops_per_token, peak, float32=plain)
     print(
         f"(positions: token positions fed through the model, padding included, counted by a forward hook "
         f"(llama.cpp: the trie nodes it decodes); {n_tok + n} are needed one statement at a time, fewer "
