@@ -1,11 +1,13 @@
 """The llama.cpp engine: a GGUF model's own quantized weights, run natively on CPU (issue 31).
 
 The embedded model ships as a Q4_1 GGUF; the torch engine dequantizes it to float32 (exact scores,
-the reference). This engine runs the 4-bit weights through llama.cpp's CPU kernels instead — faster,
-with scores off by what the quantized matmuls change (measured at load against the float32
-reference, printed, and part of the scoring fingerprint). It is chosen per model in models.toml
-(`engine = "llama.cpp"`), never silently, and needs the optional package `llama-cpp-python`
-(`make llama-cpp`: built from the registry's source package; see README).
+the reference). This engine runs the 4-bit weights through llama.cpp's CPU kernels instead, with
+scores off by what its 8-bit activation blocks change (measured at load against the float32
+reference, printed, and part of the scoring fingerprint). Measured on this project's AVX-512 VM it
+is slower than the torch engine (llama.cpp has no tiled GEMM for Q4_1 on x86; bench/README.md), so
+it is for GGUF models and CPUs where llama.cpp's kernels win, never the default. It is chosen
+per model in models.toml (`engine = "llama.cpp"`), never silently, and needs the optional package
+`llama-cpp-python` (`make llama-cpp`: built from the registry's source package; see README).
 
 Prefix sharing is the packed path's trie (prefix.py), expressed in llama.cpp's own terms: every
 distinct token sequence of a call is one llama.cpp *sequence id*, and a trie node's token carries
