@@ -256,7 +256,7 @@ def _forward_rows(loaded: LoadedModel, rows: list[_Row]) -> list[list[np.ndarray
     return [[next(pieces) for _ in row.members] for row in rows]
 
 
-HEAD_AT_PARENTS = True  # bench/profile_scoring.py switches it off to measure what it saves
+HEAD_AT_PARENTS = True  # off: project every position (the tests compare the two)
 
 
 @contextlib.contextmanager
@@ -271,7 +271,11 @@ def _head_at(model, keep: torch.Tensor) -> Iterator[bool]:
         yield False
         return
 
+    owner = threading.get_ident()  # a forward of the same model in another thread is left alone
+
     def only_kept(_module, args):
+        if threading.get_ident() != owner:
+            return None
         hidden = args[0]
         return (hidden.reshape(-1, hidden.shape[-1])[keep], *args[1:])
 
