@@ -164,6 +164,24 @@ class NativeModel:
         with contextlib.suppress(Exception):
             self.close()
 
+    def sequence_logprobs(
+        self,
+        seqs: list[tuple[int, ...]],
+        start_token: int,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> list[np.ndarray]:
+        """log P(x_t | start, x_<t) of every sequence, in order: packed into rows (one decode call
+        each, at most MAX_SEQUENCES sequences); progress(done, total) counts sequences."""
+        out: list[np.ndarray] = [None] * len(seqs)  # type: ignore[list-item]
+        done = 0
+        for row in pack_rows(seqs, start_token, self.call_tokens, max_members=MAX_SEQUENCES):
+            for (u, _), lp in zip(row.members, self.row_logprobs(row), strict=True):
+                out[u] = lp
+            done += len(row.members)
+            if progress is not None:
+                progress(done, len(seqs))
+        return out
+
     def row_logprobs(self, row) -> list[np.ndarray]:
         """log P(x_t | start, x_<t) of every member of one packed row (prefix._Row), as float64."""
         n = len(row.tokens)
@@ -228,16 +246,7 @@ def score_clm_native(
     native = _native(loaded)
 
     def score(useqs: list[tuple[int, ...]], _batch_size: int | None) -> list[np.ndarray]:
-        rows = pack_rows(useqs, loaded.start_token_id, native.call_tokens, max_members=MAX_SEQUENCES)
-        out: list[np.ndarray] = [None] * len(useqs)  # type: ignore[list-item]
-        done = 0
-        for row in rows:
-            for (u, _), lp in zip(row.members, native.row_logprobs(row), strict=True):
-                out[u] = lp
-            done += len(row.members)
-            if progress is not None:
-                progress(done, len(useqs))
-        return out
+        return native.sequence_logprobs(useqs, loaded.start_token_id, progress)
 
     return score_distinct(loaded, texts, subject_spans, object_spans, batch_size, context_ends, score)
 
@@ -255,11 +264,7 @@ def check_engine(loaded: LoadedModel) -> EngineCheck:
     native = _native(loaded)
     ids = [loaded.tokenizer(t, add_special_tokens=False)["input_ids"] for t in _PROBE]
     reference = _token_logprobs(loaded, ids, len(ids), None)
-    rows = pack_rows([tuple(s) for s in ids], loaded.start_token_id, native.call_tokens, MAX_SEQUENCES)
-    got: list[np.ndarray] = [None] * len(ids)  # type: ignore[list-item]
-    for row in rows:
-        for (u, _), lp in zip(row.members, native.row_logprobs(row), strict=True):
-            got[u] = lp
+    got = native.sequence_logprobs([tuple(s) for s in ids], loaded.start_token_id)
     diff = np.concatenate([np.abs(a - b) for a, b in zip(got, reference, strict=True)])
     check = EngineCheck(
         engine=ENGINE,
