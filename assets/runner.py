@@ -27,12 +27,13 @@ from assets.checks import ASSET_CHECKS
 from assets.definitions import all_assets
 from assets.instance import get_instance, sync_model_partitions, sync_relation_partitions
 from assets.jobs import IN_CODE_LOCATION, STAGE_JOBS, job_of
-from kcal_pipeline.core.paths import registry_path
+from kcal_pipeline.core.paths import model_cache_dir, registry_path
 from kcal_pipeline.core.storage import partition_path
 from kcal_pipeline.core.versions import data_version, input_versions, stored_version
 from kcal_pipeline.core.warehouse import refresh_views
 from kcal_pipeline.dataset.relations import relation_ids
 from kcal_pipeline.scoring.models import DEFAULT_MODEL, ModelLoadError, Registry
+from kcal_pipeline.scoring.models.gguf import convert_in_background
 from resources import default_resources
 from resources.settings import declared_reads, resolve_reads
 
@@ -269,6 +270,39 @@ def run_missing(
     sync_relation_partitions(home, instance, relations)
     for run_id in fail_abandoned_runs(instance):
         log(f"run {run_id} was left started by a killed kcal process: marked failed")
+    conversion = _convert_models_early(home, models, relations)
+    try:
+        return _run_stages(home, models, relations, resources, instance, refresh, log)
+    finally:
+        if conversion is not None and conversion.is_alive():  # a run that stopped before scoring
+            conversion.terminate()
+            conversion.join(timeout=30)
+
+
+def _convert_models_early(home: Path, models: Sequence[str], relations: Sequence[str]):
+    """Convert the GGUF models that will score something while the dataset stages run (see
+    convert_in_background); a model whose scores all exist is left alone."""
+    entries = [
+        entry
+        for entry in Registry(registry_path(home)).entries()
+        if entry.key in models
+        and not all(
+            partition_path(home, "statement_scores", {"model": entry.key, "relation": r}).exists()
+            for r in relations
+        )
+    ]
+    return convert_in_background(entries, model_cache_dir(home))
+
+
+def _run_stages(
+    home: Path,
+    models: Sequence[str],
+    relations: Sequence[str],
+    resources: dict,
+    instance: DagsterInstance,
+    refresh: bool,
+    log: Callable[[str], None],
+) -> RunSummary:
     summary = RunSummary()
     unloadable: dict[str, str] = {}  # model key -> why its remaining partitions are not run
     for kind, stage_assets in STAGES:

@@ -297,6 +297,27 @@ def test_a_gguf_file_source_is_converted_once_and_matches_transformers_own_load(
         load_model(ModelEntry(id="me/nope", source="gguf_file", path=str(tmp_path / "nope.gguf")), tmp_path)
 
 
+def test_a_stale_gguf_cache_is_converted_in_a_child_process_and_then_loads_without_converting(tmp_path, monkeypatch):
+    """`kcal demo` converts while its dataset stages run (assets/runner.py): the child builds the
+    same cache a load would, a fresh cache starts no child, and a missing file is left for the load
+    to report (no child, no exception here)."""
+    from tests.scoring.tiny_gguf import write_tiny_gguf
+
+    tiny = write_tiny_gguf(tmp_path / "tiny.gguf")
+    entry = ModelEntry(id="me/smol-early", source="gguf_file", path=str(tiny), start_token="<|endoftext|>")
+    missing = ModelEntry(id="me/gone", source="gguf_file", path=str(tmp_path / "gone.gguf"))
+    cache = tmp_path / "cache"
+    assert g.needs_conversion(entry, cache) and not g.needs_conversion(missing, cache)
+    child = g.convert_in_background([entry, missing], cache)
+    child.join(timeout=120)
+    assert child.exitcode == 0
+    assert not g.needs_conversion(entry, cache)
+    assert [p.name for p in cache.iterdir() if p.name.startswith(f".{entry.key}.tmp")] == []
+    assert g.convert_in_background([entry, missing], cache) is None
+    monkeypatch.setattr(g, "_convert_gguf", lambda *a: pytest.fail("converted twice"))
+    assert load_model(entry, cache).revision.startswith(f"file:{tiny}:tiny.gguf:")
+
+
 def test_unknown_start_token_is_an_error(loaded):
     entry = ModelEntry(
         id="me/bad-start",

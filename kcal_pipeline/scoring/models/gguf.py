@@ -23,7 +23,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from kcal_pipeline.scoring.models.registry import ModelEntry, ModelLoadError
+from kcal_pipeline.scoring.models.registry import GGUF_SOURCES, ModelEntry, ModelLoadError
 
 log = logging.getLogger(__name__)
 
@@ -55,14 +55,21 @@ def _gguf_source(entry: ModelEntry) -> tuple[Path, str]:
     return gguf, dist
 
 
-def gguf_cache(entry: ModelEntry, cache_dir: Path) -> tuple[Path, str]:
-    """The safetensors folder for a GGUF entry (building it if missing or stale) and its revision."""
+def _expected_manifest(entry: ModelEntry) -> tuple[Path, dict]:
+    """The GGUF file and what a cache converted from it records (its hash aside)."""
     gguf, dist = _gguf_source(entry)
-    target = cache_dir / entry.key
     stat = gguf.stat()
     expected = {"source": dist, "file": gguf.name, "size": stat.st_size}
     if entry.source == "gguf_file":  # a file can be replaced in place; a package version cannot
         expected["mtime_ns"] = stat.st_mtime_ns
+    return gguf, expected
+
+
+def gguf_cache(entry: ModelEntry, cache_dir: Path) -> tuple[Path, str]:
+    """The safetensors folder for a GGUF entry (building it if missing or stale) and its revision."""
+    gguf, expected = _expected_manifest(entry)
+    dist = expected["source"]
+    target = cache_dir / entry.key
     manifest = _read_manifest(target)
     if _stale(manifest, expected):
         # One converter per cache folder: processes that start together (test workers, Celery
@@ -73,6 +80,48 @@ def gguf_cache(entry: ModelEntry, cache_dir: Path) -> tuple[Path, str]:
             if _stale(manifest, expected):
                 manifest = _build_gguf_cache(gguf, target, expected)
     return target, f"{dist}:{gguf.name}:{manifest['sha256'][:12]}"
+
+
+def needs_conversion(entry: ModelEntry, cache_dir: Path) -> bool:
+    """A GGUF entry whose cache is missing or stale (no hashing: cheap). An entry that cannot be
+    found says False: its load reports why."""
+    if entry.source not in GGUF_SOURCES:
+        return False
+    try:
+        _, expected = _expected_manifest(entry)
+    except ModelLoadError:
+        return False
+    return _stale(_read_manifest(Path(cache_dir) / entry.key), expected)
+
+
+def convert_in_background(entries: list[ModelEntry], cache_dir: Path):
+    """Start converting the stale GGUF caches of `entries` in a child process and return it (None
+    when none is stale). A run's dataset stages (Python and a local SPARQL server: about one core)
+    then overlap the ~15 s de-quantisation instead of the first scoring step waiting for it. The
+    cache's lock makes a load that comes early wait for the child rather than convert twice; a
+    failure in the child is left for that load to report, with its model's name."""
+    import multiprocessing
+
+    stale = [e for e in entries if needs_conversion(e, cache_dir)]
+    if not stale:
+        return None
+    # spawn: the parent may hold threads (Dagster's, torch's) that a fork would copy mid-lock.
+    child = multiprocessing.get_context("spawn").Process(
+        target=_convert_all, args=(stale, Path(cache_dir)), name="kcal-gguf-conversion", daemon=True
+    )
+    child.start()
+    return child
+
+
+def _convert_all(entries: list[ModelEntry], cache_dir: Path) -> None:
+    import signal
+    import sys
+
+    # terminate() (a run that failed early) unwinds like Ctrl-C: the half-built temp folder is removed.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+    for entry in entries:
+        with contextlib.suppress(Exception):
+            gguf_cache(entry, cache_dir)
 
 
 def _stale(manifest: dict | None, expected: dict) -> bool:
