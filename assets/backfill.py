@@ -22,8 +22,7 @@ from dagster._core.storage.tags import BACKFILL_ID_TAG
 from dagster._core.utils import make_new_backfill_id
 
 from assets.definitions import defs
-from assets.jobs import STAGE_ASSETS
-from assets.runner import check_run, get_instance, sync_model_partitions, sync_relation_partitions
+from assets.runner import KIND_OF, check_run, get_instance, sync_model_partitions, sync_relation_partitions
 from kcal_pipeline.core.storage import partition_path
 
 DONE = {
@@ -36,13 +35,16 @@ DONE = {
 
 
 def backfill_partitions(model: str, relations: Sequence[str]) -> set[AssetKeyPartitionKey]:
-    """The (asset, partition) pairs of one model's backfill over `relations`."""
-    scoring = {
+    """The (asset, partition) pairs of one model's backfill over `relations`: every asset
+    partitioned by model × relation (scoring, estimation) and by model (evaluation)."""
+    per_relation = {
         AssetKeyPartitionKey(AssetKey(asset), MultiPartitionKey({"model": model, "relation": relation}))
-        for asset in STAGE_ASSETS["scoring"]
+        for asset, kind in KIND_OF.items()
+        if kind == "model_relation"
         for relation in relations
     }
-    return scoring | {AssetKeyPartitionKey(AssetKey(asset), model) for asset in STAGE_ASSETS["evaluation"]}
+    per_model = {AssetKeyPartitionKey(AssetKey(a), model) for a, kind in KIND_OF.items() if kind == "model"}
+    return per_relation | per_model
 
 
 def submit_backfill(home: Path, model: str, relations: Sequence[str] | None = None) -> tuple[str, list[str]]:

@@ -96,7 +96,7 @@ def cmd_demo(args) -> int:
     from kcal_pipeline.core.progress import share_terminal
     from kcal_pipeline.core.storage import partition_path, read_partition, read_partitions
     from kcal_pipeline.dataset.relations import relation_ids
-    from kcal_pipeline.reporting.coverage import estimator_coverage
+    from kcal_pipeline.reporting.coverage import estimator_coverage_lines
     from kcal_pipeline.reporting.html import format_summary, summary_table, summary_title
 
     home = kcal_home(args.home)
@@ -149,7 +149,7 @@ def cmd_demo(args) -> int:
             if partition_path(home, "estimator_status", {"model": entry.key, "relation": r}).exists()
         ]
         if status:
-            print("\n".join(estimator_coverage(read_partitions(home, "estimator_status", status))))
+            print("\n".join(estimator_coverage_lines(read_partitions(home, "estimator_status", status))))
         print(f"report: {report_path(home, entry.key)}")
     if cross_model_report_path(home).exists():
         print(f"all models: {cross_model_report_path(home)}")

@@ -1,5 +1,6 @@
-"""Dataset assets: facts from SPARQL (or rules, or an imported BEAR set), templates, instances,
-statements, and the data-quality table."""
+"""The dataset stages: `dataset` (relations, templates, object pools, the data-quality table),
+`facts` (from SPARQL, rules or an imported BEAR set, per catalog relation), `probe` (instances and
+statements, per probe relation) and `paraphrases` (LM-written templates, on demand)."""
 
 import polars as pl
 from dagster import (
@@ -63,7 +64,7 @@ def templates(context: AssetExecutionContext, probe_settings: ProbeSettings) -> 
 
 
 @multi_asset(
-    group_name=GROUP,
+    group_name="facts",
     partitions_def=catalog_relation_partitions,
     code_version="3",
     outs={
@@ -119,7 +120,7 @@ def sweep_copies(instances: pl.DataFrame) -> dict[str, int]:
 
 
 @asset(
-    group_name=GROUP,
+    group_name="probe",
     partitions_def=relation_partitions,
     code_version="4",  # 4: the option-count sweep (`#k<k>d<draw>` copies, subsample_draw)
     ins={"wikidata_facts": AssetIn(partition_mapping=SAME_RELATION)},
@@ -167,7 +168,7 @@ def probe_instances(
 
 
 @asset(
-    group_name=GROUP,
+    group_name="probe",
     partitions_def=relation_partitions,
     code_version="5",  # 5: context_end, context templates (demonstrations from the relation's facts)
     ins={"wikidata_facts": AssetIn(partition_mapping=SAME_RELATION)},
@@ -237,7 +238,7 @@ def data_quality(
 
 
 @asset(
-    group_name=GROUP,
+    group_name="paraphrases",  # on demand only: a stage of its own (assets/jobs.py)
     code_version="1",
     metadata=reads("catalog", "probe.seed", "probe.paraphrase_model", "probe.paraphrase_relations"),
 )

@@ -9,11 +9,11 @@ under `dagster dev` (DefaultSensorStatus.RUNNING, no click in the UI needed):
 
 from dagster import AssetSpec, Definitions, in_process_executor, load_assets_from_modules, map_asset_specs
 
-from assets import dataset, estimation, evaluation, reporting, scoring
+from assets import catalog, dataset, estimation, evaluation, reporting, scoring
 from assets.automation import automation_sensor, with_automation
 from assets.checks import ASSET_CHECKS
 from assets.engine import kcal_scoring_celery
-from assets.jobs import STAGE_JOBS
+from assets.jobs import stage_assets, stage_jobs
 from assets.schedules import nightly_evaluation
 from assets.sensors import model_registry_sensor
 from assets.sqlite_engines import speed_up_sqlite_storages
@@ -37,8 +37,11 @@ def with_catalog_attributes(spec: AssetSpec) -> AssetSpec:
 
 all_assets = map_asset_specs(
     lambda spec: with_automation(with_catalog_attributes(spec)),
-    load_assets_from_modules([dataset, scoring, estimation, evaluation, reporting]),
+    load_assets_from_modules([catalog, dataset, scoring, estimation, evaluation, reporting]),
 )
+# The stages are the asset groups: each group's assets, and a job per group (assets/jobs.py).
+STAGE_ASSETS = stage_assets(all_assets)
+STAGE_JOBS = stage_jobs(all_assets)
 
 defs = Definitions(
     assets=all_assets,

@@ -28,8 +28,8 @@ CELERY_CONFIG = Path(__file__).resolve().parents[1] / "deploy" / "celery" / "cel
 DEFAULT_BROKER = "redis://127.0.0.1:6379/0"
 SCORING_QUEUE = "scoring"  # the statement_scores op tag `dagster-celery/queue`
 JOB_NAME = "kcal_scoring_celery"
-# statement_scores and the outputs of the estimation multi-asset: all written per model × relation.
-PARTITION_ASSETS = ("statement_scores", "estimates", "option_estimates", "estimator_fits", "estimator_status")
+# The stages whose assets are written per model × relation (assets/jobs.py: a stage is an asset group).
+PARTITION_STAGES = ("scoring", "estimation")
 
 
 def celery_config(path: Path | None = None) -> dict[str, Any]:
@@ -48,7 +48,7 @@ def celery_scoring_job(name: str = JOB_NAME):
     """The job over statement_scores and the estimation multi-asset, one partition per run."""
     return define_asset_job(
         name,
-        selection=AssetSelection.assets(*PARTITION_ASSETS),
+        selection=AssetSelection.groups(*PARTITION_STAGES),
         executor_def=celery_executor.configured(celery_config(), name="kcal_celery"),
         tags={STORE_LOCK_SCOPE_TAG: "partition"},
         description="Scoring and estimates of one model × relation partition on Celery workers "

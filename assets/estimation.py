@@ -1,16 +1,18 @@
-"""Confidence estimates per model × relation: every registered estimator over the option-score cube."""
+"""The estimation stage: every registered estimator over the option-score cube, per model × relation."""
 
 import polars as pl
 from dagster import AssetExecutionContext, AssetOut, MetadataValue, Output, multi_asset
 
 from assets.partitions import model_relation_partitions, one_dimension_of
+from kcal_pipeline.core.versions import code_version
 from kcal_pipeline.estimation import build_cube
 from kcal_pipeline.estimation.marginal import option_estimates as option_estimates_of
-from kcal_pipeline.estimation.registry import compute_estimate_tables
+from kcal_pipeline.estimation.registry import ESTIMATORS, compute_estimate_tables
 
-# 4: all families, fits, status, per-option tables; 5: exact recal fits; 6: SCA ≤ 1;
-# 7: answer_space_draw (the option-count sweep: fits per k and draw)
-CODE_VERSION = "7"
+# The hand part covers this module's own code: 4: all families, fits, status, per-option tables;
+# 5: exact recal fits; 6: SCA ≤ 1; 7: answer_space_draw (the option-count sweep: fits per k and
+# draw). The estimator registry's part follows by itself (a new or changed estimator).
+CODE_VERSION = code_version("7", ESTIMATORS)
 
 
 @multi_asset(

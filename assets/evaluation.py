@@ -1,6 +1,7 @@
-"""Per-model evaluation: metrics with intervals and breakdowns, paired differences, curves, tuned
-thresholds and the consistency of decisions, over every relation's estimates; and, across models,
-causal vs masked models paired by accuracy (family_comparison)."""
+"""The evaluation stage, per model: metrics with intervals and breakdowns, paired differences,
+curves, tuned thresholds and the consistency of decisions, over every relation's estimates (and the
+report, assets/reporting.py); and in the cross_model stage, causal vs masked models paired by
+accuracy (family_comparison)."""
 
 import polars as pl
 from dagster import (
@@ -18,8 +19,10 @@ from dagster import (
 from assets.partitions import model_partitions, one_dimension_of
 from assets.reporting import markdown_images
 from kcal_pipeline.core.paths import kcal_home, report_path
+from kcal_pipeline.core.versions import code_version
 from kcal_pipeline.evaluation.families import family_comparison as compare_families
 from kcal_pipeline.evaluation.families import model_families
+from kcal_pipeline.evaluation.registry import METRICS
 from kcal_pipeline.evaluation.tables import (
     consistency_table,
     curves_table,
@@ -36,10 +39,6 @@ GROUP = "evaluation"
 ALL_RELATIONS = one_dimension_of("estimates", "model")
 ALL_OPTIONS = one_dimension_of("option_estimates", "model")
 EVERY_PROBE = {"probe_instances": AssetIn(partition_mapping=AllPartitionMapping())}
-# 5: statements asserted at P > τ, template-kind τ recorded, seeded consistency; 6: answer_space_draw
-CODE_VERSION = "6"
-# metric_differences: 7: bias-corrected intervals that contain their difference
-DIFFERENCES_CODE_VERSION = "7"
 
 
 @multi_asset(
@@ -51,8 +50,8 @@ DIFFERENCES_CODE_VERSION = "7"
             is_required=False,  # either output alone may be selected (can_subset)
             # 7: the bear_domain scope; 8: answer_space_draw (option-count sweep); 9: the signed gap
             # (with intervals), multi-hot Brier and classwise ECE, statement metrics per breakdown;
-            # 10: bias-corrected intervals that contain their point
-            code_version="10",
+            # 10: bias-corrected intervals that contain their point (+ the metric registry's hash)
+            code_version=code_version("10", METRICS),
             description="Every registered metric that applies to each estimator, per split and "
             "answer space, never pooled, on the headline selection: overall, per relation, domain, "
             "gold count, MACE mixture, option count and BEAR topic domain, with seeded bootstrap "
@@ -61,7 +60,7 @@ DIFFERENCES_CODE_VERSION = "7"
         ),
         "metric_differences": AssetOut(
             is_required=False,
-            code_version=DIFFERENCES_CODE_VERSION,
+            code_version=code_version("7", METRICS),  # 7: bias-corrected intervals containing it
             description="Each estimator's accuracy, ACE, Brier, AUROC and AURC minus Base's, with "
             "a paired bootstrap interval over the same resamples (test split, headline selection).",
         ),
@@ -104,7 +103,12 @@ def metrics(
 
 
 # 6: the band; 7: answer_space_draw; 8: the band bias-corrected, containing its point
-@asset(group_name=GROUP, partitions_def=model_partitions, ins=ALL_RELATIONS, code_version="8")
+@asset(
+    group_name=GROUP,
+    partitions_def=model_partitions,
+    ins=ALL_RELATIONS,
+    code_version=code_version("8", METRICS),
+)
 def curves(context: AssetExecutionContext, estimates: pl.DataFrame, templates: pl.DataFrame) -> pl.DataFrame:
     """Reliability (each bin with its 95 % bootstrap band, on the metrics' resamples),
     accuracy–rejection, risk–coverage and ROC curves on the headline selection, per split and answer
@@ -120,7 +124,7 @@ def curves(context: AssetExecutionContext, estimates: pl.DataFrame, templates: p
 def metrics_preview(table: pl.DataFrame, report) -> dict:
     """What the UI shows of a model's metrics: the summary and the intervals, and the report page
     (written by the `report` asset)."""
-    from kcal_pipeline.reporting.pages import intervals_table  # matplotlib: see assets/reporting.py
+    from kcal_pipeline.reporting.figure_data import intervals_table  # matplotlib: see assets/reporting.py
 
     return {
         "summary": MetadataValue.md(markdown_table(summary_table(table))),
@@ -133,7 +137,8 @@ def metrics_preview(table: pl.DataFrame, report) -> dict:
     group_name=GROUP,
     partitions_def=model_partitions,
     ins={**ALL_RELATIONS, **ALL_OPTIONS},
-    code_version=CODE_VERSION,
+    # 5: statements asserted at P > τ, template-kind τ recorded; 6: answer_space_draw
+    code_version=code_version("6", METRICS),
 )
 def decision_thresholds(
     estimates: pl.DataFrame, option_estimates: pl.DataFrame, templates: pl.DataFrame
@@ -146,7 +151,7 @@ def decision_thresholds(
     group_name=GROUP,
     partitions_def=model_partitions,
     ins=ALL_RELATIONS,
-    code_version=CODE_VERSION,
+    code_version=code_version("6", METRICS),  # 5: seeded consistency; 6: answer_space_draw
     metadata=reads("probe.seed"),
 )
 def consistency(
@@ -168,7 +173,12 @@ EVERY_MODEL = {
 }
 
 
-@asset(group_name=GROUP, ins=EVERY_MODEL, code_version="2")  # 2: answer_space_draw
+# The cross_model stage: unpartitioned, it runs after every model's evaluation.
+@asset(
+    group_name="cross_model",
+    ins=EVERY_MODEL,
+    code_version=code_version("2", METRICS),  # 2: answer_space_draw
+)
 def family_comparison(
     context: AssetExecutionContext, metrics: pl.DataFrame, statement_scores: pl.DataFrame
 ) -> pl.DataFrame:

@@ -1,13 +1,21 @@
 """Named jobs, one per stage: what `kcal demo` runs and what the UI's Jobs page lists.
 
+A stage is an asset group (the `group_name` each asset declares), and its job selects that group,
+so the groups of the asset graph are the only list of stages: a new asset joins its stage's job by
+naming the group. Each group holds assets of one partitions definition, as a partitioned job
+requires (stage_partitions checks it): dataset (none), facts (catalog relations), probe
+(relations), scoring and estimation (model × relation), evaluation (model), cross_model (none),
+paraphrases (none).
+
 A run started without a job shows as `__ephemeral_asset_job__` with no asset names; a run of one of
 these jobs says what it is (`scoring`, `evaluation`, ...), and its tags say who started it
-(`kcal/source`) and which assets (`kcal/assets`). Each job holds assets of one partitions
-definition (Dagster infers it), as a partitioned job requires. `generated_templates` (an LM writing
-paraphrases, minutes of work) has a job of its own, so launching `dataset` never starts it.
+(`kcal/source`) and which assets (`kcal/assets`). `generated_templates` (an LM writing paraphrases,
+minutes of work) is in a stage of its own, so launching `dataset` never starts it.
 """
 
-from dagster import AssetSelection, define_asset_job
+from collections.abc import Iterable
+
+from dagster import AssetsDefinition, AssetSelection, define_asset_job
 from dagster._core.definitions.repository_definition.valid_definitions import SINGLETON_REPOSITORY_NAME
 from dagster._core.storage.tags import REPOSITORY_LABEL_TAG
 
@@ -16,37 +24,56 @@ from dagster._core.storage.tags import REPOSITORY_LABEL_TAG
 CODE_LOCATION = "kcal"
 IN_CODE_LOCATION = {REPOSITORY_LABEL_TAG: f"{SINGLETON_REPOSITORY_NAME}@{CODE_LOCATION}"}
 
-STAGE_ASSETS: dict[str, tuple[str, ...]] = {
-    "dataset": ("relations", "templates", "object_pools", "data_quality"),
-    "facts": ("wikidata_facts", "dropped_facts"),
-    "probe": ("probe_instances", "statements"),
-    "scoring": ("statement_scores", "estimates", "option_estimates", "estimator_fits", "estimator_status"),
-    "evaluation": (
-        "metrics", "metric_differences", "curves", "decision_thresholds", "consistency", "report",
-    ),
-    "cross_model": ("family_comparison", "cross_model_report"),
-    "paraphrases": ("generated_templates",),
-}  # fmt: skip
+# What each stage is for, in the UI's words (a stage without an entry gets a plain description).
 DESCRIPTIONS = {
-    "dataset": "The relation catalog, templates, distractor pools and the data-quality table.",
+    "dataset": "The relation catalog, templates, distractor pools, the data-quality table and the "
+    "estimator and metric catalogs.",
     "facts": "Facts of one catalog relation from the SPARQL endpoint (or rules, or an import).",
     "probe": "Instances and statements of one probe relation.",
-    "scoring": "Scores and every estimator of one model × relation.",
+    "scoring": "Scores of one model × relation.",
+    "estimation": "Every estimator over one model × relation's scores.",
     "evaluation": "Metrics, differences, curves, thresholds, consistency and the report of one model.",
     "cross_model": "The family comparison and the cross-model leaderboard.",
     "paraphrases": "Template paraphrases written by an instruct LM (on demand).",
 }
-STAGE_JOBS = [
-    define_asset_job(
-        name,
-        selection=AssetSelection.assets(*assets),
-        description=DESCRIPTIONS[name],
-        tags={"kcal/stage": name},
-    )
-    for name, assets in STAGE_ASSETS.items()
-]
+# A stage that runs only when asked (`kcal dataset paraphrase`): never part of `kcal demo`.
+ON_DEMAND = {"paraphrases"}
 
 
-def job_of(asset: str) -> str:
-    """The stage job that holds `asset`."""
-    return next(name for name, assets in STAGE_ASSETS.items() if asset in assets)
+def stage_assets(assets: Iterable[AssetsDefinition]) -> dict[str, tuple[str, ...]]:
+    """{stage: its asset names}, stages and assets in the order the definitions list them."""
+    stages: dict[str, list[str]] = {}
+    for assets_def in assets:
+        for key in assets_def.keys:
+            stages.setdefault(assets_def.group_names_by_key[key], []).append(key.to_user_string())
+    return {stage: tuple(names) for stage, names in stages.items()}
+
+
+def stage_partitions(assets: Iterable[AssetsDefinition]) -> dict[str, object]:
+    """{stage: the partitions definition (None: unpartitioned) all its assets share}; a stage that
+    mixes two is an error here, not a job Dagster refuses to build at run time."""
+    found: dict[str, object] = {}
+    for assets_def in assets:
+        for key in assets_def.keys:
+            stage = assets_def.group_names_by_key[key]
+            pdef = assets_def.specs_by_key[key].partitions_def
+            if stage in found and found[stage] != pdef:
+                raise ValueError(
+                    f"asset group {stage!r} mixes partitions definitions ({found[stage]} and {pdef} of "
+                    f"{key.to_user_string()}): a stage's job needs one"
+                )
+            found[stage] = pdef
+    return found
+
+
+def stage_jobs(assets: Iterable[AssetsDefinition]) -> list:
+    """One job per asset group, named after it and tagged `kcal/stage`."""
+    return [
+        define_asset_job(
+            stage,
+            selection=AssetSelection.groups(stage),
+            description=DESCRIPTIONS.get(stage, f"The assets of the {stage} stage."),
+            tags={"kcal/stage": stage},
+        )
+        for stage in stage_partitions(assets)
+    ]

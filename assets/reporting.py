@@ -1,5 +1,6 @@
-"""The report pages: one per model (the summary table, and report.html with its figures) and one
-across every model (the leaderboard, and reports/index.html)."""
+"""The report pages: one per model, the last step of the evaluation stage (the summary table, and
+report.html with its figures), and one across every model in the cross_model stage (the
+leaderboard, and reports/index.html)."""
 
 import polars as pl
 from dagster import AllPartitionMapping, AssetExecutionContext, AssetIn, MetadataValue, asset
@@ -7,24 +8,34 @@ from dagster import AllPartitionMapping, AssetExecutionContext, AssetIn, Metadat
 from assets.partitions import model_partitions
 from kcal_pipeline.core.paths import cross_model_report_path, kcal_home, report_path
 from kcal_pipeline.core.storage import partition_path
+from kcal_pipeline.core.versions import code_version
+from kcal_pipeline.estimation.registry import ESTIMATORS
+from kcal_pipeline.evaluation.registry import METRICS
 from kcal_pipeline.reporting.html import markdown_table, summary_table, write_report
 from resources import DuckDBWarehouse, ModelProvider
 from resources.settings import reads
 
-GROUP = "reporting"
+# The report is the last step of a model's evaluation (the nightly evaluation job rewrites it);
+# the leaderboard reads every model, so it runs in the cross_model stage, after them all.
+GROUP = "evaluation"
 # kcal_pipeline.reporting.pages and .plots import matplotlib (~0.3 s): they are imported in the
 # assets that draw, not at the top, since every run, code server and UI process loads this module.
 
 
 def markdown_images(figures: dict) -> str:
     """Markdown images with PNG data: URIs (100 dpi: a few tens of kB each in the run database)."""
-    from kcal_pipeline.reporting.plots import png_data_uri
+    from kcal_pipeline.reporting.canvas import png_data_uri
 
     return "\n\n".join(f"![{name}]({png_data_uri(fig, name)})" for name, fig in figures.items())
 
 
 # 6: the option-count sweep figure
-@asset(group_name=GROUP, partitions_def=model_partitions, code_version="6", metadata=reads("model"))
+@asset(
+    group_name=GROUP,
+    partitions_def=model_partitions,
+    code_version=code_version("6", ESTIMATORS, METRICS),  # labels, headline flags, figures
+    metadata=reads("model"),
+)
 def report(
     context: AssetExecutionContext,
     metrics: pl.DataFrame,
@@ -37,7 +48,8 @@ def report(
     """The per-relation summary table; also writes the model's HTML report (summary, intervals,
     reliability diagrams with bootstrap bands, selective-prediction curves, marker effects,
     consistency and the gold-count effect)."""
-    from kcal_pipeline.reporting.pages import intervals_table, model_page, preview_figures
+    from kcal_pipeline.reporting.figure_data import intervals_table
+    from kcal_pipeline.reporting.pages import model_page, preview_figures
 
     key = context.partition_key
     entry = models.entry(key)
@@ -66,9 +78,9 @@ def report(
 
 
 @asset(
-    group_name=GROUP,
+    group_name="cross_model",
     ins={"metrics": AssetIn(partition_mapping=AllPartitionMapping())},
-    code_version="1",
+    code_version=code_version("1", ESTIMATORS, METRICS),
 )
 def cross_model_report(
     context: AssetExecutionContext, metrics: pl.DataFrame, warehouse: DuckDBWarehouse
@@ -76,7 +88,7 @@ def cross_model_report(
     """The leaderboard across every model (Base's accuracy and the best-calibrated estimator, with
     intervals); also writes reports/index.html: the leaderboard linking each model's report, ACE
     against accuracy, and the main estimators compared across models."""
-    from kcal_pipeline.reporting.pages import cross_model_figures, cross_model_page, leaderboard
+    from kcal_pipeline.reporting.cross_model import cross_model_figures, cross_model_page, leaderboard
 
     home = kcal_home(warehouse.home or None)
     html_path = cross_model_report_path(home)

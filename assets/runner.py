@@ -10,23 +10,27 @@ affects, an interrupted partition (no final file) is never done, and done work i
 import os
 import socket
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import NamedTuple
 
 from dagster import (
     AssetKey,
+    AssetsDefinition,
     DagsterInstance,
     DagsterRunStatus,
     Definitions,
     ExecuteInProcessResult,
     MultiPartitionKey,
+    MultiPartitionsDefinition,
     RunsFilter,
 )
 
 from assets.checks import ASSET_CHECKS
-from assets.definitions import all_assets
+from assets.definitions import STAGE_JOBS, all_assets, defs
 from assets.instance import get_instance, sync_model_partitions, sync_relation_partitions
-from assets.jobs import IN_CODE_LOCATION, STAGE_JOBS, job_of
+from assets.jobs import IN_CODE_LOCATION, ON_DEMAND
+from assets.partitions import catalog_relation_partitions, model_partitions, relation_partitions
 from kcal_pipeline.core.paths import model_cache_dir, registry_path
 from kcal_pipeline.core.storage import partition_path
 from kcal_pipeline.core.versions import data_version, input_versions, stored_version
@@ -37,26 +41,114 @@ from kcal_pipeline.scoring.models.gguf import convert_in_background
 from resources import default_resources
 from resources.settings import declared_reads, resolve_reads
 
-# Stages in dependency order; inside a stage, assets share one partitions definition. Facts are
-# fetched for every relation (cheap, and the top-up pools of short answer spaces must not depend
-# on which relations a run happened to select); the rest only for the selected relations.
-STAGES: list[tuple[str, tuple[str, ...]]] = [
-    ("none", ("relations", "templates")),
-    ("all_relations", ("wikidata_facts", "dropped_facts")),
-    ("none", ("object_pools",)),
-    ("relation", ("probe_instances", "statements")),
-    ("none", ("data_quality",)),
-    (
-        "model_relation",
-        ("statement_scores", "estimates", "option_estimates", "estimator_fits", "estimator_status"),
-    ),
-    ("model", ("metrics", "metric_differences", "curves", "decision_thresholds", "consistency", "report")),
-    ("none", ("family_comparison",)),  # across models: after every model's metrics
-    ("none", ("cross_model_report",)),
-]
-# Stages that read every model: their failure is recorded like a model's, never stops the run.
-CROSS_MODEL = {"family_comparison", "cross_model_report"}
 QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "INFO"}}}}
+# The partitions a step of each kind runs: facts (catalog_relation) for every relation of the
+# catalog (cheap, and the top-up pools of short answer spaces must not depend on which relations a
+# run happened to select); relation and model × relation for the run's relations only.
+KIND_OF_PARTITIONS = {
+    catalog_relation_partitions.name: "all_relations",
+    relation_partitions.name: "relation",
+    model_partitions.name: "model",
+}
+KIND_RANK = {"none": 0, "all_relations": 1, "relation": 2, "model_relation": 3, "model": 4}
+
+
+class Step(NamedTuple):
+    """Consecutive assets of one stage (asset group), in dependency order: one run of the stage's
+    job per partition of `kind` (none, all_relations, relation, model, model_relation)."""
+
+    kind: str
+    assets: tuple[str, ...]
+
+
+def partition_kind(partitions_def) -> str:
+    if partitions_def is None:
+        return "none"
+    if isinstance(partitions_def, MultiPartitionsDefinition):
+        return "model_relation"
+    return KIND_OF_PARTITIONS[partitions_def.name]
+
+
+def derive_steps(asset_graph, declared: Sequence[str]) -> tuple[list[Step], frozenset[str]]:
+    """The run order of `kcal demo`, from the asset graph: a topological order of every asset
+    outside the on-demand stages, cut into steps of consecutive assets of one stage. When a step
+    ends, the next starts with the ready asset of the fewest partitions (a kind that runs once
+    before one that runs per relation or model), cross-model assets last; ties go to the order of
+    `declared`. Cross-model assets are the unpartitioned ones that read a model's partitions: they
+    run after every model, one step each, and their failure is recorded like a model's. Returns
+    (steps, those)."""
+    nodes = {
+        key.to_user_string(): asset_graph.get(key)
+        for key in asset_graph.toposorted_asset_keys
+        if asset_graph.get(key).is_materializable and asset_graph.get(key).group_name not in ON_DEMAND
+    }
+    order = {name: i for i, name in enumerate(declared)}
+    kind = {name: partition_kind(node.partitions_def) for name, node in nodes.items()}
+    parents = {
+        name: {p.to_user_string() for p in node.parent_keys} & nodes.keys() for name, node in nodes.items()
+    }
+    cross_model = frozenset(
+        name
+        for name in nodes
+        if kind[name] == "none" and any(kind[p] in ("model", "model_relation") for p in parents[name])
+    )
+    steps: list[Step] = []
+    done: set[str] = set()
+    while len(done) < len(nodes):
+        ready = [n for n in nodes if n not in done and parents[n] <= done]
+        first = min(ready, key=lambda n: (n in cross_model, KIND_RANK[kind[n]], order[n]))
+        stage, assets = nodes[first].group_name, []
+        while stage_ready := [n for n in ready if nodes[n].group_name == stage]:
+            name = min(stage_ready, key=order.__getitem__)
+            assets.append(name)
+            done.add(name)
+            ready = [n for n in nodes if n not in done and parents[n] <= done]
+            if name in cross_model:  # each in a run of its own: one's failure leaves the other
+                break
+        steps.append(Step(kind[first], tuple(assets)))
+    return steps, cross_model
+
+
+def source_order(assets: Sequence[AssetsDefinition]) -> list[str]:
+    """Asset names in the order the code defines them: modules as the definitions load them, then
+    line by line, a multi-asset's outputs as it declares them (the order a reader expects in a step
+    and in its failure lines: metrics, metric_differences, curves, ...)."""
+    modules: dict[str, int] = {}
+    placed = []
+    for assets_def in assets:
+        fn = assets_def.op.compute_fn.decorated_fn
+        module = modules.setdefault(fn.__module__, len(modules))
+        for i, output in enumerate(assets_def.op.output_defs):
+            key = assets_def.keys_by_output_name[output.name].to_user_string()
+            placed.append(((module, fn.__code__.co_firstlineno, i), key))
+    return [key for _, key in sorted(placed)]
+
+
+ASSET_GRAPH = defs.resolve_asset_graph()
+STAGE_OF = {key.to_user_string(): a.group_names_by_key[key] for a in all_assets for key in a.keys}
+# The steps of kcal demo, and the assets that read every model (their failure is recorded like a
+# model's, never stops the run): derived from the asset graph, see derive_steps.
+STAGES, CROSS_MODEL = derive_steps(ASSET_GRAPH, source_order(all_assets))
+# The dimensions each asset's files are keyed by (facts: by relation, like the probe's).
+KIND_OF = {
+    key.to_user_string(): kind.replace("all_relations", "relation")
+    for key in ASSET_GRAPH.toposorted_asset_keys
+    for kind in [partition_kind(ASSET_GRAPH.get(key).partitions_def)]
+}
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What every step of one run_missing shares: the store, the run's models and relations, the
+    resources its settings make, the Dagster instance, whether done work is redone, and the log."""
+
+    home: Path
+    models: tuple[str, ...]
+    relations: tuple[str, ...]
+    resources: dict
+    instance: DagsterInstance
+    refresh: bool = False
+    log: Callable[[str], None] = print
 
 
 @dataclass(frozen=True)
@@ -98,25 +190,22 @@ def _one_line(error: BaseException, limit: int = 600) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _partitions(kind: str, models: Sequence[str], relations: Sequence[str]) -> list[tuple[str | None, dict]]:
+def _partitions(run: RunContext, kind: str) -> list[tuple[str | None, dict]]:
+    """(partition key, its dimensions) of each run of a step of `kind`: facts for every catalog
+    relation, the rest for the run's relations and models."""
     if kind == "none":
         return [(None, {})]
     if kind == "all_relations":
         return [(r, {"relation": r}) for r in relation_ids()]
     if kind == "relation":
-        return [(r, {"relation": r}) for r in relations]
+        return [(r, {"relation": r}) for r in run.relations]
     if kind == "model":
-        return [(m, {"model": m}) for m in models]
+        return [(m, {"model": m}) for m in run.models]
     return [
         (MultiPartitionKey({"model": m, "relation": r}), {"model": m, "relation": r})
-        for m in models
-        for r in relations
+        for m in run.models
+        for r in run.relations
     ]
-
-
-KIND_OF = {
-    asset: "relation" if kind == "all_relations" else kind for kind, names in STAGES for asset in names
-}
 
 
 def _upstream_files(home: Path, upstream: str, dims: dict) -> list[Path]:
@@ -196,12 +285,12 @@ def fail_abandoned_runs(instance: DagsterInstance) -> list[str]:
 def run_stage(
     instance: DagsterInstance, resources: dict, assets: Sequence[str], partition_key: str | None = None
 ) -> ExecuteInProcessResult:
-    """Materialize `assets` (of one stage) as a run of their named job (assets/jobs.py), tagged
+    """Materialize `assets` (of one stage) as a run of their stage's job (assets/jobs.py), tagged
     with the assets and this process, so the UI's runs list says what each CLI run did."""
     definitions = Definitions(
         assets=all_assets, asset_checks=ASSET_CHECKS, jobs=STAGE_JOBS, resources=resources
     )
-    job = definitions.resolve_job_def(job_of(assets[0]))
+    job = definitions.resolve_job_def(STAGE_OF[assets[0]])
     return job.execute_in_process(
         run_config=QUIET_LOGS,
         instance=instance,
@@ -219,17 +308,6 @@ def run_stage(
 def materialize_unpartitioned(home: Path, asset: str, settings: dict | None = None) -> None:
     """One unpartitioned asset (e.g. generated_templates, data_quality), whatever its state."""
     run_stage(get_instance(home), default_resources(home=str(home), **(settings or {})), [asset])
-
-
-def _blocked(summary: RunSummary, unloadable: dict[str, str], kind: str, model: str) -> str | None:
-    """Why a model's partition is not run: its model failed to load, or (for the per-model
-    summaries) some of its relation partitions failed, so they would summarise a partial model."""
-    if model in unloadable:
-        return unloadable[model]
-    failed = [f for f in summary.failed if f.model == model]
-    if kind == "model" and failed:
-        return f"not run: {len(failed)} partition(s) of this model failed"
-    return None
 
 
 def check_run(
@@ -266,76 +344,118 @@ def run_missing(
     models, relations = check_run(home, models, relations)
     resources = default_resources(home=str(home), **(settings or {}))
     instance = get_instance(home)
-    sync_model_partitions(home, instance)
-    sync_relation_partitions(home, instance, relations)
+    run = RunContext(Path(home), tuple(models), tuple(relations), resources, instance, refresh, log)
+    sync_model_partitions(run.home, instance)
+    sync_relation_partitions(run.home, instance, relations)
     for run_id in fail_abandoned_runs(instance):
         log(f"run {run_id} was left started by a killed kcal process: marked failed")
-    conversion = _convert_models_early(home, models, relations)
+    conversion = _convert_models_early(run)
     try:
-        return _run_stages(home, models, relations, resources, instance, refresh, log)
+        return _run_stages(run)
     finally:
         if conversion is not None and conversion.is_alive():  # a run that stopped before scoring
             conversion.terminate()
             conversion.join(timeout=30)
 
 
-def _convert_models_early(home: Path, models: Sequence[str], relations: Sequence[str]):
+def _convert_models_early(run: RunContext):
     """Convert the GGUF models that will score something while the dataset stages run (see
     convert_in_background); a model whose scores all exist is left alone."""
     entries = [
         entry
-        for entry in Registry(registry_path(home)).entries()
-        if entry.key in models
+        for entry in Registry(registry_path(run.home)).entries()
+        if entry.key in run.models
         and not all(
-            partition_path(home, "statement_scores", {"model": entry.key, "relation": r}).exists()
-            for r in relations
+            partition_path(run.home, "statement_scores", {"model": entry.key, "relation": r}).exists()
+            for r in run.relations
         )
     ]
-    return convert_in_background(entries, model_cache_dir(home))
+    return convert_in_background(entries, model_cache_dir(run.home))
 
 
-def _run_stages(
-    home: Path,
-    models: Sequence[str],
-    relations: Sequence[str],
-    resources: dict,
-    instance: DagsterInstance,
-    refresh: bool,
-    log: Callable[[str], None],
-) -> RunSummary:
+def _todo(run: RunContext, step: Step, dims: dict) -> list[str]:
+    """The step's assets to materialize for one partition: those not up to date, and within the
+    step everything downstream of them (its inputs are about to change), with the other outputs
+    of a multi-asset that cannot materialize part of itself."""
+    stale = {a for a in step.assets if run.refresh or not is_up_to_date(run.home, a, dims, run.resources)}
+    for asset in step.assets:  # in dependency order: a parent is decided before its children
+        node = ASSET_GRAPH.get(AssetKey(asset))
+        if any(parent.to_user_string() in stale for parent in node.parent_keys):
+            stale.add(asset)
+    for assets_def in all_assets:
+        names = {key.to_user_string() for key in assets_def.keys}
+        if not assets_def.can_subset and names & stale:
+            stale |= names & set(step.assets)
+    return [a for a in step.assets if a in stale]
+
+
+def _blocked(summary: RunSummary, unloadable: dict[str, str], kind: str, dims: dict) -> str | None:
+    """Why a model's partition is not run: its model failed to load, an earlier stage of the same
+    partition failed (estimation after its scoring), or (for the per-model summaries) some of its
+    relation partitions failed, so they would summarise a partial model."""
+    model = dims.get("model")
+    if model is None:
+        return None
+    if model in unloadable:
+        return unloadable[model]
+    failed = [f for f in summary.failed if f.model == model]
+    if kind == "model" and failed:
+        return f"not run: {len(failed)} partition(s) of this model failed"
+    if any(f.relation == dims.get("relation") for f in failed):
+        return "not run: an earlier stage of this partition failed"
+    return None
+
+
+def _record_not_run(summary: RunSummary, failure: Failure) -> None:
+    """A step not run joins the failure of an earlier step of the same partition, so each failed
+    partition is one line (its scoring and estimation, say), as when they were one run."""
+    for i, earlier in enumerate(summary.failed):
+        if (earlier.model, earlier.relation) == (failure.model, failure.relation):
+            summary.failed[i] = replace(earlier, assets=earlier.assets + failure.assets)
+            return
+    summary.failed.append(failure)
+
+
+def _run_stages(run: RunContext) -> RunSummary:
     summary = RunSummary()
     unloadable: dict[str, str] = {}  # model key -> why its remaining partitions are not run
-    for kind, stage_assets in STAGES:
-        for pkey, dims in _partitions(kind, models, relations):
+    for step in STAGES:
+        for pkey, dims in _partitions(run, step.kind):
             label = str(pkey) if pkey is not None else "-"
-            # Stage assets are in dependency order: from the first stale one on, all are recomputed.
-            done = [not refresh and is_up_to_date(home, a, dims, resources) for a in stage_assets]
-            first_missing = done.index(False) if False in done else len(done)
-            todo = list(stage_assets[first_missing:])
-            summary.skipped += [(a, label) for a in stage_assets[:first_missing]]
-            if not todo:
-                continue
-            model = dims.get("model")
-            if set(todo) <= CROSS_MODEL and not _upstream_files(home, "metrics", dims):
-                log(f"not materializing {', '.join(todo)}: no model has metrics")  # all failed
-                continue
-            if model is not None and (reason := _blocked(summary, unloadable, kind, model)):
-                summary.failed.append(Failure(tuple(todo), model, dims.get("relation"), reason))
-                continue
-            log(f"materializing {', '.join(todo)} [{label}]")
-            try:
-                run_stage(instance, resources, todo, pkey)
-            except Exception as error:
-                cross_model = set(todo) <= CROSS_MODEL
-                if (model is None and not cross_model) or _interrupted(error):  # dataset stages; Ctrl-C
-                    raise
-                # One model's failure (a broken folder, an OOM) fails that model's partitions only.
-                failure = Failure(tuple(todo), model, dims.get("relation"), _one_line(error))
-                summary.failed.append(failure)
-                log(f"failed: {failure}")
-                if isinstance(error, ModelLoadError):
-                    unloadable[model] = "not run: the model failed to load (see its first failure)"
-                continue
-            summary.materialized += [(a, label) for a in todo]
-    refresh_views(home)
+            todo = _todo(run, step, dims)
+            summary.skipped += [(a, label) for a in step.assets if a not in todo]
+            if todo:
+                _run_step(run, summary, unloadable, step, todo, pkey, dims)
+    refresh_views(run.home)
     return summary
+
+
+def _run_step(run, summary, unloadable, step: Step, todo: list[str], pkey, dims: dict) -> None:
+    """One run of `todo` (assets of `step`) for one partition, its failure recorded or raised."""
+    label = str(pkey) if pkey is not None else "-"
+    model = dims.get("model")
+    cross_model = set(todo) <= CROSS_MODEL
+    if cross_model:
+        reads = {p.to_user_string() for a in todo for p in ASSET_GRAPH.get(AssetKey(a)).parent_keys}
+        absent = sorted(p for p in reads if KIND_OF[p] in ("model", "model_relation"))
+        absent = [p for p in absent if not _upstream_files(run.home, p, dims)]
+        if absent:  # every model failed
+            run.log(f"not materializing {', '.join(todo)}: no model has {', '.join(absent)}")
+            return
+    if reason := _blocked(summary, unloadable, step.kind, dims):
+        _record_not_run(summary, Failure(tuple(todo), model, dims.get("relation"), reason))
+        return
+    run.log(f"materializing {', '.join(todo)} [{label}]")
+    try:
+        run_stage(run.instance, run.resources, todo, pkey)
+    except Exception as error:
+        if (model is None and not cross_model) or _interrupted(error):  # dataset stages; Ctrl-C
+            raise
+        # One model's failure (a broken folder, an OOM) fails that model's partitions only.
+        failure = Failure(tuple(todo), model, dims.get("relation"), _one_line(error))
+        summary.failed.append(failure)
+        run.log(f"failed: {failure}")
+        if isinstance(error, ModelLoadError):
+            unloadable[model] = "not run: the model failed to load (see its first failure)"
+        return
+    summary.materialized += [(a, label) for a in todo]

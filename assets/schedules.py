@@ -1,9 +1,9 @@
 """The nightly evaluation: off by default, for stores where the automation sensor is switched off.
 
 At 03:00 (UTC) it requests the `evaluation` job for each model whose estimates changed since its
-metrics were last materialized (new scores land as new estimates: the scoring job computes both),
-and nothing for a model whose evaluation is current. Turn it on in the UI (Automation → schedules)
-or with `dagster schedule start nightly_evaluation -w workspace.yaml`.
+metrics were last materialized (new scores land as new estimates: `kcal demo`, a backfill and the
+automation sensor compute both), and nothing for a model whose evaluation is current. Turn it on
+in the UI (Automation → schedules) or with `dagster schedule start nightly_evaluation -w workspace.yaml`.
 """
 
 from dagster import (
@@ -17,10 +17,7 @@ from dagster import (
     schedule,
 )
 
-from assets.jobs import STAGE_JOBS
 from assets.partitions import model_partitions, model_relation_partitions
-
-EVALUATION_JOB = next(job for job in STAGE_JOBS if job.name == "evaluation")
 
 
 def models_with_new_estimates(instance: DagsterInstance) -> list[str]:
@@ -38,7 +35,7 @@ def models_with_new_estimates(instance: DagsterInstance) -> list[str]:
 
 
 @schedule(
-    job=EVALUATION_JOB,
+    job_name="evaluation",  # the evaluation stage's job (assets/jobs.py)
     cron_schedule="0 3 * * *",
     execution_timezone="UTC",
     default_status=DefaultScheduleStatus.STOPPED,

@@ -1,4 +1,4 @@
-"""The scoring asset: log-likelihoods of every statement, per model × relation."""
+"""The scoring stage: log-likelihoods of every statement, per model × relation."""
 
 import polars as pl
 from dagster import AssetExecutionContext, asset

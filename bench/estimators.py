@@ -14,9 +14,9 @@ probe_instances with a 20 % dev split. Then, in one run, each in its own spawned
        (and per family), with its peak memory (tracemalloc peak of the Python heap, numpy buffers
        included; and the rise of the process's maximum resident set, getrusage ru_maxrss, which
        also counts polars' own allocations);
-  (ii) pandas: the same definitions (/work/notes/ESTIMATORS_SPEC.md, METHODS §2) written the way a
-       researcher would without the cube: groupby (instance, template) or instance, a loop over the
-       groups, numpy on each group. Nothing here calls kcal's estimators.
+  (ii) pandas: the same definitions (METHODS.md §2) written the way a researcher would without
+       the cube: groupby (instance, template) or instance, a loop over the groups, numpy on each
+       group. Nothing here calls kcal's estimators.
 
 It checks that both give the same rows and numbers (join on model, relation, instance, template,
 estimator, reduction; predicted_index, predicted_id and correct equal; |Δ confidence| ≤ 1e-9, +inf

@@ -46,7 +46,7 @@ import polars as pl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `bench` and kcal from this checkout
 from bench.estimators import counted_warnings, in_process, make_dataset, maxrss, mib
-from kcal_pipeline.evaluation.scopes import TEMPLATE_KINDS
+from kcal_pipeline.evaluation.scopes import TEMPLATE_KIND_GROUPS
 
 TOLERANCE = 1e-9
 TARGET = 30.0
@@ -236,7 +236,7 @@ FIXED_TAU = 0.5
 DEGENERATE = 0.95
 TOP_OBJECTS = 5
 MIXTURES = ((1,), (1, 2), (1, 2, 4), (1, 2, 4, 6))
-KIND_GROUPS = TEMPLATE_KINDS  # the breakdown's grouping of template kinds: data, not a definition
+KIND_GROUPS = TEMPLATE_KIND_GROUPS  # the breakdown's grouping of template kinds: data, not a definition
 DIFFERENCED = ("accuracy", "ace", "brier", "auroc", "aurc")  # the paired differences' metrics
 BOOTSTRAPPED = (*DIFFERENCED, "confidence_gap")  # the metrics table's intervals
 LEVEL = 0.95  # the intervals' level

@@ -68,7 +68,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # kcal_pipeline and tests.scoring.tiny_mlm from this checkout
+sys.path.insert(0, str(REPO))  # kcal_pipeline and bench._data from this checkout
 
 import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
@@ -1251,13 +1251,12 @@ def config_summary(runs: list[DtypeRun]) -> None:
 def mlm_section(args, frame: pl.DataFrame, workdir: Path) -> None:
     print()
     print(
-        "MLM: kcal score_mlm vs lm-pub-quiz MaskedLMEvaluator, "
-        "tiny BERT built from a config (tests/tiny_mlm.py)"
+        "MLM: kcal score_mlm vs lm-pub-quiz MaskedLMEvaluator, tiny BERT built from a config (bench/_data.py)"
     )
     try:
+        from bench._data import build_tiny_mlm
         from kcal_pipeline.scoring.mlm import score_mlm
         from kcal_pipeline.scoring.models import ModelEntry, load_model
-        from tests.scoring.tiny_mlm import build_tiny_mlm
 
         folder = build_tiny_mlm(workdir / "tiny-bert")
         loaded = load_model(

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The README's two commands as a new user meets them: clone this repository's HEAD into a temporary
 # folder with ../shared beside it, run `make test` and then `make demo` there under /usr/bin/time,
-# and print each wall time, the pytest summary line and the demo's scoring rates. The README's
-# timing lines come from this script's output.
+# and print each wall time, the pytest summary line and the demo's scoring rates. The timing
+# lines of docs/benchmarks.md come from this script's output.
 #   scripts/fresh-clone-check.sh            # both commands
 #   scripts/fresh-clone-check.sh test       # only `make test` (or: demo)
 #   KEEP=1 scripts/fresh-clone-check.sh     # keep the clone (its path is printed)

@@ -51,6 +51,7 @@ GROUPS = {
         "matplotlib.backends.backend_agg",
         "matplotlib.backends.backend_svg",
         "kcal_pipeline.reporting.pages",
+        "kcal_pipeline.reporting.cross_model",
         "pandas",
         "pytest",
         "xdist",

@@ -1,4 +1,5 @@
-"""The README's recipes for a new estimator and a new metric run as written and do what they say."""
+"""The recipes for a new estimator and a new metric (docs/architecture.md, linked from the README) run as
+written and do what they say."""
 
 import re
 from pathlib import Path
@@ -15,12 +16,12 @@ from kcal_pipeline.evaluation import METRICS, compute_metrics
 from kcal_pipeline.evaluation.registry import register as register_metric
 from kcal_pipeline.evaluation.segments import Segments
 
-README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+RECIPES = (Path(__file__).resolve().parents[1] / "docs" / "architecture.md").read_text("utf-8")
 
 
 def recipe(title: str) -> str:
     """The first python block after the bold recipe title."""
-    after = README[README.index(f"**{title}**") :]
+    after = RECIPES[RECIPES.index(f"**{title}**") :]
     return re.search(r"```python\n(.*?)```", after, re.S).group(1)
 
 

@@ -1,2 +1,2 @@
-"""Stage 1, dataset construction: the relation catalog and templates, sources of facts, probe instances
-and statements."""
+"""Dataset construction, for the dataset, facts, probe and paraphrases stages: the relation catalog
+and templates, sources of facts, probe instances and statements."""

@@ -31,8 +31,9 @@ SWEEP_RELATIONS = 2  # relations with the full 25-option space, cut to k = 5, 10
 CONTEXT_INSTANCES = 100  # per relation; 25 % dev = 25 dev instances behind each fitted threshold
 MACE_INSTANCES = 120  # per MACE domain (a quarter per gold count); 25 % dev = 30
 # Embedded relations whose relation-wide answer space (25 options) is smaller than their distinct
-# objects (P37 106, P38 144), so unprobed subjects can demonstrate (README "Context"); 193 and 197
-# subjects. P36 would qualify too, but its 60-option one-to-one space costs 2.4x the statements.
+# objects (P37 106, P38 144), so unprobed subjects can demonstrate (docs/experiments.md "Context");
+# 193 and 197 subjects. P36 would qualify too, but its 60-option one-to-one space costs 2.4x the
+# statements.
 CONTEXT_RELATIONS = ("P37", "P38")
 SWEEP_SPACE = 25
 

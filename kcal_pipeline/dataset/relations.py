@@ -16,6 +16,7 @@ from importlib import resources
 from pathlib import Path
 
 from kcal_pipeline.core.keys import check_pid, check_qid, check_relation_id
+from kcal_pipeline.core.paths import kcal_home
 from kcal_pipeline.dataset.templates import (
     MARKER_VARIANTS,
     OBJECT_SLOT,
@@ -254,8 +255,6 @@ def merge_catalogs(parts: list[tuple[dict, str]]) -> dict[str, RelationSpec]:
 
 def _imported_catalogs() -> list[Path]:
     """Catalogs of datasets imported into KCAL_HOME (e.g. `kcal dataset import-bear`)."""
-    from kcal_pipeline.core.paths import kcal_home
-
     return sorted((kcal_home() / "datasets").glob("*/catalog.toml"))
 
 

@@ -1,4 +1,4 @@
-"""Stage 4, confidence estimation: the option-score cube and the estimator registry (one family per module).
+"""The estimation stage: the option-score cube and the estimator registry (one family per module).
 
 Importing the package registers every family, so `ESTIMATORS` is complete wherever it is read.
 """

@@ -30,6 +30,8 @@ PAPER = "Kissling et al."
 # paraphrases; more than that is unusual.
 MAX_VOTE_K = 12
 CONFIDENCES = ("average", "consistency")
+# The vote shown as the aggregation family's one line (Kissling et al. read five paraphrases).
+FAMILY_LINE_VOTE = "vote5"
 NO_PARAPHRASES = "no paraphrase templates (curated or generated)"
 
 
@@ -156,6 +158,7 @@ def _register(name: str, label: str, choose: Chooser, needs_templates: int, docs
             reductions=ALL_REDUCTIONS,
             requires=_needs_paraphrases(needs_templates),
             paper=PAPER,
+            family_line=name == FAMILY_LINE_VOTE and kind == CONFIDENCES[0],
         )(estimate)
 
 

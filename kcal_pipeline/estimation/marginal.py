@@ -13,7 +13,7 @@ import polars as pl
 
 from kcal_pipeline.estimation.aggregation import NO_PARAPHRASES
 from kcal_pipeline.estimation.cube import ALL_REDUCTIONS, OptionScoreCube
-from kcal_pipeline.estimation.probabilities import template_marginal as marginal_probabilities
+from kcal_pipeline.estimation.probabilities import marginal_option_probabilities
 from kcal_pipeline.estimation.registry import ESTIMATORS, Estimate, register
 
 NAME = "template_marginal"
@@ -47,10 +47,12 @@ def _has_paraphrases(cube: OptionScoreCube, reduction: str) -> str | None:
     reductions=ALL_REDUCTIONS,
     requires=_has_paraphrases,
     paper="Tinner 2024",
+    main=True,
+    family_line=True,
 )
 def template_marginal(cube: OptionScoreCube, reduction: str) -> Estimate:
     """ŷ = argmax_o P(o | r, s) (ties to the lowest option index), C = max_o P(o | r, s)."""
-    marginal, present = marginal_probabilities(cube, reduction)
+    marginal, present = marginal_option_probabilities(cube, reduction)
     predicted = marginal.argmax(axis=1)
     return Estimate(predicted, marginal[np.arange(len(predicted)), predicted], rows=present)
 
@@ -67,7 +69,7 @@ def option_estimates(cubes: OptionScoreCube | Iterable[OptionScoreCube]) -> pl.D
         for reduction in spec.reductions:
             if spec.missing_inputs(cube, reduction):
                 continue
-            marginal, _ = marginal_probabilities(cube, reduction)
+            marginal, _ = marginal_option_probabilities(cube, reduction)
             frames.append(
                 pl.DataFrame(
                     {

@@ -144,11 +144,15 @@ def require_answer_conditional_and_dev(cube: OptionScoreCube, reduction: str) ->
 
 
 def _register() -> None:
-    common = dict(family=FAMILY, grain="instance", reductions=(REDUCTION,), paper=PAPER)
-    for name, label in (("sca", "SCA"), ("snca", "SNCA"), ("sfca", "SFCA")):
-        register(f"{name}_tau0", label=f"{label} (τ = 0)", requires=require_answer_conditional, **common)(
-            _at_zero(name)
-        )
+    common = dict(family=FAMILY, grain="instance", reductions=(REDUCTION,), paper=PAPER, main=True)
+    for k, (name, label) in enumerate((("sca", "SCA"), ("snca", "SNCA"), ("sfca", "SFCA"))):
+        register(
+            f"{name}_tau0",
+            label=f"{label} (τ = 0)",
+            requires=require_answer_conditional,
+            family_line=k == 0,
+            **common,
+        )(_at_zero(name))
         register(
             f"{name}_tuned", label=f"{label} (τ tuned)", requires=require_answer_conditional_and_dev, **common
         )(_tuned(name))

@@ -37,7 +37,7 @@ def top_two_gap(p: np.ndarray) -> np.ndarray:
     return first - second
 
 
-def template_marginal(
+def marginal_option_probabilities(
     cube: OptionScoreCube, reduction: str, temperature: float | np.ndarray = 1.0
 ) -> tuple[np.ndarray, np.ndarray]:
     """(P [I, O], present [I]): P(o | r, s) = (1/T_i) Σ_t p_t(o) over the paraphrase templates an

@@ -37,8 +37,8 @@ import numpy as np
 from kcal_pipeline.estimation.cube import ALL_REDUCTIONS, OptionScoreCube
 from kcal_pipeline.estimation.fitting import GoldMassRows, expit, fit_isotonic, fit_platt, fit_temperatures
 from kcal_pipeline.estimation.probabilities import (
+    marginal_option_probabilities,
     option_probabilities,
-    template_marginal,
     top_option,
     top_two_gap,
 )
@@ -84,12 +84,12 @@ def _margin(cube: OptionScoreCube, reduction: str, temperature: float | np.ndarr
 def _template_marginal(cube: OptionScoreCube, reduction: str, temperature: float | np.ndarray = 1.0):
     """ŷ = argmax of the plain marginal; C = the scaled marginal's mass on ŷ (the argmax of a mean
     of tempered softmaxes can move with T; keeping ŷ keeps accuracy out of the comparison)."""
-    plain, present = template_marginal(cube, reduction)
+    plain, present = marginal_option_probabilities(cube, reduction)
     predicted = plain.argmax(axis=-1)
     if np.ndim(temperature) == 0 and temperature == 1.0:
         scaled = plain
     else:
-        scaled, _ = template_marginal(cube, reduction, np.asarray(temperature)[:, None, None])
+        scaled, _ = marginal_option_probabilities(cube, reduction, np.asarray(temperature)[:, None, None])
     return predicted, scaled[np.arange(len(predicted)), predicted], present
 
 
@@ -322,6 +322,8 @@ def _register() -> None:
                 reductions=ALL_REDUCTIONS,
                 requires=_has_dev,
                 paper=paper,
+                main=True,
+                family_line=underlying is UNDERLYING[0] and method == "temperature",
             )(fn)
 
 

@@ -47,6 +47,21 @@ EstimatorFn = Callable[[OptionScoreCube, str], Estimate]
 # for a vote, a dev split to fit on): the reason it cannot run, or None.
 Requirement = Callable[[OptionScoreCube, str], "str | None"]
 LL_PLACEHOLDER = "{ll}"  # in `needs`: the reduction's own column, e.g. "{ll}_masked" → ll_sum_masked
+# The seed's estimator: every other estimator's paired difference is taken against it, and the
+# leaderboard's accuracy is its. The one spec registered with baseline=True carries this name.
+BASELINE = "base"
+# Estimator families in the order reports show them: the families of the main estimators (the
+# seeds' estimators) first. A family not listed here comes last.
+FAMILY_ORDER = (
+    "single_template",
+    "template_marginal",
+    "recalibration",
+    "multi_answer",
+    "aggregation",
+    "markers",
+    "selective_lama",
+    "null_model",
+)
 
 
 @dataclass(frozen=True)
@@ -67,6 +82,13 @@ class EstimatorSpec:
     in_summary: bool = False
     paper: str = ""
     requires: Requirement | None = None
+    # Report flags (the estimator_catalog table; SQL reports and pages select by them, never by name):
+    # `main`: one of the main estimators (reliability panels, `kcal sql --query intervals`);
+    # `baseline`: the estimator every other is compared with (BASELINE);
+    # `family_line`: its family's one line in a figure of one line per family (option-count sweep).
+    main: bool = False
+    baseline: bool = False
+    family_line: bool = False
 
     def columns(self, reduction: str) -> list[str]:
         """The score columns this estimator reads under `reduction`."""
@@ -96,10 +118,24 @@ def register(name: str, *, label: str, family: str, **spec: object) -> Callable[
         unknown = [r for r in spec.get("reductions", ()) if r not in REDUCTIONS]
         if unknown:
             raise ValueError(f"estimator {name!r}: unknown reduction(s) {unknown}; known: {list(REDUCTIONS)}")
+        if bool(spec.get("baseline")) != (name == BASELINE):
+            raise ValueError(
+                f"estimator {name!r}: baseline=True goes with the name {BASELINE!r} and only with it"
+            )
         ESTIMATORS[name] = EstimatorSpec(name=name, label=label, family=family, fn=fn, **spec)
         return fn
 
     return add
+
+
+def family_rank(family: str) -> int:
+    """A family's place in FAMILY_ORDER (a family it does not list comes last)."""
+    return FAMILY_ORDER.index(family) if family in FAMILY_ORDER else len(FAMILY_ORDER)
+
+
+def main_estimator_specs() -> list[EstimatorSpec]:
+    """The main estimators family by family (FAMILY_ORDER), in registry order within a family."""
+    return sorted((s for s in ESTIMATORS.values() if s.main), key=lambda s: family_rank(s.family))
 
 
 def summary_estimators() -> list[EstimatorSpec]:

@@ -11,18 +11,21 @@ import numpy as np
 
 from kcal_pipeline.estimation.cube import ALL_REDUCTIONS, OptionScoreCube
 from kcal_pipeline.estimation.probabilities import option_probabilities, top_option, top_two_gap
-from kcal_pipeline.estimation.registry import Estimate, register
+from kcal_pipeline.estimation.registry import BASELINE, Estimate, register
 
 SEED_PAPERS = "Kissling et al.; Tinner 2024"
 # "sum" first: the report's summary reads an estimator's first reduction (reporting/html.py).
 
 
 @register(
-    "base",
+    BASELINE,
     label="Base",
     family="single_template",
     reductions=ALL_REDUCTIONS,
     in_summary=True,
+    main=True,
+    baseline=True,
+    family_line=True,
     paper=SEED_PAPERS,
 )
 def base(cube: OptionScoreCube, reduction: str) -> Estimate:
@@ -38,6 +41,7 @@ def base(cube: OptionScoreCube, reduction: str) -> Estimate:
     family="single_template",
     reductions=ALL_REDUCTIONS,
     in_summary=True,
+    main=True,
     paper=SEED_PAPERS,
 )
 def margin(cube: OptionScoreCube, reduction: str) -> Estimate:
@@ -52,6 +56,7 @@ def margin(cube: OptionScoreCube, reduction: str) -> Estimate:
     label="Entropy",
     family="single_template",
     reductions=ALL_REDUCTIONS,
+    main=True,
     paper="Shannon entropy normalised by log|O| (METHODS §2)",
 )
 def entropy(cube: OptionScoreCube, reduction: str) -> Estimate:

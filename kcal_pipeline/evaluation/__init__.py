@@ -1,5 +1,6 @@
-"""Stage 5, evaluation: the metric registry (one family per module), breakdowns, bootstrap
-intervals, curves and the consistency of decisions; `tables` builds what the assets write.
+"""The evaluation stage (and cross_model's family comparison): the metric registry (one family per
+module), breakdowns, bootstrap intervals, curves and the consistency of decisions; `tables` builds
+what the assets write.
 
 Importing the package registers every family in a fixed order (accuracy, calibration,
 selective, decisions, bias), so `METRICS` is complete and ordered wherever it is read.

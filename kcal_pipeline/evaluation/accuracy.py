@@ -34,6 +34,8 @@ def _accuracy_macro_batched(frame: pl.DataFrame, count: int) -> np.ndarray:
     higher_is_better=True,
     in_summary=True,
     batched=_accuracy_batched,
+    role="correctness",
+    headline=True,
 )
 def accuracy(c: np.ndarray, y: np.ndarray) -> float:
     """Share of correct predictions (micro-average over the instances in scope); confidence unused,

@@ -131,6 +131,8 @@ def _brier_batched(seg: Segments) -> np.ndarray:
     higher_is_better=False,
     in_summary=True,
     batched=_ace_batched,
+    role="calibration",
+    headline=True,
 )
 def ace(c: np.ndarray, y: np.ndarray) -> float:
     """Adaptive calibration error (Nixon et al.): mean over the NON-EMPTY quantile bins of |acc_b − conf_b|.
@@ -163,6 +165,8 @@ def ece(c: np.ndarray, y: np.ndarray) -> float:
     higher_is_better=False,
     in_summary=True,
     batched=_brier_batched,
+    role="proper_score",
+    headline=True,
 )
 def brier(c: np.ndarray, y: np.ndarray) -> float:
     """Mean (C − 1[correct])²; 0.25 is what always answering 0.5 scores."""
@@ -404,6 +408,7 @@ def _mean_confidence_batched(seg: Segments) -> np.ndarray:
     needs="probability",
     higher_is_better=None,
     batched=_mean_confidence_batched,
+    role="confidence_level",
 )
 def mean_confidence(c: np.ndarray, y: np.ndarray) -> float:
     """Mean C: what the estimator claims on average, read beside the accuracy (above it:

@@ -127,6 +127,11 @@ class MetricSpec:
     # Where every defined value lies (NaN = undefined is allowed): the metrics asset's blocking
     # check refuses a table with a value outside it, which only a bug can produce.
     value_range: tuple[float, float] = (0.0, 1.0)
+    # Report flags (the metric_catalog table; SQL reports and pages select by them, never by name):
+    # `role`: the part the metric plays in the reports (one of REPORT_ROLES, held by one metric);
+    # `headline`: a column of the headline comparisons (estimator_comparison, families).
+    role: str | None = None
+    headline: bool = False
 
     @property
     def tuned(self) -> bool:
@@ -182,6 +187,11 @@ def option_codes(metric: str, n: int, instance, option) -> tuple[np.ndarray, np.
 
 
 METRICS: dict[str, MetricSpec] = {}
+# The roles a metric can play in the reports, in the order of their columns there (metric_catalog's
+# report_order): the accuracy a report leads with, the calibration error it ranks estimators by,
+# the proper score, the ranking quality, the risk–coverage area, and the mean confidence read
+# against the accuracy.
+REPORT_ROLES = ("correctness", "calibration", "proper_score", "ranking", "risk_coverage", "confidence_level")
 
 
 def register(
@@ -196,10 +206,14 @@ def register(
     threshold: float | TuningRule | None = None,
     batched: Callable[..., np.ndarray] | None = None,
     value_range: tuple[float, float] = (0.0, 1.0),
-) -> Callable[[MetricFn], MetricSpec]:
-    """Add a metric; a second one under the same name is a bug, not an override."""
+    role: str | None = None,
+    headline: bool = False,
+) -> Callable[[MetricFn], MetricFn]:
+    """Add a metric; a second one under the same name is a bug, not an override. Returns the
+    function unchanged, as the estimator registry does; METRICS[name] is the spec, whose call
+    validates the inputs."""
 
-    def add(fn: MetricFn) -> MetricSpec:
+    def add(fn: MetricFn) -> MetricFn:
         if name in METRICS:
             raise ValueError(f"metric {name!r} is already registered")
         if needs not in ("probability", "any"):
@@ -214,6 +228,11 @@ def register(
             )
         if batched is None:
             raise ValueError(f"metric {name!r}: needs a batched implementation (evaluation/segments.py)")
+        if role is not None and role not in REPORT_ROLES:
+            raise ValueError(f"metric {name!r}: role must be one of {list(REPORT_ROLES)}, got {role!r}")
+        taken = [m.name for m in METRICS.values() if role is not None and m.role == role]
+        if taken:
+            raise ValueError(f"metric {name!r}: role {role!r} is already {taken[0]!r}'s")
         spec = MetricSpec(
             name,
             label,
@@ -226,11 +245,21 @@ def register(
             threshold,
             batched,
             value_range,
+            role,
+            headline,
         )
         METRICS[name] = spec
-        return spec
+        return fn
 
     return add
+
+
+def metric_for(role: str) -> str:
+    """The name of the metric that plays `role` (REPORT_ROLES) in the reports."""
+    for m in METRICS.values():
+        if m.role == role:
+            return m.name
+    raise ValueError(f"no metric has the report role {role!r}; roles: {list(REPORT_ROLES)}")
 
 
 def summary_metrics() -> list[MetricSpec]:

@@ -11,7 +11,7 @@ The attributes a scope splits on live in other tables; `attach_attributes` joins
 | domain         | relations.domain (closed_set, mace)      | relation_id                 |
 | n_gold         | probe_instances.n_gold (= len(gold_ids)) | relation_id, instance_id    |
 | n_options      | probe_instances.n_options                | relation_id, instance_id    |
-| template_kind  | templates.kind, grouped (TEMPLATE_KINDS) | relation_id, template_id    |
+| template_kind  | templates.kind, grouped (TEMPLATE_KIND_GROUPS) | relation_id, template_id    |
 | bear_domain    | relations.bear_domains (a list)          | relation_id                 |
 
 BEAR's topic domains (Geographic, Biographical, …; relation_info.json) are several per relation:
@@ -63,7 +63,7 @@ MACE_MIXTURES = ((1,), (1, 2), (1, 2, 4), (1, 2, 4, 6))
 MACE_DOMAIN = "mace"
 # templates.kind → the template kind a breakdown reports; model-written paraphrases are "generated"
 # in the templates table, the kinds of marker are one "marker" kind. Dict order = report order.
-TEMPLATE_KINDS = {
+TEMPLATE_KIND_GROUPS = {
     "curated": "curated",
     "question": "question",
     "generated": "paraphrase",
@@ -127,14 +127,16 @@ def attach_attributes(
     if templates is not None:
         if "template_id" not in out.columns:
             raise ValueError(f"estimates: missing column 'template_id' (have {out.columns})")
-        unknown = templates.filter(~pl.col("kind").is_in(list(TEMPLATE_KINDS)))
+        unknown = templates.filter(~pl.col("kind").is_in(list(TEMPLATE_KIND_GROUPS)))
         if not unknown.is_empty():
             row = unknown.row(0, named=True)
             raise ValueError(
                 f"templates: template {row['template_id']!r} has kind {row['kind']!r}, "
-                f"not one of {list(TEMPLATE_KINDS)}"
+                f"not one of {list(TEMPLATE_KIND_GROUPS)}"
             )
-        kinds = templates.with_columns(pl.col("kind").replace_strict(TEMPLATE_KINDS, return_dtype=pl.String))
+        kinds = templates.with_columns(
+            pl.col("kind").replace_strict(TEMPLATE_KIND_GROUPS, return_dtype=pl.String)
+        )
         out = _join(out, kinds, ["relation_id", "template_id"], {"kind": "template_kind"}, "templates")
     return out
 
@@ -164,7 +166,7 @@ def _join(frame: pl.DataFrame, table: pl.DataFrame, on: list[str], columns: dict
 
 def breakdown_scopes(frame: pl.DataFrame, scopes: Sequence[str] | None = None) -> Iterator[ScopeRows]:
     """Every breakdown of the frame's rows, scope by scope in SCOPES order, values ascending
-    (template kinds in TEMPLATE_KINDS order, mixtures in MACE_MIXTURES order).
+    (template kinds in TEMPLATE_KIND_GROUPS order, mixtures in MACE_MIXTURES order).
 
     Call it on one metrics group (one model, estimator, reduction, split and answer space): scopes
     never pool what the group keys keep apart. `scopes=None` yields every scope whose column the
@@ -186,7 +188,7 @@ def breakdown_scopes(frame: pl.DataFrame, scopes: Sequence[str] | None = None) -
         elif scope == "mixture_domain":
             yield from _mixture_domains(frame)
         elif scope == "template_kind":
-            order = {kind: i for i, kind in enumerate(dict.fromkeys(TEMPLATE_KINDS.values()))}
+            order = {kind: i for i, kind in enumerate(dict.fromkeys(TEMPLATE_KIND_GROUPS.values()))}
             groups = _groups(frame, "template_kind")
             for value, rows in sorted(groups, key=lambda g: order.get(g[0], len(order))):
                 yield ScopeRows(scope, str(value), rows)
@@ -218,7 +220,7 @@ def breakdown_members(frame: pl.DataFrame, group: str, scopes: Sequence[str] | N
                 parts.append(one.with_columns(value_rank=pl.col("scope_value").rank("dense").cast(pl.Int64)))
                 continue
             if scope == "template_kind":  # report order, then any other kind by name
-                order = {kind: i for i, kind in enumerate(dict.fromkeys(TEMPLATE_KINDS.values()))}
+                order = {kind: i for i, kind in enumerate(dict.fromkeys(TEMPLATE_KIND_GROUPS.values()))}
                 lookup = pl.DataFrame({"value": list(order), "rank": list(order.values())})
                 known = value.to_frame("value").join(lookup, on="value", how="left", maintain_order="left")
                 value_rank = known["rank"].fill_null(len(order) + value.rank("dense").cast(pl.Int64))

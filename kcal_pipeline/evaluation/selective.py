@@ -46,7 +46,14 @@ def _prr_batched(seg: Segments) -> np.ndarray:
 
 
 @register(
-    "auroc", label="AUROC", family="selective", needs="any", higher_is_better=True, batched=_auroc_batched
+    "auroc",
+    label="AUROC",
+    family="selective",
+    needs="any",
+    higher_is_better=True,
+    batched=_auroc_batched,
+    role="ranking",
+    headline=True,
 )
 def auroc(c: np.ndarray, y: np.ndarray) -> float:
     """P(C_correct > C_wrong) + ½·P(tie) (Mann–Whitney U via average ranks); NaN with one class only."""
@@ -61,7 +68,14 @@ def auroc(c: np.ndarray, y: np.ndarray) -> float:
 
 
 @register(
-    "aurc", label="AURC", family="selective", needs="any", higher_is_better=False, batched=_aurc_batched
+    "aurc",
+    label="AURC",
+    family="selective",
+    needs="any",
+    higher_is_better=False,
+    batched=_aurc_batched,
+    role="risk_coverage",
+    headline=True,
 )
 def aurc(c: np.ndarray, y: np.ndarray) -> float:
     """Area under risk–coverage: mean over k=1..N of the error rate among the k most confident.

@@ -7,6 +7,7 @@ from __future__ import annotations
 import polars as pl
 
 from kcal_pipeline.estimation.registry import (
+    BASELINE,  # defined with the registry; kept importable here (findings, assets read it from here)
     ESTIMATORS,
     FULL_ANSWER_SPACE,
     HEADLINE_SPLIT,
@@ -36,7 +37,6 @@ from kcal_pipeline.evaluation.registry import (
 )
 from kcal_pipeline.evaluation.scopes import attach_attributes
 
-BASELINE = "base"  # every other estimator's paired difference is taken against Base
 # Bootstrap intervals and paired differences are resampled on the full answer spaces only: the
 # option-count sweep's uncertainty is its spread over draws (options_sweep), and resampling each
 # (k, draw) as well would multiply the stage's main cost by their number (a 5 k × 3 draws sweep:
@@ -114,8 +114,9 @@ def _containing(value: str) -> list[pl.Expr]:
 
 def _template_kind_pairs(estimates: pl.DataFrame, templates: pl.DataFrame) -> list[tuple[str, pl.DataFrame]]:
     """(kind, its (instance, template) pairs as rows, instance_id = "instance|template") per template
-    kind, in TEMPLATE_KINDS order of appearance. Template-grain estimates only; templates the table
-    does not list (generated paraphrases, read from their own table) are left out."""
+    kind, in scopes.TEMPLATE_KIND_GROUPS order of appearance. Template-grain estimates only;
+    templates the table does not list (generated paraphrases, read from their own table) are left
+    out."""
     per_template = estimates.filter(pl.col("template_id").is_not_null()).join(
         templates.select("relation_id", "template_id"), on=["relation_id", "template_id"], how="semi"
     )

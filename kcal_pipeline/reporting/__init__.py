@@ -1,1 +1,2 @@
-"""Stage 6, reporting: summary tables and the HTML report."""
+"""Reporting: summary tables and the HTML pages, written by the evaluation stage (each model's
+report) and the cross_model stage (the leaderboard)."""

@@ -12,7 +12,7 @@ import polars as pl
 from kcal_pipeline.core.frames import require_columns
 
 
-def estimator_coverage(status: pl.DataFrame) -> list[str]:
+def estimator_coverage_lines(status: pl.DataFrame) -> list[str]:
     """Lines for a terminal: how many estimators ran per family, then one line per skip reason
     naming the estimators (and the relations) it kept out. An estimator counts as run when it ran
     under some reduction on some relation."""

@@ -1,4 +1,5 @@
-"""Scoring statements with language models: per-token log-probabilities, token roles, reductions.
+"""The scoring stage: statements scored by language models (per-token log-probabilities, token
+roles, reductions).
 
 engine.score_statements is the entry point (it picks the scorer by model kind); clm (plain causal
 LM), prefix (prefix-packed causal LM, the fast path), mlm (pseudo-log-likelihood), stochastic

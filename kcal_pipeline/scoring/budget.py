@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from kcal_pipeline.scoring.models.loading import LoadedModel
+    from kcal_pipeline.scoring.loaded_model import LoadedModel
 
 POSITIONS_PER_STATEMENT = 32  # a CPU budget is batch_size × this (32 → 1,024 positions)
 GPU_START_POSITIONS = 4096

@@ -26,7 +26,7 @@ from kcal_pipeline.scoring.budget import budget_for
 from kcal_pipeline.scoring.precision import matmul_precision
 
 if TYPE_CHECKING:
-    from kcal_pipeline.scoring.models.loading import LoadedModel
+    from kcal_pipeline.scoring.loaded_model import LoadedModel
 
 ROLE_TEMPLATE, ROLE_SUBJECT, ROLE_OBJECT = 0, 1, 2
 # A token of the context a statement is conditioned on: in the input, in no reduction (module doc).

@@ -39,7 +39,7 @@ from kcal_pipeline.scoring.subject_mask import CONTEXT_COLUMN, context_ends_of, 
 from kcal_pipeline.scoring.subject_mask import SCHEMA as MASKED_SCHEMA
 
 if TYPE_CHECKING:
-    from kcal_pipeline.scoring.models.loading import LoadedModel
+    from kcal_pipeline.scoring.loaded_model import LoadedModel
 
 # Bump when a change to any scorer changes scores: it is part of every scoring fingerprint.
 SCORER_VERSION = "4"  # 4: float32 cascaded normaliser, tiny packed calls padded (~1e-6); 3: MLM subject masks

@@ -64,7 +64,7 @@ from kcal_pipeline.scoring.clm import (
 from kcal_pipeline.scoring.precision import matmul_precision
 
 if TYPE_CHECKING:
-    from kcal_pipeline.scoring.models.loading import LoadedModel
+    from kcal_pipeline.scoring.loaded_model import LoadedModel
 
 VARIANTS = MLM_VARIANTS
 

@@ -7,7 +7,7 @@ reference, printed, and part of the scoring fingerprint). Measured on this proje
 is slower than the torch engine (llama.cpp has no tiled GEMM for Q4_1 on x86; bench/README.md), so
 it is for GGUF models and CPUs where llama.cpp's kernels win, never the default. It is chosen
 per model in models.toml (`engine = "llama.cpp"`), never silently, and needs the optional package
-`llama-cpp-python` (`make llama-cpp`: built from the registry's source package; see README).
+`llama-cpp-python` (`make llama-cpp`: built from the registry's source package; see docs/scoring.md).
 
 Prefix sharing is the packed path's trie (prefix.py), expressed in llama.cpp's own terms: every
 distinct token sequence of a call is one llama.cpp *sequence id*, and a trie node's token carries
@@ -43,7 +43,7 @@ from kcal_pipeline.scoring.clm import (
 from kcal_pipeline.scoring.prefix import _PROBE, pack_rows, score_distinct
 
 if TYPE_CHECKING:
-    from kcal_pipeline.scoring.models.loading import LoadedModel
+    from kcal_pipeline.scoring.loaded_model import LoadedModel
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from kcal_pipeline.scoring.checkpoints import discard, score_in_chunks
 
 if TYPE_CHECKING:
     from kcal_pipeline.core.options import ScoringOptions
-    from kcal_pipeline.scoring.models.loading import LoadedModel
+    from kcal_pipeline.scoring.loaded_model import LoadedModel
 
 TABLE = "statement_scores"
 # Statement columns repeated in the scores so estimators and SQL need no join.

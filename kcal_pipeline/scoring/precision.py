@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import torch
 
 if TYPE_CHECKING:
-    from kcal_pipeline.scoring.models.loading import LoadedModel
+    from kcal_pipeline.scoring.loaded_model import LoadedModel
 
 
 def tf32_applies(loaded: LoadedModel) -> bool:

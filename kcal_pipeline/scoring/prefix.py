@@ -65,10 +65,11 @@ from kcal_pipeline.scoring.clm import (
     log_normaliser,
     roles_of,
 )
+from kcal_pipeline.scoring.loaded_model import loaded_through
 from kcal_pipeline.scoring.precision import matmul_precision
 
 if TYPE_CHECKING:
-    from kcal_pipeline.scoring.models.loading import LoadedModel
+    from kcal_pipeline.scoring.loaded_model import LoadedModel
 
 log = logging.getLogger(__name__)
 
@@ -396,8 +397,6 @@ def _record(loaded: LoadedModel, dtype: str) -> tuple[Path, dict] | None:
     the decision (~2 s of three probe passes on two CPUs, and no float32 upcast of a large model on
     a GPU) instead of checking again; a change in any of these checks again. None for any other model
     (a copy, a converted or hand-built model): it is checked in every process."""
-    from kcal_pipeline.scoring.models.loading import loaded_through
-
     folder = loaded_through(loaded)
     if folder is None:
         return None

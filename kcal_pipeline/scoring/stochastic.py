@@ -56,7 +56,7 @@ from torch import nn
 from kcal_pipeline.scoring.clm import Span, score_clm
 
 if TYPE_CHECKING:
-    from kcal_pipeline.scoring.models.loading import LoadedModel
+    from kcal_pipeline.scoring.loaded_model import LoadedModel
 
 # Scorer columns kept per pass -> output column (List(Float64), one value per pass).
 DROPOUT_COLUMNS = {"ll_sum": "ll_sum_dropout", "ll_answer_sum": "ll_answer_sum_dropout"}

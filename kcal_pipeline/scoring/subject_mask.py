@@ -36,10 +36,11 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from kcal_pipeline.core.options import ScoringOptions
 from kcal_pipeline.dataset.instances.context import CONTEXT_COLUMN  # where a statement's context ends
 
 if TYPE_CHECKING:
-    from kcal_pipeline.scoring.models.loading import LoadedModel
+    from kcal_pipeline.scoring.loaded_model import LoadedModel
 
 Span = tuple[int, int]
 
@@ -183,7 +184,6 @@ def subject_masked_scores(
     ends = context_ends_of(statements)
     context = {} if ends is None else {"context_ends": ends}
     if scorer is None:
-        from kcal_pipeline.core.options import ScoringOptions
         from kcal_pipeline.scoring.clm import score_clm
 
         variant = ScoringOptions.model_fields["mlm_variant"].default

@@ -4,11 +4,13 @@
 -- spaces, each relation's headline template or the instance-grain answer): instances, accuracy,
 -- ACE (probability-valued estimators only; NULL for scores such as Gap or Token), Brier and
 -- AUROC, with the family and output kind from estimator_status. One row per model, estimator
--- and reduction, over all relations (scope 'all').
+-- and reduction, over all relations (scope 'all'). Metric columns are picked by their role in
+-- metric_catalog (correctness, calibration, proper_score, ranking) and named after its metric.
 WITH headline AS (
-    SELECT model_id, estimator, reduction, metric, value, n
-    FROM metrics
-    WHERE split = 'test' AND answer_space_k = 0 AND scope = 'all'
+    SELECT m.model_id, m.estimator, m.reduction, c.role, m.value, m.n
+    FROM metrics AS m
+    JOIN metric_catalog AS c ON c.name = m.metric
+    WHERE m.split = 'test' AND m.answer_space_k = 0 AND m.scope = 'all'
 ),
 kinds AS (
     SELECT DISTINCT s.model_id, s.estimator, s.family, e.output_kind
@@ -16,11 +18,11 @@ kinds AS (
     JOIN (SELECT DISTINCT estimator, output_kind FROM estimates) AS e USING (estimator)
 )
 SELECT h.model_id, k.family, h.estimator, h.reduction, k.output_kind,
-       max(h.n)                                   AS instances,
-       max(h.value) FILTER (WHERE metric = 'accuracy') AS accuracy,
-       max(h.value) FILTER (WHERE metric = 'ace')      AS ace,
-       max(h.value) FILTER (WHERE metric = 'brier')    AS brier,
-       max(h.value) FILTER (WHERE metric = 'auroc')    AS auroc
+       max(h.n)                                                AS instances,
+       max(h.value) FILTER (WHERE h.role = 'correctness')  AS accuracy,
+       max(h.value) FILTER (WHERE h.role = 'calibration')  AS ace,
+       max(h.value) FILTER (WHERE h.role = 'proper_score') AS brier,
+       max(h.value) FILTER (WHERE h.role = 'ranking')      AS auroc
 FROM headline AS h
 LEFT JOIN kinds AS k USING (model_id, estimator)
 GROUP BY ALL

@@ -4,7 +4,8 @@
 -- (Base, reduction sum, test split, full answer spaces, all relations; kcal_pipeline/evaluation/
 -- families.py), then the main estimators' headline metrics side by side, masked − causal, and each
 -- model's 95 % bootstrap interval. Empty until a causal and a masked model both have metrics; every
--- split, scope and metric: the family_comparison table.
+-- split, scope and metric: the family_comparison table. Main estimators (estimator_catalog.main)
+-- and headline metrics (metric_catalog.headline) only.
 SELECT causal_model_id, masked_model_id, round(accuracy_gap, 4) AS accuracy_gap,
        estimator, reduction, metric, higher_is_better,
        round(causal_value, 4) AS causal, round(masked_value, 4) AS masked,
@@ -15,8 +16,6 @@ SELECT causal_model_id, masked_model_id, round(accuracy_gap, 4) AS accuracy_gap,
             THEN printf('[%.3f, %.3f]', masked_ci_low, masked_ci_high) END AS masked_ci
 FROM family_comparison
 WHERE split = 'test' AND answer_space_k = 0 AND scope = 'all'
-  AND metric IN ('accuracy', 'ace', 'brier', 'auroc', 'aurc')
-  AND (estimator IN ('base', 'margin', 'entropy', 'template_marginal')
-       OR estimator LIKE '%\_temperature' ESCAPE '\' OR estimator LIKE '%\_platt' ESCAPE '\'
-       OR estimator LIKE '%\_isotonic' ESCAPE '\' OR estimator LIKE 's%ca\_%' ESCAPE '\')
+  AND metric IN (SELECT name FROM metric_catalog WHERE headline)
+  AND estimator IN (SELECT name FROM estimator_catalog WHERE main)
 ORDER BY accuracy_gap, causal_model_id, estimator, reduction, metric;

@@ -6,26 +6,30 @@
 -- estimator with the lowest ACE among those that answer every headline instance Base answers (n
 -- equal to Base's, so none wins on a subset, e.g. one fitted only where a dev split exists); ties
 -- go to the first name. Its ACE interval, Brier and AUROC follow, and base_ace to compare with.
--- ACE's bootstrap interval can lie above its point value (README, "Confidence intervals").
+-- ACE's bootstrap interval can lie above its point value (docs/methods.md, "Confidence intervals").
+-- Base is estimator_catalog's baseline; accuracy, ACE, Brier and AUROC are the metrics that play
+-- the roles correctness, calibration, proper_score and ranking in metric_catalog.
 WITH overall AS (
-    SELECT model_id, estimator, metric, value, ci_low, ci_high, n
-    FROM headline_metrics
-    WHERE scope = 'all'
+    SELECT m.model_id, m.estimator, e.baseline, c.role, m.value, m.ci_low, m.ci_high, m.n
+    FROM headline_metrics AS m
+    JOIN metric_catalog AS c ON c.name = m.metric
+    LEFT JOIN estimator_catalog AS e ON e.name = m.estimator
+    WHERE m.scope = 'all'
 ),
 base AS (
     SELECT model_id, n AS instances, value AS accuracy, ci_low AS accuracy_ci_low,
            ci_high AS accuracy_ci_high
     FROM overall
-    WHERE estimator = 'base' AND metric = 'accuracy'
+    WHERE baseline AND role = 'correctness'
 ),
 base_ace AS (
-    SELECT model_id, value AS base_ace FROM overall WHERE estimator = 'base' AND metric = 'ace'
+    SELECT model_id, value AS base_ace FROM overall WHERE baseline AND role = 'calibration'
 ),
 best AS (
     SELECT o.model_id, o.estimator, o.value AS ace, o.ci_low AS ace_ci_low, o.ci_high AS ace_ci_high
     FROM overall AS o
     JOIN base AS b ON b.model_id = o.model_id AND o.n = b.instances
-    WHERE o.metric = 'ace' AND NOT isnan(o.value)
+    WHERE o.role = 'calibration' AND NOT isnan(o.value)
     QUALIFY row_number() OVER (PARTITION BY o.model_id ORDER BY o.value, o.estimator) = 1
 )
 SELECT b.model_id, b.instances,
@@ -40,7 +44,7 @@ FROM base AS b
 LEFT JOIN best USING (model_id)
 LEFT JOIN base_ace USING (model_id)
 LEFT JOIN overall AS brier
-  ON brier.model_id = b.model_id AND brier.estimator = best.estimator AND brier.metric = 'brier'
+  ON brier.model_id = b.model_id AND brier.estimator = best.estimator AND brier.role = 'proper_score'
 LEFT JOIN overall AS auroc
-  ON auroc.model_id = b.model_id AND auroc.estimator = best.estimator AND auroc.metric = 'auroc'
+  ON auroc.model_id = b.model_id AND auroc.estimator = best.estimator AND auroc.role = 'ranking'
 ORDER BY b.accuracy DESC, b.model_id;

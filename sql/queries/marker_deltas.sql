@@ -8,7 +8,9 @@
 -- that have the marker (relation_id = the relation) and over all relations weighted by their
 -- instances (relation_id = 'all', as the metrics table's all_template_mean weighs them). A
 -- parent without that marker (no place for a verbal marker in it) is left out of both sides.
--- delta = marked − unmarked: a negative delta_ace means the marker calibrates better.
+-- delta = marked − unmarked: a negative delta_ace means the marker calibrates better. Base is
+-- estimator_catalog's baseline; accuracy and ACE are the metrics of the roles correctness and
+-- calibration in metric_catalog.
 WITH markers AS (
     SELECT relation_id, parent_id, kind AS marker_kind,
            'marker_' || replace(variant, '-', '_') AS marker
@@ -18,16 +20,18 @@ WITH markers AS (
 per_template AS (
     SELECT m.model_id, k.relation_id, k.marker_kind, m.estimator AS marker, m.reduction,
            m.scope_value AS template_id, m.n,
-           max(m.value) FILTER (WHERE m.metric = 'accuracy') AS accuracy_marked,
-           max(b.value) FILTER (WHERE b.metric = 'accuracy') AS accuracy_unmarked,
-           max(m.value) FILTER (WHERE m.metric = 'ace')      AS ace_marked,
-           max(b.value) FILTER (WHERE b.metric = 'ace')      AS ace_unmarked
+           max(m.value) FILTER (WHERE c.role = 'correctness') AS accuracy_marked,
+           max(b.value) FILTER (WHERE c.role = 'correctness') AS accuracy_unmarked,
+           max(m.value) FILTER (WHERE c.role = 'calibration') AS ace_marked,
+           max(b.value) FILTER (WHERE c.role = 'calibration') AS ace_unmarked
     FROM headline_metrics AS m
+    JOIN metric_catalog AS c ON c.name = m.metric
     JOIN markers AS k ON k.parent_id = m.scope_value AND k.marker = m.estimator
     JOIN headline_metrics AS b
-      ON b.model_id = m.model_id AND b.estimator = 'base' AND b.reduction = m.reduction
+      ON b.model_id = m.model_id AND b.reduction = m.reduction
      AND b.scope = 'template' AND b.scope_value = m.scope_value AND b.metric = m.metric
-    WHERE m.scope = 'template' AND m.metric IN ('accuracy', 'ace')
+    JOIN estimator_catalog AS e ON e.name = b.estimator AND e.baseline
+    WHERE m.scope = 'template' AND c.role IN ('correctness', 'calibration')
     GROUP BY ALL
 ),
 per_relation AS (

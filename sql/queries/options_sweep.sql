@@ -8,16 +8,18 @@
 -- the sample standard deviation (_sd; NULL with one draw) of ACE, accuracy and mean confidence,
 -- all relations (scope 'all'), test split. answer_space 'full' (k NULL) is each instance's own
 -- answer space, the sweep's reference. Probability-valued estimators with sweep rows only: empty
--- without the sweep.
+-- without the sweep. ACE, accuracy and mean confidence are the metrics of the roles calibration,
+-- correctness and confidence_level in metric_catalog.
 WITH rows AS (
-    SELECT m.model_id, m.estimator, m.reduction, m.answer_space_k, m.answer_space_draw, m.metric,
+    SELECT m.model_id, m.estimator, m.reduction, m.answer_space_k, m.answer_space_draw, c.role,
            m.value, m.n
     FROM metrics AS m
     JOIN headline_reductions AS r USING (model_id, estimator, reduction)
-    WHERE m.split = 'test' AND m.scope = 'all' AND m.metric IN ('ace', 'accuracy', 'mean_confidence')
+    JOIN metric_catalog AS c ON c.name = m.metric
+    WHERE m.split = 'test' AND m.scope = 'all' AND c.role IN ('calibration', 'correctness', 'confidence_level')
 ),
 swept AS (
-    SELECT DISTINCT model_id, estimator FROM rows WHERE answer_space_k > 0 AND metric = 'ace'
+    SELECT DISTINCT model_id, estimator FROM rows WHERE answer_space_k > 0 AND role = 'calibration'
 ),
 families AS (
     SELECT DISTINCT model_id, estimator, family FROM estimator_status
@@ -27,12 +29,12 @@ SELECT model_id, f.family, estimator, reduction,
        NULLIF(answer_space_k, 0)                                                    AS k,
        count(DISTINCT answer_space_draw)                                            AS draws,
        max(n)                                                                       AS instances,
-       round(avg(value) FILTER (WHERE metric = 'ace'), 4)                           AS ace,
-       round(stddev_samp(value) FILTER (WHERE metric = 'ace'), 4)                   AS ace_sd,
-       round(avg(value) FILTER (WHERE metric = 'accuracy'), 4)                      AS accuracy,
-       round(stddev_samp(value) FILTER (WHERE metric = 'accuracy'), 4)              AS accuracy_sd,
-       round(avg(value) FILTER (WHERE metric = 'mean_confidence'), 4)               AS mean_confidence,
-       round(stddev_samp(value) FILTER (WHERE metric = 'mean_confidence'), 4)       AS mean_confidence_sd
+       round(avg(value) FILTER (WHERE role = 'calibration'), 4)                AS ace,
+       round(stddev_samp(value) FILTER (WHERE role = 'calibration'), 4)        AS ace_sd,
+       round(avg(value) FILTER (WHERE role = 'correctness'), 4)                AS accuracy,
+       round(stddev_samp(value) FILTER (WHERE role = 'correctness'), 4)        AS accuracy_sd,
+       round(avg(value) FILTER (WHERE role = 'confidence_level'), 4)           AS mean_confidence,
+       round(stddev_samp(value) FILTER (WHERE role = 'confidence_level'), 4)   AS mean_confidence_sd
 FROM rows
 JOIN swept USING (model_id, estimator)
 LEFT JOIN families AS f USING (model_id, estimator)

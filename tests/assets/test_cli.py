@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
+from bench._data import build_tiny_mlm
 from tests.conftest import run_kcal
-from tests.scoring.tiny_mlm import build_tiny_mlm
 
 
 def kcal(home: Path, *args: str):
@@ -100,7 +100,12 @@ def test_sql_named_runs_the_projects_query_and_names_bad_choices(tmp_path):
     import polars as pl
 
     from kcal_pipeline.core.storage import partition_path, write_parquet_atomic
+    from kcal_pipeline.estimation.catalog import estimator_catalog
+    from kcal_pipeline.evaluation.catalog import metric_catalog
 
+    # the report queries select estimators and metrics by the catalogs' flags
+    write_parquet_atomic(estimator_catalog(), partition_path(tmp_path, "estimator_catalog"))
+    write_parquet_atomic(metric_catalog(), partition_path(tmp_path, "metric_catalog"))
     # a metrics table with Base and Margin on the headline selection (test, k 0, scope all), and
     # one estimator_status and estimates row each, as the estimators query joins them
     metrics = pl.DataFrame(

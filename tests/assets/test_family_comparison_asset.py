@@ -12,6 +12,8 @@ from kcal_pipeline.core.paths import registry_path
 from kcal_pipeline.core.storage import partition_path, write_parquet_atomic
 from kcal_pipeline.core.versions import DATA_VERSION_KEY
 from kcal_pipeline.core.warehouse import named_query, query
+from kcal_pipeline.estimation.catalog import estimator_catalog
+from kcal_pipeline.evaluation.catalog import metric_catalog
 from kcal_pipeline.scoring.models import ModelEntry, Registry
 from resources import default_resources
 from tests.evaluation.test_families import METRICS
@@ -38,6 +40,9 @@ def store(home, models):
             )
             where = {"model": model_id, "relation": relation}
             write_parquet_atomic(scores, partition_path(home, "statement_scores", where), version)
+    # the report queries select estimators and metrics by the catalogs' flags
+    write_parquet_atomic(estimator_catalog(), partition_path(home, "estimator_catalog"))
+    write_parquet_atomic(metric_catalog(), partition_path(home, "metric_catalog"))
     instance = DagsterInstance.ephemeral()
     instance.add_dynamic_partitions("model", [e.key for e in registry.entries()])
     instance.add_dynamic_partitions("relation", sorted({r for _, rs in models.values() for r in rs}))

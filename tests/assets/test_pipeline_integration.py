@@ -18,6 +18,8 @@ pytestmark = pytest.mark.integration
 SETTINGS = {"max_instances": 16, "max_templates": 3, "n_negatives": 4, "answer_space_size_one_to_one": 16}
 KEY = "HuggingFaceTB--SmolLM2-135M-Instruct"
 TABLES = [
+    "estimator_catalog",
+    "metric_catalog",
     "relations",
     "templates",
     "wikidata_facts",
@@ -263,7 +265,7 @@ def test_the_instance_shows_named_runs_passed_checks_and_no_partition_warnings(r
     from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 
     from assets.checks import ASSET_CHECKS
-    from assets.jobs import STAGE_ASSETS
+    from assets.definitions import STAGE_ASSETS
     from assets.runner import get_instance
     from kcal_pipeline.core.paths import report_path
     from tests.conftest import REPO

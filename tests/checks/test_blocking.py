@@ -10,7 +10,7 @@ import math
 import pytest
 from dagster import DagsterInstance, MultiPartitionKey
 
-from assets.jobs import STAGE_ASSETS
+from assets.definitions import STAGE_ASSETS
 from assets.runner import run_stage
 from kcal_pipeline.core.storage import partition_path, write_parquet_atomic
 from kcal_pipeline.scoring import engine as engine_mod

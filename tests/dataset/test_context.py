@@ -14,9 +14,9 @@ from kcal_pipeline.dataset.instances.context import (
     draw_demonstrations,
     statement_template,
 )
-from kcal_pipeline.dataset.instances.quality import label_key
+from kcal_pipeline.dataset.instances.labels import label_key
 from kcal_pipeline.dataset.instances.variants import VARIANT_COLUMNS, context_variants
-from kcal_pipeline.evaluation.scopes import TEMPLATE_KINDS as SCOPE_KINDS
+from kcal_pipeline.evaluation.scopes import TEMPLATE_KIND_GROUPS
 
 # A small relation with the awkward cases: namesakes (two Georgias), a subject named like an
 # object (Luxembourg → Luxembourg), a subject with two objects (Bolivia).
@@ -172,6 +172,6 @@ def test_context_variants_one_per_kind_behind_the_context_slot():
         assert row["perturbation_seed"] is None and row["rank"] in (0, 1)
     # one list of kinds: the options accept them, the template_kind scope reports each on its own
     assert tuple(CONTEXT_KINDS) == CONTEXT_TEMPLATE_KINDS and set(CONTEXT_KINDS) <= set(TEMPLATE_KINDS)
-    assert all(SCOPE_KINDS[k] == k for k in CONTEXT_KINDS)
+    assert all(TEMPLATE_KIND_GROUPS[k] == k for k in CONTEXT_KINDS)
     with pytest.raises(ValueError, match=r"must start with \[C\]"):
         statement_template("The capital of [X] is [Y].")

@@ -5,13 +5,13 @@ import polars as pl
 import pytest
 
 from kcal_pipeline.core.options import ProbeOptions
+from kcal_pipeline.dataset.instances.labels import label_key
 from kcal_pipeline.dataset.instances.probe import (
     EmptyRelationError,
     build_instances,
     build_statements,
     templates_frame,
 )
-from kcal_pipeline.dataset.instances.quality import label_key
 from kcal_pipeline.dataset.instances.sampling import negative_rank, sample_negatives
 from kcal_pipeline.dataset.relations import load_catalog, parse_catalog
 from kcal_pipeline.dataset.templates import TemplateError, fill

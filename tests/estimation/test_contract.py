@@ -11,7 +11,7 @@ from kcal_pipeline.estimation.registry import (
     Estimate,
     compute_estimate_tables,
 )
-from kcal_pipeline.reporting.coverage import estimator_coverage
+from kcal_pipeline.reporting.coverage import estimator_coverage_lines
 
 SCHEMA = ["instance_id", "template_id", "option_index", "object_id", "is_gold", "ll_sum"]
 
@@ -163,7 +163,7 @@ def test_coverage_lines_count_families_and_explain_skips():
         schema=["model_id", "relation_id", "estimator", "family", "reduction", "status", "rows", "reason"],
         orient="row",
     )
-    assert estimator_coverage(status) == [
+    assert estimator_coverage_lines(status) == [
         "estimators: 3 of 4 ran (aggregation 1, selective 1, single 1)",
         "  not run, no ll_answer_sum_masked scores; no ll_sum_masked scores (P1, P2): answer_prior",
         "  skipped on some relations, no ll_sum_dropout scores (P2): dropout_mean",

@@ -9,7 +9,7 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from kcal_pipeline.estimation import build_cube
-from kcal_pipeline.estimation.probabilities import template_marginal
+from kcal_pipeline.estimation.probabilities import marginal_option_probabilities
 from kcal_pipeline.estimation.registry import ESTIMATORS, FITS_SCHEMA, compute_estimate_tables
 from tests.estimation.reference_recalibration import reference_recalibration
 
@@ -134,7 +134,7 @@ def test_temperature_keeps_the_template_marginal_prediction():
     sigma = lambda z: 1 / (1 + math.exp(-z))  # noqa: E731
     assert f["confidence"] == pytest.approx((2 * sigma(-10) + sigma(100)) / 3, rel=1e-4)
     cube = build_cube(statements(rows), instances({"d1": "dev", "f": "test"}), templates(("t0", "t1", "t2")))
-    scaled, _ = template_marginal(cube, "sum", 0.05)
+    scaled, _ = marginal_option_probabilities(cube, "sum", 0.05)
     assert scaled[1].argmax() == 0  # what keeping the plain prediction avoids
 
 
@@ -487,7 +487,7 @@ def test_predictions_kept_and_isotonic_monotone(seed):
                     assert (np.diff(ordered) >= 0).all()
     # the template marginal's prediction: argmax of the plain marginal, under every method
     for reduction in ("sum", "mean"):
-        marginal, has_templates = template_marginal(cube, reduction)
+        marginal, has_templates = marginal_option_probabilities(cube, reduction)
         expected = dict(
             zip(cube.instance_ids[has_templates], marginal.argmax(axis=1)[has_templates], strict=True)
         )

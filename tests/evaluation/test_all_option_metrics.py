@@ -20,9 +20,15 @@ from sklearn.metrics import brier_score_loss, mean_squared_error
 
 from kcal_pipeline.evaluation import METRICS, compute_metrics
 from kcal_pipeline.evaluation.bootstrap import bootstrap_intervals, resample_plan
-from kcal_pipeline.evaluation.calibration import classwise_ece, confidence_gap, multihot_brier
 from kcal_pipeline.evaluation.tables import metrics_and_differences
 from tests.evaluation.test_bootstrap import slow_bc
+
+# The registered metrics (METRICS[name]): calling one validates its inputs, then computes.
+classwise_ece, confidence_gap, multihot_brier = (
+    METRICS["classwise_ece"],
+    METRICS["confidence_gap"],
+    METRICS["multihot_brier"],
+)
 
 # Three instances of one relation; b has two golds, c only two options (a drawn answer space).
 #   (instance, option, P(o | r, s), gold)

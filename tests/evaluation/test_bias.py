@@ -7,12 +7,13 @@ import pytest
 from kcal_pipeline.evaluation import compute_metrics
 from kcal_pipeline.evaluation.bias import (
     TOP_OBJECTS,
-    answer_coverage,
     attach_gold_ids,
-    prediction_coverage,
     top_predicted,
 )
 from kcal_pipeline.evaluation.registry import METRICS
+
+# The registered metrics (METRICS[name]): calling one validates its inputs, then computes.
+answer_coverage, prediction_coverage = METRICS["answer_coverage"], METRICS["prediction_coverage"]
 
 # Relation P1, nine instances. Predictions: a ×3, b, c, d, e, f, and one without an answer.
 P1_PREDICTED = ["a", "a", "b", None, "c", "d", "e", "f", "a"]

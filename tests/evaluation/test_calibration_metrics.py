@@ -13,10 +13,10 @@ from kcal_pipeline.evaluation.calibration import (
     BIN_SWEEP,
     METRIC_BINNING,
     calibration_curve,
-    h_score,
-    mean_confidence,
-    smooth_ece,
 )
+
+# The registered metrics (METRICS[name]): calling one validates its inputs, then computes.
+h_score, mean_confidence, smooth_ece = METRICS["h_score"], METRICS["mean_confidence"], METRICS["smooth_ece"]
 
 # ---- smooth ECE (Błasiok & Nakkiran 2023) -------------------------------------------------------
 

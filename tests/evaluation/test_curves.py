@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kcal_pipeline.evaluation import compute_curves
+from kcal_pipeline.evaluation import METRICS, compute_curves
 from kcal_pipeline.evaluation.curves import (
     REJECTION_THRESHOLDS,
     SCHEMA,
@@ -17,7 +17,9 @@ from kcal_pipeline.evaluation.curves import (
     risk_coverage_curve,
     roc_curve,
 )
-from kcal_pipeline.evaluation.selective import aurc, auroc
+
+# The registered metrics (METRICS[name]): calling one validates its inputs, then computes.
+aurc, auroc = METRICS["aurc"], METRICS["auroc"]
 
 # 0.9 ✓, 0.8 ✗, 0.8 ✓, 0.3 ✗, 0.1 ✓ (a tie at 0.8, wrong first in input order)
 C5 = np.array([0.9, 0.8, 0.8, 0.3, 0.1])

@@ -9,15 +9,23 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kcal_pipeline.evaluation import METRICS, compute_curves, compute_metrics
-from kcal_pipeline.evaluation.accuracy import accuracy
-from kcal_pipeline.evaluation.calibration import ace, brier, calibration_curve, ece
+from kcal_pipeline.evaluation.calibration import calibration_curve
 from kcal_pipeline.evaluation.registry import (
     OUTPUT_SCHEMA,
     compute_template_metrics,
     register,
     summary_metrics,
 )
-from kcal_pipeline.evaluation.selective import aurc, auroc
+
+# The registered metrics (METRICS[name]): calling one validates its inputs, then computes.
+accuracy, ace, brier, ece, aurc, auroc = (
+    METRICS["accuracy"],
+    METRICS["ace"],
+    METRICS["brier"],
+    METRICS["ece"],
+    METRICS["aurc"],
+    METRICS["auroc"],
+)
 
 # Three points, fewer than the 20 bins.
 C3 = np.array([0.9, 0.6, 0.3])
@@ -639,3 +647,16 @@ def test_accuracy_macro_averages_relations_where_accuracy_pools_instances():
     assert value[("all", "accuracy_macro")] == pytest.approx(5 / 6)
     for rel, acc in (("P1", 2 / 3), ("P2", 1.0)):
         assert value[(rel, "accuracy")] == pytest.approx(acc) == value[(rel, "accuracy_macro")]
+
+
+def test_register_returns_the_function_unchanged_as_the_estimator_registry_does():
+    def fn(c, y):
+        return 0.0
+
+    try:
+        added = register(
+            "tmp_metric", label="x", family="x", needs="any", higher_is_better=True, batched=lambda seg: None
+        )(fn)
+        assert added is fn and METRICS["tmp_metric"].fn is fn
+    finally:
+        METRICS.pop("tmp_metric", None)

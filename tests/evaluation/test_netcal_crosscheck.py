@@ -24,7 +24,11 @@ import netcal.metrics as netcal_metrics  # the dev extra (pyproject.toml)
 import numpy as np
 import pytest
 
-from kcal_pipeline.evaluation.calibration import BIN_SWEEP, _ace, _ece, ace, calibration_curve, ece
+from kcal_pipeline.evaluation import METRICS
+from kcal_pipeline.evaluation.calibration import BIN_SWEEP, _ace, _ece, calibration_curve
+
+# The registered metrics (METRICS[name]): calling one validates its inputs, then computes.
+ace, ece = METRICS["ace"], METRICS["ece"]
 
 BIN_COUNTS = (20, *BIN_SWEEP)
 # 998 points: the quantile edge k of B bins sits at position k·997/B of the sorted sample, and 997

@@ -102,12 +102,12 @@ def test_the_headline_table_is_the_same_with_and_without_the_sweep():
 
 
 def test_the_sweep_figure_shows_the_mean_and_spread_over_draws_per_family():
-    from kcal_pipeline.reporting import pages, plots
+    from kcal_pipeline.reporting import figure_data, plots
 
     metrics = compute_metrics(
         estimates().filter(pl.col("template_id") == "c0"), ["accuracy", "ace", "mean_confidence"]
     )
-    points = pages.sweep_points(metrics)
+    points = figure_data.sweep_points(metrics)
     # one line per family: Base for single_template (Margin is of the same family)
     assert points["label"].unique().to_list() == ["single template: Base"]
     accuracy = {r["k"]: r for r in points.filter(pl.col("metric") == "accuracy").iter_rows(named=True)}
@@ -123,4 +123,4 @@ def test_the_sweep_figure_shows_the_mean_and_spread_over_draws_per_family():
         "ACE by answer-space size", "accuracy by answer-space size", "mean confidence by answer-space size"
     ]  # fmt: skip
     assert [t.get_text() for t in figure.axes[0].get_xticklabels()] == ["2", "3", "full"]
-    assert pages.sweep_points(metrics.filter(pl.col("answer_space_k") == 0)).is_empty()
+    assert figure_data.sweep_points(metrics.filter(pl.col("answer_space_k") == 0)).is_empty()

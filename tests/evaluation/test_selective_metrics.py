@@ -10,7 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kcal_pipeline.evaluation import METRICS
-from kcal_pipeline.evaluation.selective import aupc, aurc, auroc, prr, top_k
+from kcal_pipeline.evaluation.selective import top_k
+
+# The registered metrics (METRICS[name]): calling one validates its inputs, then computes.
+aupc, aurc, auroc, prr = METRICS["aupc"], METRICS["aurc"], METRICS["auroc"], METRICS["prr"]
 
 # Five predictions, most confident first: 0.9 ✓, 0.8 ✓, 0.7 ✗, 0.6 ✓, 0.1 ✗ (given shuffled).
 C5 = np.array([0.6, 0.9, 0.1, 0.8, 0.7])

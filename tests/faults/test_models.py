@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from bench._data import build_tiny_mlm
 from kcal_pipeline.scoring.models import DEFAULT_MODEL, ModelEntry, ModelLoadError, Registry
 from tests.conftest import copy_facts_store, run_kcal
-from tests.scoring.tiny_mlm import build_tiny_mlm
 
 
 @pytest.fixture(scope="module")

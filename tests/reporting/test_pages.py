@@ -12,7 +12,8 @@ import pytest
 
 from kcal_pipeline.core.paths import cross_model_report_path, report_path
 from kcal_pipeline.core.storage import partition_path
-from kcal_pipeline.reporting import pages, plots
+from kcal_pipeline.estimation.registry import ESTIMATORS
+from kcal_pipeline.reporting import cross_model, figure_data, pages, plots
 from kcal_pipeline.reporting.html import summary_table, write_report
 
 pytestmark = pytest.mark.integration
@@ -131,7 +132,7 @@ def test_the_cross_model_page_links_each_model_and_has_its_figures(report_store)
 def test_a_section_without_data_says_so_in_one_sentence(report_store):
     t = tables(report_store)
     # the same model without its marker templates, consistency rows or MACE relation
-    templates = t["templates"].filter(~pl.col("kind").is_in(pages.MARKER_KINDS))
+    templates = t["templates"].filter(~pl.col("kind").is_in(figure_data.MARKER_KINDS))
     metrics = t["metrics"].filter(
         ~((pl.col("scope") == "n_gold") & (pl.col("scope_value") != "1")) & (pl.col("answer_space_k") == 0)
     )  # and without its option-count sweep
@@ -189,9 +190,9 @@ def test_the_curves_table_carries_the_band_on_reliability_rows_only(report_store
 
 def test_the_leaderboard_is_the_argmin_of_ace_among_estimators_answering_every_instance(report_store):
     board = pl.read_parquet(partition_path(report_store, "cross_model_report"))
-    assert board.columns == list(pages.LEADERBOARD_SCHEMA)
+    assert board.columns == list(cross_model.LEADERBOARD_SCHEMA)
     metrics = tables(report_store)["metrics"]
-    assert board.equals(pages.leaderboard(metrics))
+    assert board.equals(cross_model.leaderboard(metrics))
     head = metrics.filter(
         (pl.col("split") == "test") & (pl.col("answer_space_k") == 0) & (pl.col("scope") == "all")
     )
@@ -204,9 +205,7 @@ def test_the_leaderboard_is_the_argmin_of_ace_among_estimators_answering_every_i
     # each estimator under its headline reduction ('sum', or the MACE estimators' 'answer_sum')
     ace = ace.filter(
         pl.col("reduction")
-        == pl.col("estimator").map_elements(
-            lambda e: pages.ESTIMATORS[e].reductions[0], return_dtype=pl.String
-        )
+        == pl.col("estimator").map_elements(lambda e: ESTIMATORS[e].reductions[0], return_dtype=pl.String)
     )
     best = ace.sort("value", "estimator").row(0, named=True)
     row = board.row(0, named=True)

@@ -9,30 +9,30 @@ import polars as pl
 import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-from kcal_pipeline.reporting import plots
+from kcal_pipeline.reporting import canvas, plots
 
 
 def test_a_figure_has_its_own_agg_canvas():
-    fig = plots.new_figure(3, 2)
+    fig = canvas.new_figure(3, 2)
     assert isinstance(fig.canvas, FigureCanvasAgg)
-    assert plots.new_figure(3, 2) is not fig  # no shared (pyplot) figure
+    assert canvas.new_figure(3, 2) is not fig  # no shared (pyplot) figure
 
 
 def test_assert_not_empty_names_the_axes_that_draws_nothing():
-    fig = plots.new_figure(6, 3)
+    fig = canvas.new_figure(6, 3)
     full, empty = fig.subplots(1, 2)
     full.plot([0, 1], [0.2, 0.4])
     empty.set_title("rejection")
-    empty.plot([0, 1], [0, 1], gid=plots.REFERENCE)  # a diagonal is orientation, not data
+    empty.plot([0, 1], [0, 1], gid=canvas.REFERENCE)  # a diagonal is orientation, not data
     empty.plot([0.5], [np.nan])  # a point with no value draws nothing
     with pytest.raises(
-        plots.EmptyFigureError, match=r"figure 'demo': axes 1 \('rejection'\) draws no finite data"
+        canvas.EmptyFigureError, match=r"figure 'demo': axes 1 \('rejection'\) draws no finite data"
     ):
-        plots.assert_not_empty(fig, "demo")
+        canvas.assert_not_empty(fig, "demo")
     empty.scatter([0.3], [0.6])
-    assert plots.assert_not_empty(fig, "demo") is fig
-    with pytest.raises(plots.EmptyFigureError, match="has no plot"):
-        plots.assert_not_empty(plots.new_figure(2, 2), "blank")
+    assert canvas.assert_not_empty(fig, "demo") is fig
+    with pytest.raises(canvas.EmptyFigureError, match="has no plot"):
+        canvas.assert_not_empty(canvas.new_figure(2, 2), "blank")
 
 
 @pytest.mark.parametrize(
@@ -44,22 +44,22 @@ def test_assert_not_empty_names_the_axes_that_draws_nothing():
     ],
 )
 def test_images_bars_and_bands_count_as_data(draw):
-    fig = plots.new_figure(3, 3)
+    fig = canvas.new_figure(3, 3)
     draw(fig.subplots())
-    plots.assert_not_empty(fig)
+    canvas.assert_not_empty(fig)
 
 
 def test_an_all_nan_image_is_empty():
-    fig = plots.new_figure(3, 3)
+    fig = canvas.new_figure(3, 3)
     fig.subplots().imshow(np.full((2, 2), np.nan))
-    with pytest.raises(plots.EmptyFigureError):
-        plots.assert_not_empty(fig)
+    with pytest.raises(canvas.EmptyFigureError):
+        canvas.assert_not_empty(fig)
 
 
 def test_svg_is_inline_and_references_nothing_outside():
-    fig = plots.new_figure(3, 2)
+    fig = canvas.new_figure(3, 2)
     fig.subplots().plot([0, 1], [1, 0])
-    text = plots.svg(fig, 'a "quoted" <label>')
+    text = canvas.svg(fig, 'a "quoted" <label>')
     assert text.startswith("<svg ") and text.rstrip().endswith("</svg>")
     assert "<?xml" not in text and "DOCTYPE" not in text and "<metadata" not in text
     # the only URLs are the SVG namespaces, never a resource
@@ -74,27 +74,27 @@ def test_svg_is_inline_and_references_nothing_outside():
 
 
 def test_svg_and_png_refuse_an_empty_figure():
-    fig = plots.new_figure(3, 2)
+    fig = canvas.new_figure(3, 2)
     fig.subplots()
-    with pytest.raises(plots.EmptyFigureError, match="figure 'reliability'"):
-        plots.svg(fig, "reliability")
-    with pytest.raises(plots.EmptyFigureError):
-        plots.png_data_uri(fig, "reliability")
+    with pytest.raises(canvas.EmptyFigureError, match="figure 'reliability'"):
+        canvas.svg(fig, "reliability")
+    with pytest.raises(canvas.EmptyFigureError):
+        canvas.png_data_uri(fig, "reliability")
 
 
 def test_png_data_uri_is_a_png():
-    fig = plots.new_figure(2, 2)
+    fig = canvas.new_figure(2, 2)
     fig.subplots().plot([0, 1], [0, 1])
-    uri = plots.png_data_uri(fig, "x", dpi=50)
+    uri = canvas.png_data_uri(fig, "x", dpi=50)
     assert uri.startswith("data:image/png;base64,")
     assert base64.b64decode(uri.split(",", 1)[1])[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_interval_text():
-    assert plots.interval_text(0.1454, 0.09, 0.2101) == "0.145 [0.090, 0.210]"
-    assert plots.interval_text(0.5, None, None) == "0.500"
-    assert plots.interval_text(float("nan"), float("nan"), float("nan")) == "undefined"  # one class
-    assert plots.interval_text(0.5, float("nan"), float("nan")) == "0.500"
+    assert canvas.interval_text(0.1454, 0.09, 0.2101) == "0.145 [0.090, 0.210]"
+    assert canvas.interval_text(0.5, None, None) == "0.500"
+    assert canvas.interval_text(float("nan"), float("nan"), float("nan")) == "undefined"  # one class
+    assert canvas.interval_text(0.5, float("nan"), float("nan")) == "0.500"
 
 
 def test_reliability_figure_draws_points_band_and_legend():
@@ -128,9 +128,9 @@ def test_reliability_figure_draws_points_band_and_legend():
         (0.6, 0.9),
         (0.9, 1.0),
     }
-    assert base.lines[0].get_gid() == plots.REFERENCE
+    assert base.lines[0].get_gid() == canvas.REFERENCE
     np.testing.assert_array_equal(base.lines[1].get_xydata(), [[0.2, 0.0], [0.6, 0.5], [0.9, 1.0]])
-    plots.assert_not_empty(fig)
+    canvas.assert_not_empty(fig)
     # six panels: a row of four and a row of two, no empty axes left over; the axes are named (and
     # their ticks labelled) on the outer panels only: y on the first column, x on each column's
     # lowest panel (the short last row leaves columns 3 and 4 ending in the first row)
@@ -172,16 +172,16 @@ def test_selective_figure_gives_score_families_a_caption_for_accuracy_rejection(
     assert [ax.get_xlabel() for ax in fig.axes] == ["share rejected (C < τ)", "", "", "coverage"]
     drawn = [ax for ax in fig.axes if ax.axison]
     assert [ax.xaxis.get_tick_params()["labelbottom"] for ax in drawn] == [True, False, True]
-    plots.assert_not_empty(fig)  # a caption panel is not a plot
+    canvas.assert_not_empty(fig)  # a caption panel is not a plot
 
 
 def test_a_figure_of_captions_only_is_empty():
-    fig = plots.new_figure(3, 3)
+    fig = canvas.new_figure(3, 3)
     ax = fig.subplots()
     ax.axis("off")
     ax.text(0.5, 0.5, "nothing")
-    with pytest.raises(plots.EmptyFigureError, match="has no plot"):
-        plots.assert_not_empty(fig)
+    with pytest.raises(canvas.EmptyFigureError, match="has no plot"):
+        canvas.assert_not_empty(fig)
 
 
 def test_heatmap_writes_every_value_and_a_dash_where_there_is_none():
@@ -198,4 +198,4 @@ def test_heatmap_writes_every_value_and_a_dash_where_there_is_none():
     texts = [t.get_text() for t in fig.axes[0].texts]
     assert texts == ["+0.25", "—", "-0.50", "+0.00"]
     assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["P36", "all"]
-    plots.assert_not_empty(fig)
+    canvas.assert_not_empty(fig)

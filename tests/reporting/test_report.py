@@ -285,7 +285,8 @@ def test_write_report_is_atomic(tmp_path):
 
 
 def test_undefined_values_give_a_sentence_or_fewer_panels_never_a_failed_page():
-    from kcal_pipeline.reporting.pages import NO_CONSISTENCY_VALUES, cross_model_figures
+    from kcal_pipeline.reporting.cross_model import cross_model_figures
+    from kcal_pipeline.reporting.pages import NO_CONSISTENCY_VALUES
 
     m, curves = evaluate(estimates())
     # every IoU_cons undefined (a setup that accepted nothing): the section says so

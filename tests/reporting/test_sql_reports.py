@@ -2,7 +2,7 @@
 --query` on a store the whole pipeline made (tests/reporting/conftest.py), has the columns listed
 here and rows where the store has the data, and gives the numbers the Parquet files give; the same
 files run on the DuckDB file from a fresh connection with no kcal code; `kcal sql --list` shows
-every query with its description line; the README names every query."""
+every query with its description line; docs/sql.md names every query."""
 
 import csv
 import io
@@ -25,7 +25,7 @@ from kcal_pipeline.core.warehouse import (
 from kcal_pipeline.estimation.registry import ESTIMATORS
 from tests.conftest import REPO, run_kcal
 
-# Every report query's columns, in order: a new query file needs its entry here (and a README line).
+# Every report query's columns, in order: a new query file needs its entry here (and a docs/sql.md line).
 COLUMNS = {
     "calibration_by_gold_count": [
         "model_id", "estimator", "reduction", "n_gold", "instances", "accuracy", "mean_confidence",
@@ -156,13 +156,15 @@ def test_unknown_or_missing_query_names_the_known_ones(tmp_path):
     assert out.returncode == 2 and "got none" in out.stderr and "marker_deltas" in out.stderr
 
 
-def test_the_readme_names_every_report_query_and_no_other():
-    readme = (REPO / "README.md").read_text("utf-8")
+def test_the_docs_name_every_report_query_and_no_other():
+    sql_page = (REPO / "docs" / "sql.md").read_text("utf-8")
     for name in named_queries():
-        assert f"`{name}`" in readme, f"README does not list the report query {name!r}"
-    run_by_name = set(re.findall(r"--(?:query|named)[ =]([a-z_]+)", readme))
+        assert f"`{name}`" in sql_page, f"docs/sql.md does not list the report query {name!r}"
+    pages = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    taught = "\n".join(page.read_text("utf-8") for page in pages)
+    run_by_name = set(re.findall(r"--(?:query|named)[ =]([a-z_]+)", taught))
     assert run_by_name <= set(named_queries()), run_by_name - set(named_queries())
-    assert "--named" not in readme  # the hidden old spelling is not taught
+    assert "--named" not in taught  # the hidden old spelling is not taught
 
 
 @pytest.mark.integration

@@ -1,5 +1,5 @@
 """MLM pseudo-log-likelihood scoring against a slow plain reference, on a tiny real BERT
-(tests/tiny_mlm.py)."""
+(bench/_data.py)."""
 
 import random
 import shutil
@@ -11,6 +11,7 @@ import pytest
 import torch
 from transformers import AutoConfig, AutoTokenizer, BartConfig, BertConfig, GPT2Config
 
+from bench._data import build_tiny_mlm
 from kcal_pipeline.dataset.templates import fill
 from kcal_pipeline.scoring import ROLE_OBJECT, ROLE_SUBJECT, ROLE_TEMPLATE
 from kcal_pipeline.scoring.clm import SCHEMA
@@ -22,7 +23,6 @@ from kcal_pipeline.scoring.models import (
     detect_kind,
     load_model,
 )
-from tests.scoring.tiny_mlm import build_tiny_mlm
 
 T, S, OBJ = ROLE_TEMPLATE, ROLE_SUBJECT, ROLE_OBJECT
 VARIANTS = ("original", "within_word_l2r")
@@ -190,7 +190,7 @@ def test_within_word_equals_original_exactly_where_words_are_single_tokens(loade
     frames = {
         v: score_mlm(loaded, texts, [s for s, _ in spans], [o for _, o in spans], variant=v) for v in VARIANTS
     }
-    for i in (0, 1):  # every word one token (tests/tiny_mlm.py WHOLE_WORDS): nothing else to mask
+    for i in (0, 1):  # every word one token (bench/_data.py WHOLE_WORDS): nothing else to mask
         assert len(loaded.tokenizer.tokenize(texts[i])) == len(
             texts[i].replace(":", " :").replace(".", " .").split()
         )
@@ -353,7 +353,7 @@ def pieces_of(tokenizer, text: str, start: int, end: int) -> int:
 
 def test_token_roles_on_tricky_spans(loaded):
     """Multi-piece unicode words in the middle and glued to each other; how those words split
-    depends on the trained vocabulary (not the same from run to run: tiny_mlm.py), so counts come
+    depends on the trained vocabulary (not the same from run to run: bench/_data.py), so counts come
     from tokenizing each part alone, "speak" included."""
     tok = loaded.tokenizer
     middle = fill("People in [X] speak [Y], they say.", "São Tomé and Príncipe", "Côte d'Ivoire")

@@ -234,7 +234,7 @@ def test_safetensors_cache_reproduces_the_gguf_logits(loaded):
     """The conversion stored the GGUF model's own logits; the cached weights must reproduce them."""
     folder = model_cache() / loaded.key
     manifest = g._read_manifest(folder)
-    gguf, _ = g._gguf_source(DEFAULT_MODEL)
+    gguf, _ = g.gguf_source(DEFAULT_MODEL)
     assert manifest["sha256"] == g._sha256(gguf)  # the reference logits belong to this very file
     reference = load_file(str(folder / g.PROBE_LOGITS))["logits"]
     ids = loaded.tokenizer(g.PROBE_TEXT, add_special_tokens=False)["input_ids"]
@@ -297,7 +297,9 @@ def test_a_gguf_file_source_is_converted_once_and_matches_transformers_own_load(
         load_model(ModelEntry(id="me/nope", source="gguf_file", path=str(tmp_path / "nope.gguf")), tmp_path)
 
 
-def test_a_stale_gguf_cache_is_converted_in_a_child_process_and_then_loads_without_converting(tmp_path, monkeypatch):
+def test_a_stale_gguf_cache_is_converted_in_a_child_process_and_then_loads_without_converting(
+    tmp_path, monkeypatch
+):
     """`kcal demo` converts while its dataset stages run (assets/runner.py): the child builds the
     same cache a load would, a fresh cache starts no child, and a missing file is left for the load
     to report (no child, no exception here)."""

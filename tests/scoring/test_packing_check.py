@@ -210,9 +210,9 @@ def test_a_later_process_reads_the_recorded_decision_and_any_change_checks_again
     a new process (here: the in-process decisions cleared) reads it instead of checking, and a
     change in what the outcome depends on (here torch's version), an unreadable record or another
     model object checks again."""
-    from kcal_pipeline.scoring.models import loading
+    from kcal_pipeline.scoring import loaded_model
 
-    monkeypatch.setitem(loading._cache_dirs, loaded.model, tmp_path)
+    monkeypatch.setitem(loaded_model._cache_dirs, loaded.model, tmp_path)
     checks = []
     real_check = prefix_mod._check_packing
     monkeypatch.setattr(prefix_mod, "_check_packing", lambda *a: checks.append(a) or real_check(*a))
@@ -259,13 +259,13 @@ def test_a_later_process_reads_the_recorded_decision_and_any_change_checks_again
 
 def test_a_recorded_fallback_without_evidence_reads_back_the_same(tiny, tmp_path, monkeypatch):
     """A decision with no numbers (the packed pass failed: NaN evidence) survives the record."""
-    from kcal_pipeline.scoring.models import loading
+    from kcal_pipeline.scoring import loaded_model
 
     def no_masks(*args):
         raise RuntimeError("no masks")
 
     half = in_dtype(tiny, torch.bfloat16, "tiny-bf16-recorded")
-    monkeypatch.setitem(loading._cache_dirs, half.model, tmp_path)
+    monkeypatch.setitem(loaded_model._cache_dirs, half.model, tmp_path)
     monkeypatch.setattr(prefix_mod, "_forward_rows", no_masks)
     first = packing_decision(half)
     assert not first.used and "no masks" in first.reason

@@ -9,6 +9,7 @@ import polars as pl
 import pytest
 import torch
 
+from bench._data import build_tiny_mlm
 from kcal_pipeline.core.options import OptionsError
 from kcal_pipeline.core.storage import partition_path, write_parquet_atomic
 from kcal_pipeline.dataset.templates import fill
@@ -27,7 +28,6 @@ from kcal_pipeline.scoring.models import DEFAULT_MODEL, ModelEntry, load_model
 from kcal_pipeline.scoring.partition import FINGERPRINT_COLUMN, score_partition
 from kcal_pipeline.scoring.subject_mask import mask_subjects
 from tests.scoring.test_clm_scoring import model_cache
-from tests.scoring.tiny_mlm import build_tiny_mlm
 
 TEMPLATES = [
     "The capital of [X] is [Y].",

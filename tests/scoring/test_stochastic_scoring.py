@@ -10,6 +10,7 @@ import pytest
 import torch
 from torch import nn
 
+from bench._data import build_tiny_mlm
 from kcal_pipeline.core.options import ScoringOptions
 from kcal_pipeline.dataset.templates import fill
 from kcal_pipeline.scoring.clm import score_clm
@@ -17,7 +18,6 @@ from kcal_pipeline.scoring.engine import score_statements
 from kcal_pipeline.scoring.mlm import score_mlm
 from kcal_pipeline.scoring.models import DEFAULT_MODEL, ModelEntry, load_model
 from kcal_pipeline.scoring.stochastic import dropout_enabled, dropout_plan, dropout_scores, dropout_sites
-from tests.scoring.tiny_mlm import build_tiny_mlm
 
 FILLED = [
     fill("The capital of [X] is [Y].", "France", "Paris"),
@@ -230,7 +230,7 @@ def one_thread():
 
 
 def tiny_bert(folder: Path, cache: Path, **config):
-    """The tiny BERT of tests/scoring/tiny_mlm.py (dropout 0.1 in its config, as BERT's), with
+    """The tiny BERT of bench/_data.py (dropout 0.1 in its config, as BERT's), with
     `config` changed in its config.json."""
     build_tiny_mlm(folder)
     path = folder / "config.json"

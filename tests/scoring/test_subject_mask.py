@@ -160,8 +160,8 @@ MLM_VARIANTS = ("original", "within_word_l2r")
 def tiny_bert(tmp_path_factory):
     import torch
 
+    from bench._data import build_tiny_mlm
     from kcal_pipeline.scoring.models import ModelEntry
-    from tests.scoring.tiny_mlm import build_tiny_mlm
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # a 30k-parameter model gains nothing from threads on a busy machine

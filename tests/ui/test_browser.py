@@ -25,6 +25,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from assets.definitions import STAGE_ASSETS
 from kcal_pipeline.core.storage import partition_path
 from kcal_pipeline.core.warehouse import query
 from kcal_pipeline.scoring.models import DEFAULT_MODEL
@@ -154,7 +155,7 @@ def test_a_backfill_of_two_scoring_partitions_launched_from_the_ui(tmp_path, mon
                         page.keyboard.press("Escape")
                     page.get_by_role("button", name="Hide navigation").click()
                     page.reload()
-                for group in ("dataset", "scoring", "estimation", "evaluation", "reporting"):
+                for group in STAGE_ASSETS:  # the asset groups: one per stage (assets/jobs.py)
                     expect(
                         page.locator("#asset-graph, body").first.get_by_text(group, exact=True).last
                     ).to_be_visible()

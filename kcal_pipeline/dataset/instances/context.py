@@ -15,7 +15,7 @@ of any test fact ("What is 2+2? 4"). Each is a variant of a curated/generated pa
 (*the next valid subject if the 1-shot's has no object to be wrong with; the wrong object is no
 object of any subject of that name.) A demonstration never names the instance: its subject and its
 object are neither the instance's subject nor any of its options (gold or distractor), by id or by
-label (quality.label_key), so a context can neither leak the answer nor prime a distractor; the
+label (labels.label_key), so a context can neither leak the answer nor prime a distractor; the
 3 shots name 3 different subjects. Demonstrations come from the relation's facts (every subject of
 the relation, not only the probed ones: in a BEAR-style answer space every probed gold is an option
 of every instance, so only unprobed subjects can demonstrate), else from its instances' golds. They
@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from kcal_pipeline.dataset.instances.quality import label_key
+from kcal_pipeline.dataset.instances.labels import label_key
 from kcal_pipeline.dataset.instances.sampling import derived_rng
 from kcal_pipeline.dataset.templates import Filled, fill
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import polars as pl
 
 from kcal_pipeline.core.options import ProbeOptions
-from kcal_pipeline.dataset.instances.quality import label_key
+from kcal_pipeline.dataset.instances.labels import label_key
 from kcal_pipeline.dataset.instances.sampling import derived_rng, sample_negatives, stable_rank
 from kcal_pipeline.dataset.instances.variants import EXPLICIT_MARKERS, EXPLICIT_MARKERS_TYPE
 from kcal_pipeline.dataset.templates import Filled, fill

@@ -11,15 +11,12 @@ from __future__ import annotations
 
 import polars as pl
 
+from kcal_pipeline.dataset.instances import mace_questions
+from kcal_pipeline.dataset.instances.labels import label_key
 from kcal_pipeline.dataset.sources import mace
 from kcal_pipeline.dataset.sources.wikidata import DROP_REASONS, looks_like_id
 
 REPORT_SCHEMA = {"relation_id": pl.Utf8, "check": pl.Utf8, "value": pl.Float64}
-
-
-def label_key(label: str) -> str:
-    """What a reader (or a model) would take to be the same name: case and spacing do not count."""
-    return " ".join(label.split()).casefold()
 
 
 def dedupe_answer_space(instance: dict) -> tuple[dict, int]:
@@ -90,8 +87,6 @@ def _mace_checks(
 ) -> dict[str, float]:
     """Candidate questions dropped per reason (recomputed from the kept facts: they depend on
     nothing else) and questions per gold count; drops only where the relation was probed."""
-    from kcal_pipeline.dataset.instances import mace_questions  # it imports sampling, which imports this
-
     drops = (
         mace_questions.question_drops(_kept(facts), relation_id, domain)
         if instances.height

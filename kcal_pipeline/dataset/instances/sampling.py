@@ -25,7 +25,7 @@ import hashlib
 import random
 from collections.abc import Mapping, Sequence
 
-from kcal_pipeline.dataset.instances.quality import label_key
+from kcal_pipeline.dataset.instances.labels import label_key
 
 
 def derived_rng(seed: int, *parts: str) -> random.Random:

@@ -21,24 +21,22 @@ if TYPE_CHECKING:
     from kcal_pipeline.scoring.models.registry import ModelEntry
 
 from kcal_pipeline.core.versions import stored_version
+from kcal_pipeline.evaluation.bootstrap import N_RESAMPLES
+from kcal_pipeline.evaluation.tables import BASELINE
 from kcal_pipeline.reporting.findings.core import (
-    BASELINE,
     FAILS,
-    FEW_DEV,
     HOLDS,
     INCONCLUSIVE,
-    N_RESAMPLES,
     NOT_TESTABLE,
     SEED,
     VERDICTS,
     Finding,
     StoreTables,
-    estimators_in,
     fmt,
-    headline_rows,
     ordered_claims,
 )
 from kcal_pipeline.reporting.findings.kissling import vote_levels
+from kcal_pipeline.reporting.findings.selections import FEW_DEV, estimators_in, headline_rows
 
 
 def _cell(text: object) -> str:

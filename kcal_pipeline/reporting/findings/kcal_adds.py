@@ -5,10 +5,9 @@ from __future__ import annotations
 import math
 
 from kcal_pipeline.estimation.registry import summary_estimators
-from kcal_pipeline.evaluation.calibration import BIN_SWEEP
+from kcal_pipeline.evaluation.calibration import BIN_SWEEP, BINS
+from kcal_pipeline.evaluation.tables import BASELINE
 from kcal_pipeline.reporting.findings.core import (
-    BASELINE,
-    BINS,
     CRITERION,
     FAILS,
     HOLDS,
@@ -19,15 +18,17 @@ from kcal_pipeline.reporting.findings.core import (
     PaperNumber,
     StoreTables,
     claim,
-    dev_size_note,
     difference_finding,
-    difference_row,
     estimator_label,
-    few_dev_precondition,
     fmt,
     fmt_ci,
-    metric_row,
     not_testable,
+)
+from kcal_pipeline.reporting.findings.selections import (
+    dev_size_note,
+    difference_row,
+    few_dev_precondition,
+    metric_row,
 )
 
 # kcal's own checks have no paper behind them: the column says so rather than "no number stated".

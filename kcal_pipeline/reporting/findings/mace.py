@@ -11,8 +11,8 @@ from kcal_pipeline.estimation.registry import ESTIMATORS
 from kcal_pipeline.evaluation.bootstrap import PAD, Resamples, batched_metrics
 from kcal_pipeline.evaluation.registry import METRICS
 from kcal_pipeline.evaluation.scopes import MACE_DOMAIN
+from kcal_pipeline.evaluation.tables import BASELINE
 from kcal_pipeline.reporting.findings.core import (
-    BASELINE,
     FAILS,
     HOLDS,
     INCONCLUSIVE,
@@ -22,19 +22,21 @@ from kcal_pipeline.reporting.findings.core import (
     Paper,
     PaperNumber,
     StoreTables,
-    bc_interval,
     claim,
-    dev_size_note,
     difference_finding,
     estimator_label,
+    fmt,
+    fmt_ci,
+    interval_finding,
+    not_testable,
+)
+from kcal_pipeline.reporting.findings.selections import (
+    bc_interval,
+    dev_size_note,
     estimators_in,
     few_dev_precondition,
     fits_of,
-    fmt,
-    fmt_ci,
     headline_rows,
-    interval_finding,
-    not_testable,
     paired_difference,
     relation_resamples,
     resample_means,

@@ -6,29 +6,28 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from kcal_pipeline.evaluation.bootstrap import PAD, Resamples, batched_metrics
+from kcal_pipeline.estimation.registry import ESTIMATORS, FULL_ANSWER_SPACE, HEADLINE_SPLIT
+from kcal_pipeline.evaluation.bootstrap import N_RESAMPLES, PAD, Resamples, batched_metrics
 from kcal_pipeline.evaluation.registry import METRICS
+from kcal_pipeline.evaluation.tables import BASELINE
 from kcal_pipeline.reporting.findings.core import (
-    BASELINE,
-    ESTIMATORS,
-    FULL_ANSWER_SPACE,
-    HEADLINE_SPLIT,
-    N_RESAMPLES,
     REDUCTION,
     SELECTIVE_LAMA_FAMILY,
     Finding,
     Paper,
     PaperNumber,
     StoreTables,
-    bc_interval,
     claim,
     difference_finding,
     estimator_label,
-    estimators_in,
     fmt,
-    headline_rows,
     interval_finding,
     not_testable,
+)
+from kcal_pipeline.reporting.findings.selections import (
+    bc_interval,
+    estimators_in,
+    headline_rows,
     paired_difference,
     relation_resamples,
 )

@@ -16,15 +16,9 @@ from kcal_pipeline.core.storage import (
     read_partitions,
     rebuild_hint,
 )
-from kcal_pipeline.estimation.registry import OUTPUT_SCHEMA
-from kcal_pipeline.reporting.findings.core import (
-    BASELINE,
-    FIT_COLUMNS,
-    FULL_ANSWER_SPACE,
-    HEADLINE_SPLIT,
-    REDUCTION,
-    StoreTables,
-)
+from kcal_pipeline.estimation.registry import FULL_ANSWER_SPACE, HEADLINE_SPLIT, OUTPUT_SCHEMA
+from kcal_pipeline.evaluation.tables import BASELINE
+from kcal_pipeline.reporting.findings.core import FIT_COLUMNS, REDUCTION, StoreTables
 
 
 def store_models(home: Path) -> list[str]:

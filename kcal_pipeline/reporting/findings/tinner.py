@@ -9,21 +9,23 @@ import numpy as np
 import polars as pl
 
 from kcal_pipeline.estimation.cube import PARAPHRASE_KINDS
+from kcal_pipeline.evaluation.tables import BASELINE
 from kcal_pipeline.reporting.findings.core import (
-    BASELINE,
     Finding,
     Paper,
     PaperNumber,
     StoreTables,
-    bc_interval,
     claim,
     difference_finding,
     fmt,
     fmt_ci,
-    headline_rows,
     interval_finding,
-    join_instances,
     not_testable,
+)
+from kcal_pipeline.reporting.findings.selections import (
+    bc_interval,
+    headline_rows,
+    join_instances,
     pair_key,
     paired_difference,
     ratio,

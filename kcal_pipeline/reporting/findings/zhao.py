@@ -8,8 +8,8 @@ import numpy as np
 import polars as pl
 
 from kcal_pipeline.evaluation.consistency import ORIGINAL, RANDOM_VARIANTS
+from kcal_pipeline.evaluation.tables import BASELINE
 from kcal_pipeline.reporting.findings.core import (
-    BASELINE,
     CONSISTENCY_SETUPS,
     CRITERION,
     FAILS,

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
+from kcal_pipeline.scoring.models.folders import from_dir
 from kcal_pipeline.scoring.models.registry import GGUF_SOURCES, ModelEntry, ModelLoadError
 
 log = logging.getLogger(__name__)
@@ -33,7 +34,7 @@ PROBE_TEXT = "The capital of Côte d'Ivoire is Yamoussoukro, and Zürich is in S
 PROBE_ATOL = 1e-5
 
 
-def _gguf_source(entry: ModelEntry) -> tuple[Path, str]:
+def gguf_source(entry: ModelEntry) -> tuple[Path, str]:
     """The GGUF path and where it came from: '<dist>==<version>' for a package (found without
     importing it), 'file:<absolute path>' for a file."""
     if entry.source == "gguf_file":
@@ -57,7 +58,7 @@ def _gguf_source(entry: ModelEntry) -> tuple[Path, str]:
 
 def _expected_manifest(entry: ModelEntry) -> tuple[Path, dict]:
     """The GGUF file and what a cache converted from it records (its hash aside)."""
-    gguf, dist = _gguf_source(entry)
+    gguf, dist = gguf_source(entry)
     stat = gguf.stat()
     expected = {"source": dist, "file": gguf.name, "size": stat.st_size}
     if entry.source == "gguf_file":  # a file can be replaced in place; a package version cannot
@@ -214,9 +215,6 @@ def _probe_logits(model, tokenizer):
 def _verify_conversion(out: Path, reference) -> None:
     """Reload the written cache and require the GGUF model's logits, so a lossy save fails loudly."""
     import torch
-
-    # loading imports this module for gguf_cache, so its directory loader is imported on use.
-    from kcal_pipeline.scoring.models.loading import from_dir
 
     model, tokenizer, _ = from_dir(out, torch.float32, trust_remote_code=False, kind="clm")
     diff = (_probe_logits(model, tokenizer) - reference).abs().max().item()

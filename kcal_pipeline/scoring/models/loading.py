@@ -11,80 +11,18 @@ import json
 import logging
 import os
 import threading
-import weakref
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from kcal_pipeline.scoring.models.gguf import gguf_cache
+from kcal_pipeline.scoring.loaded_model import LoadedModel, record_cache_folder
+from kcal_pipeline.scoring.models.folders import detect_kind, fast_tokenizer, from_dir, from_pretrained
+from kcal_pipeline.scoring.models.gguf import gguf_cache, gguf_source
 from kcal_pipeline.scoring.models.registry import GGUF_SOURCES, ModelEntry, ModelLoadError
 
 log = logging.getLogger(__name__)
 
-# Encoder-only families: transformers also offers a *ForCausalLM (decoder) head for several of them,
-# so the model type alone would be ambiguous, but their checkpoints are masked LMs.
-ENCODER_ONLY = (
-    "albert",
-    "bert",
-    "big_bird",
-    "camembert",
-    "convbert",
-    "data2vec-text",
-    "deberta",
-    "deberta-v2",
-    "distilbert",
-    "electra",
-    "ernie",
-    "megatron-bert",
-    "mobilebert",
-    "modernbert",
-    "mpnet",
-    "rembert",
-    "roberta",
-    "roberta-prelayernorm",
-    "roc_bert",
-    "roformer",
-    "squeezebert",
-    "xlm-roberta",
-    "xlm-roberta-xl",
-    "xmod",
-)
-
-
-@dataclass(frozen=True)
-class LoadedModel:
-    """A model ready for scoring. revision identifies the exact weights for provenance.
-
-    kind is "clm" or "mlm", never "auto" (detection happens at load). start_token_id is the token a
-    causal scorer prepends; a masked LM scores with its tokenizer's own special tokens instead, so
-    there it is the CLS id (BOS where there is no CLS), kept for provenance only.
-    """
-
-    model: Any
-    tokenizer: Any
-    start_token_id: int
-    device: str
-    dtype: str
-    revision: str
-    n_params: int
-    key: str
-    batch_size: int = 32  # the entry's default for the scorers
-    kind: str = "clm"
-    token_budget: int | None = None  # the entry's; None: sized by scoring/budget.py
-    tf32: bool = True  # the entry's; applies to float32 on CUDA only (scoring/precision.py)
-    # "llama.cpp": scores come from `native` (scoring/native.py) on the GGUF's own weights; `model`
-    # is then the float32 reference it was checked against (engine_check), and what generates text.
-    engine: str = "torch"
-    native: Any = None
-    engine_check: Any = None
-
 
 _loaded: dict[tuple[str, str], tuple[ModelEntry, LoadedModel]] = {}
 _lock = threading.Lock()
-# The cache folder each model object that load_model returned came through: checks of exactly those
-# weights (prefix.py's packing check) may be recorded there for later processes. Weak, by object: a
-# copy, a converted model or one built elsewhere has no entry, so nothing recorded applies to it.
-_cache_dirs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def load_model(entry: ModelEntry, cache_dir: str | os.PathLike) -> LoadedModel:
@@ -97,13 +35,8 @@ def load_model(entry: ModelEntry, cache_dir: str | os.PathLike) -> LoadedModel:
             return hit[1]
         loaded = _load_uncached(entry, cache_dir)
         _loaded[slot] = (entry, loaded)
-        _cache_dirs[loaded.model] = cache_dir
+        record_cache_folder(loaded.model, cache_dir)
         return loaded
-
-
-def loaded_through(loaded: LoadedModel) -> Path | None:
-    """The cache folder of a model exactly as load_model returned it (None for any other model)."""
-    return _cache_dirs.get(loaded.model)
 
 
 def _load_uncached(entry: ModelEntry, cache_dir: Path) -> LoadedModel:
@@ -153,13 +86,13 @@ def _with_engine(entry: ModelEntry, loaded: LoadedModel) -> LoadedModel:
 
     import torch
 
-    from kcal_pipeline.scoring.models.gguf import _gguf_source
+    # native imports torch (and loading must not: the CLI reads the registry without it)
     from kcal_pipeline.scoring.native import NativeModel, check_engine, native_available
 
     problem = native_available()
     if problem:
         raise ModelLoadError(f"model {entry.id!r}: {problem}")
-    gguf, _ = _gguf_source(entry)
+    gguf, _ = gguf_source(entry)
     loaded = dataclasses.replace(
         loaded, engine=entry.engine, native=NativeModel(gguf, threads=torch.get_num_threads())
     )
@@ -184,22 +117,6 @@ def _resolve_dtype(dtype: str, device: str) -> str:
     return dtype
 
 
-def from_dir(
-    folder: Path, torch_dtype, trust_remote_code: bool, kind: str = "clm", model_id: str | None = None
-):
-    """(model, tokenizer, kind) from a directory; kind 'auto' is decided from its config."""
-    try:
-        model, tokenizer, kind = _from_pretrained(
-            folder, torch_dtype, kind, model_id or str(folder), trust_remote_code=trust_remote_code
-        )
-    except (OSError, ValueError) as e:
-        raise ModelLoadError(
-            f"cannot load a model (kind {kind!r}) from {str(folder)!r} (config, tokenizer "
-            f"and *.safetensors weights are required): {e}"
-        ) from e
-    return model, _fast(tokenizer, str(folder)), kind
-
-
 def _from_hub(entry: ModelEntry, torch_dtype):
     if Path(entry.id).exists():  # from_pretrained would silently read this local path instead
         raise ModelLoadError(
@@ -208,75 +125,14 @@ def _from_hub(entry: ModelEntry, torch_dtype):
         )
     opts = {"revision": entry.revision, "trust_remote_code": entry.trust_remote_code}
     try:
-        model, tokenizer, kind = _from_pretrained(entry.id, torch_dtype, entry.kind, entry.id, **opts)
+        model, tokenizer, kind = from_pretrained(entry.id, torch_dtype, entry.kind, entry.id, **opts)
     except (OSError, ValueError) as e:
         raise ModelLoadError(
             f"cannot load {entry.id!r}@{entry.revision} (kind {entry.kind!r}) from the Hugging Face hub "
             f"(unreachable, offline, or no safetensors weights): {str(e).rstrip('.')}. Download it elsewhere "
             f"and register the directory with `kcal models add ID --path DIR`."
         ) from e
-    return model, _fast(tokenizer, entry.id), kind
-
-
-def _from_pretrained(where, torch_dtype, kind: str, model_id: str, **opts):
-    """Config first, so that kind 'auto' picks the model class before any weights are read."""
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
-
-    config = AutoConfig.from_pretrained(where, **opts)
-    kind = detect_kind(config, model_id) if kind == "auto" else kind
-    auto = AutoModelForMaskedLM if kind == "mlm" else AutoModelForCausalLM
-    model = auto.from_pretrained(where, config=config, dtype=torch_dtype, use_safetensors=True, **opts)
-    tokenizer = AutoTokenizer.from_pretrained(where, **opts)
-    return model, tokenizer, kind
-
-
-def detect_kind(config, model_id: str) -> str:
-    """'clm' or 'mlm' from a transformers config, so a registry entry need not say which.
-
-    The checkpoint's own architecture decides first (…ForMaskedLM vs …ForCausalLM / …LMHeadModel),
-    then is_decoder, then the model type: encoder-only families are masked LMs, and a type that
-    transformers maps to only one of the two heads is that kind. Anything else is ambiguous
-    (e.g. seq2seq models such as BART) and must be registered with an explicit kind.
-    """
-    archs = [a for a in (getattr(config, "architectures", None) or []) if isinstance(a, str)]
-    by_arch = {k for k in map(_arch_kind, archs) if k}
-    if len(by_arch) == 1:
-        return by_arch.pop()
-    model_type = getattr(config, "model_type", None)
-    if not by_arch:
-        if getattr(config, "is_decoder", False):
-            return "clm"
-        if model_type in ENCODER_ONLY:
-            return "mlm"
-        from transformers.models.auto import modeling_auto as auto
-
-        causal = model_type in auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-        masked = model_type in auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES
-        if causal != masked:
-            return "clm" if causal else "mlm"
-    raise ModelLoadError(
-        f"model {model_id!r}: cannot tell whether it is a causal or a masked LM "
-        f"(architectures {archs}, model_type {model_type!r}); set kind to 'clm' or 'mlm' "
-        f"(`kcal models add ID --kind clm|mlm` or kind = ... in models.toml)"
-    )
-
-
-def _arch_kind(architecture: str) -> str | None:
-    """XLM/Flaubert '…WithLMHeadModel' serve both objectives, so they decide nothing."""
-    if architecture.endswith("ForMaskedLM"):
-        return "mlm"
-    if architecture.endswith("ForCausalLM") or (
-        architecture.endswith("LMHeadModel") and not architecture.endswith("WithLMHeadModel")
-    ):
-        return "clm"
-    return None
-
-
-def _fast(tokenizer, where: str):
-    """Role assignment needs character offsets, which only fast tokenizers provide."""
-    if not getattr(tokenizer, "is_fast", False):
-        raise ModelLoadError(f"{where}: the tokenizer is not a fast (Rust) tokenizer; offsets are required")
-    return tokenizer
+    return model, fast_tokenizer(tokenizer, entry.id), kind
 
 
 def _start_token_id(entry: ModelEntry, tokenizer) -> int:
@@ -335,9 +191,7 @@ def check_loadable(entry: ModelEntry) -> str | None:
     if entry.source == "local":
         return _check_folder(entry, Path(entry.path).expanduser().resolve())
     if entry.source in GGUF_SOURCES:
-        from kcal_pipeline.scoring.models.gguf import _gguf_source
-
-        gguf, _ = _gguf_source(entry)
+        gguf, _ = gguf_source(entry)
         with open(gguf, "rb") as handle:
             magic = handle.read(4)
         if magic != b"GGUF":
@@ -346,7 +200,7 @@ def check_loadable(entry: ModelEntry) -> str | None:
                 f"bytes 'GGUF', got {magic!r})"
             )
         if entry.engine != "torch":
-            from kcal_pipeline.scoring.native import native_available
+            from kcal_pipeline.scoring.native import native_available  # imports torch
 
             problem = native_available()
             if problem:
@@ -391,7 +245,7 @@ def _check_folder(entry: ModelEntry, folder: Path) -> str:
         tokenizer = AutoTokenizer.from_pretrained(folder, **opts)
     except Exception as e:
         raise ModelLoadError(f"{where}: no loadable tokenizer: {_first_line(e)}") from e
-    _fast(tokenizer, where)
+    fast_tokenizer(tokenizer, where)
     if len(tokenizer) <= len(set(tokenizer.all_special_tokens)):
         # transformers builds an empty tokenizer for some model types when the files are missing
         raise ModelLoadError(

@@ -1,10 +1,14 @@
 """A tiny, deterministic BERT masked LM with a really trained WordPiece tokenizer, saved to a directory.
 
-No pretrained MLM is reachable offline, so tests build one: random (seeded) weights are enough to
-check that scoring equals its definition, and a small trained vocabulary makes many words split
-into several word pieces (the case within_word_l2r is about). The initialiser range is large so
-that context visibly moves the predictions; with BERT's default 0.02 every log-probability is
-≈ −log(vocab) and a wrong mask would change scores by less than the test tolerances.
+No pretrained MLM is reachable offline, so the tests and the MLM benchmark build one: random
+(seeded) weights are enough to check that scoring equals its definition, and a small trained
+vocabulary makes many words split into several word pieces (the case within_word_l2r is about).
+The initialiser range is large so that context visibly moves the predictions; with BERT's default
+0.02 every log-probability is ≈ −log(vocab) and a wrong mask would change scores by less than the
+test tolerances.
+
+It lives in bench/, not tests/, because the benchmarks and the tests share it, and bench/ takes
+nothing from tests/.
 """
 
 from __future__ import annotations
