@@ -671,13 +671,34 @@ def _not_an_interrupt_report(record: logging.LogRecord) -> bool:
     return record.levelno < logging.ERROR or not any(n in str(record.msg) for n in _INTERRUPT_ERRORS)
 
 
+def _not_a_logged_interrupt(record: logging.LogRecord) -> bool:
+    """False for a record that carries a Ctrl-C as its exception: SQLAlchemy's pool logs one that
+    lands while it closes a connection ("Exception closing connection" and a traceback)."""
+    error = record.exc_info[1] if record.exc_info else None
+    return error is None or not (isinstance(error, KeyboardInterrupt) or _is_interrupt(error))
+
+
+# Loggers that can report a Ctrl-C with its traceback, when made before the command started.
+IMPORT_TIME_LOGGERS = ("sqlalchemy",)
+
+
+def _import_time_loggers() -> list[logging.Logger]:
+    return [
+        logger
+        for name, logger in logging.root.manager.loggerDict.items()
+        if isinstance(logger, logging.Logger) and name.startswith(IMPORT_TIME_LOGGERS)
+    ]
+
+
 class _QuietOnInterrupt(logging.Logger):
-    """The class of loggers made while a kcal command runs, Dagster's console logger among them:
-    they drop Dagster's reports of an interruption (the instance's event log still has them)."""
+    """The class of loggers made while a kcal command runs, Dagster's console logger and SQLAlchemy's
+    (imported on first use) among them: they drop Dagster's reports of an interruption (the
+    instance's event log still has them) and any record whose exception is the Ctrl-C."""
 
     def __init__(self, name: str, level: int | str = logging.NOTSET) -> None:
         super().__init__(name, level)
         self.addFilter(_not_an_interrupt_report)
+        self.addFilter(_not_a_logged_interrupt)
 
 
 class CtrlC:
@@ -706,6 +727,9 @@ class CtrlC:
         CtrlC.active = self
         self._logger_class = logging.getLoggerClass()
         logging.setLoggerClass(_QuietOnInterrupt)
+        self._filtered = _import_time_loggers()
+        for logger in self._filtered:
+            logger.addFilter(_not_a_logged_interrupt)
         usable = self.POKE is not None and hasattr(signal, "pthread_sigmask")
         if not usable or threading.current_thread() is not threading.main_thread():
             return self
@@ -752,6 +776,8 @@ class CtrlC:
             os.close(self._read)
             os.close(self._write)
         logging.setLoggerClass(self._logger_class)
+        for logger in self._filtered:
+            logger.removeFilter(_not_a_logged_interrupt)
         CtrlC.active = None
         return False
 

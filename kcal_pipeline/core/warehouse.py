@@ -52,6 +52,7 @@ WRITABLE_SESSION = (
 )
 # A report query's first line: `-- <what it answers>` (kcal sql --list prints the text).
 _DESCRIPTION = re.compile(r"--[ \t]*(?P<text>\S.*)")
+_MISSING_TABLE = re.compile(r"Table with name (?P<table>\w+) does not exist")
 _EXPLAIN = re.compile(r"\s*EXPLAIN\s+(?:ANALY[SZ]E\s+)?(?P<inner>.*)", re.IGNORECASE | re.DOTALL)
 
 
@@ -138,7 +139,7 @@ def _write_views(path: Path, home: Path, statements: list[str]) -> None:
             try:
                 con.execute(statement)
             except duckdb.Error as exc:  # a view reads every file's schema: a bad one fails here
-                _raise_naming_bad_file(home, exc)
+                _raise_with_hint(home, exc)
         con.execute("CREATE SCHEMA IF NOT EXISTS kcal_meta")
         con.execute(
             f"CREATE OR REPLACE TABLE {META_TABLE} AS SELECT "
@@ -261,19 +262,32 @@ def query(home: Path, sql: str):
         cols = [d[0] for d in cur.description] if cur.description else []
         return cols, cur.fetchall()
     except duckdb.Error as exc:
-        _raise_naming_bad_file(home, exc)
+        _raise_with_hint(home, exc)
     finally:
         con.close()
 
 
-def _raise_naming_bad_file(home: Path, exc: duckdb.Error) -> NoReturn:
-    """Re-raise a DuckDB error; one that names a Parquet file of the store (truncated, corrupted)
-    gets how to rebuild that file added."""
+def _raise_with_hint(home: Path, exc: duckdb.Error) -> NoReturn:
+    """Re-raise a DuckDB error with what to do about it: one that names a Parquet file of the store
+    (truncated, corrupted) gets how to rebuild that file; a table the store has no files of yet (a
+    store made before the table existed, e.g. the catalogs, or a stage not run) gets how to make it."""
     for path in re.findall(r"['\"]([^'\"]+\.parquet)['\"]", str(exc)):
         hint = store_file_hint(home, path)
         if hint:
             raise type(exc)(f"{exc}; {hint}") from exc
+    missing = _MISSING_TABLE.search(str(exc))
+    if isinstance(exc, duckdb.CatalogException) and missing and _read_by_reports(missing["table"]):
+        raise type(exc)(
+            f"{exc}; this store has no {missing['table']} table yet: `kcal demo` (with this KCAL_HOME) "
+            "materializes what is missing, or materialize it in the UI"
+        ) from exc
     raise exc
+
+
+def _read_by_reports(table: str) -> bool:
+    """A table the project's report queries or views read (not a name mistyped in a query)."""
+    word = re.compile(rf"\b{re.escape(table)}\b")
+    return any(word.search(f.read_text("utf-8")) for f in repo_sql_dir().glob("*/*.sql"))
 
 
 def named_queries(sql_dir: Path | None = None) -> list[str]:

@@ -148,6 +148,17 @@ def test_empty_several_or_invalid_queries_get_one_line(kcal, sql, needle):
     assert needle in line, line
 
 
+def test_a_report_on_a_store_without_its_tables_says_how_to_make_them(kcal, store):
+    """A store made before a table existed (the catalogs) or before a stage ran: the report's error
+    names the table and the command that makes it; a mistyped table name gets no such advice."""
+    out = run_kcal(store, "sql", "--query", "leaderboard")
+    line = one_line_error(out.returncode, out.stdout, out.stderr)
+    assert "this store has no " in line and "`kcal demo`" in line, line
+    line = one_line_error(*kcal("select * from metric_catalog"))
+    assert "this store has no metric_catalog table yet" in line, line
+    assert "this store has no" not in one_line_error(*kcal("select * from no_such_table"))
+
+
 def test_the_installed_command_refuses_copy(store, tmp_path):
     before = snapshot(store)
     out = run_kcal(store, "sql", f"COPY relations TO '{store}/relations/part.parquet' (FORMAT parquet)")
