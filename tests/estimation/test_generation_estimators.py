@@ -1,0 +1,132 @@
+"""Confidence from generated answers (kcal_pipeline/estimation/generation.py), by hand on a
+constructed set of responses: two questions, the second with a tie between two clusters."""
+
+import math
+
+import polars as pl
+import pytest
+
+from kcal_pipeline.estimation.generation import (
+    GENERATION_ESTIMATORS,
+    check_responses,
+    generation_estimates,
+    knowledge_coverage,
+    multi_answer,
+)
+
+E = math.exp
+# instance, sample (0 = greedy), response, logprob_sum, n_tokens, cluster, correct
+ROWS = [
+    ("q1", 0, "Martin Perl", -0.5, 2, "Q1", True),
+    ("q1", 1, "Martin Perl", -0.5, 2, "Q1", True),
+    ("q1", 2, "Martin Perl", -0.5, 2, "Q1", True),  # the same string again: counts once in Sem Entropy
+    ("q1", 3, "Frederick Reines", -1.0, 3, "Q2", True),
+    ("q1", 4, "Einstein", -2.0, 1, "Q9", False),
+    ("q2", 0, "dunno", -3.0, 2, "text:dunno", False),
+    ("q2", 1, "dunno", -3.0, 2, "text:dunno", False),
+    ("q2", 2, "Lyon", -3.0, 1, "Q7", True),
+]
+COLUMNS = ["instance_id", "sample", "response", "logprob_sum", "n_tokens", "cluster", "correct"]
+
+
+def responses(rows=ROWS) -> pl.DataFrame:
+    return pl.DataFrame(rows, schema=COLUMNS, orient="row")
+
+
+def plogp(*masses):
+    total = sum(masses)
+    return sum(m / total * math.log(m / total) for m in masses)
+
+
+# Per estimator: {instance: (predicted cluster, correct, confidence)}, worked out by hand.
+EXPECTED = {
+    "prob_entropy": {"q1": ("Q1", True, (-0.5 - 0.5 - 1.0 - 2.0) / 4), "q2": ("text:dunno", False, -3.0)},
+    "nprob_entropy": {
+        "q1": ("Q1", True, (-0.25 - 0.25 - 1.0 / 3 - 2.0) / 4),
+        "q2": ("text:dunno", False, (-1.5 - 3.0) / 2),
+    },
+    "sem_entropy": {
+        "q1": ("Q1", True, plogp(E(-0.5), E(-1.0), E(-2.0))),  # distinct strings only
+        "q2": ("text:dunno", False, math.log(0.5)),
+    },
+    "perplexity": {"q1": ("Q1", True, E(-0.25)), "q2": ("text:dunno", False, E(-1.5))},
+    "consis": {"q1": ("Q1", True, 2 / 4), "q2": ("text:dunno", False, 1 / 2)},
+    # ŷ = argmax SCA_0; q2's two clusters tie at e^-3/2: the smaller name, Q7, wins.
+    "gen_sca_tau0": {"q1": ("Q1", True, (2 * E(-0.5) + E(-1.0) + E(-2.0)) / 4), "q2": ("Q7", True, E(-3.0))},
+    "gen_snca_tau0": {
+        "q1": ("Q1", True, 2 * E(-0.5) / (2 * E(-0.5) + E(-1.0) + E(-2.0))),
+        "q2": ("Q7", True, 0.5),
+    },
+    "gen_sfca_tau0": {"q1": ("Q1", True, 2 / 4), "q2": ("Q7", True, 1 / 2)},
+}
+
+
+def as_dict(frame: pl.DataFrame) -> dict:
+    return {
+        r["instance_id"]: (r["predicted_cluster"], r["correct"], r["confidence"])
+        for r in frame.iter_rows(named=True)
+    }
+
+
+def assert_close(got: dict, expected: dict):
+    assert got.keys() == expected.keys()
+    for key, (cluster, correct, confidence) in expected.items():
+        assert got[key][:2] == (cluster, correct), key
+        assert got[key][2] == pytest.approx(confidence, rel=1e-12, abs=1e-15), key
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_every_estimator_by_hand(name):
+    assert_close(as_dict(GENERATION_ESTIMATORS[name].fn(check_responses(responses()))), EXPECTED[name])
+
+
+def test_every_registered_estimator_has_a_hand_computed_case():
+    assert set(GENERATION_ESTIMATORS) == set(EXPECTED)
+
+
+def test_the_threshold_drops_samples_below_it():
+    """τ = 0.2: Einstein (e^-2 ≈ 0.135) and all of q2 (e^-3 ≈ 0.050) fall below it."""
+    got = {name: as_dict(frame) for name, frame in multi_answer(check_responses(responses()), 0.2).items()}
+    kept = 2 * E(-0.5) / 4 + E(-1.0) / 4
+    assert_close(got["sca"], {"q1": ("Q1", True, kept), "q2": ("Q7", True, 0.0)})
+    assert_close(got["snca"], {"q1": ("Q1", True, 2 * E(-0.5) / 4 / kept), "q2": ("Q7", True, 0.0)})
+    assert_close(got["sfca"], {"q1": ("Q1", True, 0.5), "q2": ("Q7", True, 0.0)})
+
+
+def test_estimates_do_not_depend_on_row_order():
+    shuffled = responses().sample(fraction=1.0, shuffle=True, seed=7)
+    assert generation_estimates(shuffled).equals(generation_estimates(responses()))
+
+
+def test_the_estimates_table_has_one_row_per_instance_and_estimator_with_its_output_kind():
+    table = generation_estimates(responses())
+    assert table.height == 2 * len(GENERATION_ESTIMATORS)
+    kinds = dict(table.select("estimator", "output_kind").unique().iter_rows())
+    assert kinds["prob_entropy"] == "score" and kinds["perplexity"] == "probability"
+
+
+def test_knowledge_coverage_by_hand():
+    """τ = 0.1: q1's gold clusters Q1 (SCA_0 = 2e^-0.5/4 ≈ 0.30) and Q2 (e^-1/4 ≈ 0.09) — one of its
+    two golds covered; q2's Q7 (e^-3/2 ≈ 0.02) — none of one; q3 has no responses at all."""
+    golds = pl.DataFrame({"instance_id": ["q1", "q2"], "n_gold": [2, 1]})
+    got = knowledge_coverage(responses(), golds, tau=0.1)
+    assert got.rows() == [("q1", 2, 0.5), ("q2", 1, 0.0)]
+
+
+@pytest.mark.parametrize(
+    ("rows", "drop", "message"),
+    [
+        (ROWS, "cluster", r"responses: missing column\(s\) \['cluster'\]"),
+        ([r for r in ROWS if not (r[0] == "q2" and r[1] == 0)], None, "instance 'q2' has 0 greedy answer"),
+        (
+            [r for r in ROWS if not (r[0] == "q2" and r[1] > 0)],
+            None,
+            "instance 'q2' has 1 greedy answer.* and 0 sampled",
+        ),
+        ([(*ROWS[0][:4], 0, *ROWS[0][5:]), *ROWS[1:]], None, "n_tokens 0 of instance 'q1' is not positive"),
+    ],
+)
+def test_bad_responses_are_refused_naming_the_instance_or_column(rows, drop, message):
+    frame = responses(rows)
+    with pytest.raises(ValueError, match=message):
+        check_responses(frame.drop(drop) if drop else frame)
