@@ -1,0 +1,208 @@
+"""Open answers: a greedy answer and N sampled ones per question, with their token log-probabilities
+and entropies from the same forward passes (issue 33, part 1; MACE's setting).
+
+Per question one batch of N + 1 rows (row 0 greedy, rows 1 … N sampled) shares the prompt's key-value
+cache: the prompt is run once and the cache repeated. Each step reads the model's own distribution
+(temperature 1) for the recorded log-probability and entropy of the chosen token, and samples from
+the tempered, nucleus-filtered one. A response ends before a stop token (the end-of-turn or
+end-of-text token, or a token that contains a line break: MACE asks for one short answer), which is
+not part of it; one that reaches max_new_tokens says so (`stop = "length"`). Sampling draws from a
+torch.Generator seeded by (seed, question key): a question's samples do not depend on which other
+questions are in a run, and the same settings reproduce them on the same machine. An instruction-tuned
+model gets its chat template; a model without one a completion prompt ("Question: …\nAnswer:").
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import polars as pl
+
+if TYPE_CHECKING:
+    from kcal_pipeline.scoring.loaded_model import LoadedModel
+
+GREEDY = 0
+SCHEMA = {
+    "instance_id": pl.String,
+    "sample": pl.Int64,
+    "response": pl.String,
+    "token_ids": pl.List(pl.Int64),
+    "n_tokens": pl.Int64,
+    "logprob_sum": pl.Float64,
+    "logprob_mean": pl.Float64,
+    "entropy_mean": pl.Float64,
+    "stop": pl.String,
+}
+COMPLETION_PROMPT = "Question: {question}\nAnswer:"
+
+
+@dataclass(frozen=True)
+class GenerationSettings:
+    """How answers are drawn (defaults: MACE's N = 10 at temperature 1, top-p 1)."""
+
+    n_samples: int = 10
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 16
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        checks = {
+            "n_samples": self.n_samples >= 1,
+            "temperature": self.temperature > 0,
+            "top_p": 0 < self.top_p <= 1,
+            "max_new_tokens": self.max_new_tokens >= 1,
+        }
+        for field, ok in checks.items():
+            if not ok:
+                raise ValueError(
+                    f"generation setting {field} = {getattr(self, field)!r}: needs n_samples ≥ 1, "
+                    "temperature > 0, 0 < top_p ≤ 1, max_new_tokens ≥ 1"
+                )
+
+
+def prompt_ids(loaded: LoadedModel, question: str) -> tuple[list[int], str]:
+    """The token ids a question is asked with, and which prompt it is ("chat" or "completion")."""
+    tokenizer = loaded.tokenizer
+    if getattr(tokenizer, "chat_template", None):
+        ids = tokenizer.apply_chat_template(
+            [{"role": "user", "content": question}], add_generation_prompt=True, tokenize=True
+        )
+        ids = ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids
+        return list(ids), "chat"
+    text = COMPLETION_PROMPT.format(question=question)
+    return [loaded.start_token_id, *tokenizer(text, add_special_tokens=False)["input_ids"]], "completion"
+
+
+def stop_token_ids(loaded: LoadedModel) -> set[int]:
+    """End-of-text / end-of-turn tokens and every token whose text holds a line break."""
+    tokenizer = loaded.tokenizer
+    stops = {i for i in (tokenizer.eos_token_id, loaded.start_token_id) if i is not None}
+    stops |= {
+        i
+        for name in ("<|im_end|>", "<|eot_id|>", "<|endoftext|>")
+        if (i := tokenizer.convert_tokens_to_ids(name)) is not None and i != tokenizer.unk_token_id
+    }
+    vocabulary = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+    decoded = {
+        i for i, token in enumerate(vocabulary) if token is not None and ("\n" in token or "Ċ" in token)
+    }
+    return stops | decoded
+
+
+def _generator_seed(seed: int, key: str) -> int:
+    digest = hashlib.sha256(f"{seed}\x00{key}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
+
+
+def generate_answers(
+    loaded: LoadedModel,
+    questions: Sequence[str],
+    keys: Sequence[str],
+    settings: GenerationSettings = GenerationSettings(),
+    progress: Callable[[int, int], None] | None = None,
+) -> pl.DataFrame:
+    """One row per (question, sample): the response text, its token count, log p (sum and mean, at
+    temperature 1), the mean entropy of the model's distribution over its steps, and why it ended."""
+    if len(questions) != len(keys):
+        raise ValueError(f"questions ({len(questions)}) and keys ({len(keys)}) differ in length")
+    if len(set(keys)) != len(keys):
+        raise ValueError("keys: every question needs its own key (they seed its samples)")
+    stops = stop_token_ids(loaded)
+    rows: list[dict] = []
+    for done, (question, key) in enumerate(zip(questions, keys, strict=True)):
+        ids, _ = prompt_ids(loaded, question)
+        rows += _one_question(loaded, ids, key, settings, stops)
+        if progress is not None:
+            progress(done + 1, len(questions))
+    return pl.DataFrame(rows, schema=SCHEMA)
+
+
+def _one_question(
+    loaded: LoadedModel, ids: list[int], key: str, settings: GenerationSettings, stops: set[int]
+):
+    import torch
+
+    model, device = loaded.model, loaded.device
+    rows = settings.n_samples + 1
+    generator = torch.Generator(device="cpu").manual_seed(_generator_seed(settings.seed, key))
+    stop_mask = torch.zeros(model.config.vocab_size, dtype=torch.bool)
+    stop_mask[[i for i in stops if i < model.config.vocab_size]] = True
+    with torch.inference_mode():
+        out = model(torch.tensor([ids], device=device), use_cache=True)
+        cache = _cache_of(out)
+        cache.batch_repeat_interleave(rows)
+        logits = out.logits[:, -1, :].float().expand(rows, -1)
+        tokens: list[list[int]] = [[] for _ in range(rows)]
+        logprob = torch.zeros(rows, dtype=torch.float64)
+        entropy = torch.zeros(rows, dtype=torch.float64)
+        stop = ["length"] * rows
+        live = torch.ones(rows, dtype=torch.bool)
+        for _ in range(settings.max_new_tokens):
+            log_p = torch.log_softmax(logits.double(), dim=-1)  # the model's own distribution
+            chosen = torch.empty(rows, dtype=torch.long)
+            chosen[0] = int(log_p[0].argmax())
+            chosen[1:] = _sample(logits[1:], settings, generator)
+            step_entropy = -(log_p.exp() * log_p).sum(dim=-1)
+            for row in range(rows):
+                if not live[row]:
+                    continue
+                token = int(chosen[row])
+                if stop_mask[token]:
+                    live[row] = False
+                    stop[row] = "stop"
+                    continue
+                tokens[row].append(token)
+                logprob[row] += log_p[row, token]
+                entropy[row] += step_entropy[row]
+            if not live.any():
+                break
+            feed = torch.where(live, chosen, torch.zeros_like(chosen)).to(device)
+            out = model(feed[:, None], **{_cache_argument(model): cache}, use_cache=True)
+            cache, logits = _cache_of(out), out.logits[:, -1, :].float()
+    result = []
+    for row in range(rows):
+        n = len(tokens[row])
+        result.append(
+            {
+                "instance_id": key,
+                "sample": row,
+                "response": loaded.tokenizer.decode(tokens[row], skip_special_tokens=True).strip(),
+                "token_ids": tokens[row],
+                "n_tokens": n,
+                "logprob_sum": float(logprob[row]),
+                "logprob_mean": float(logprob[row]) / n if n else None,
+                "entropy_mean": float(entropy[row]) / n if n else None,
+                "stop": stop[row],
+            }
+        )
+    return result
+
+
+def _cache_argument(model) -> str:
+    """The forward's name for the key-value cache: `cache` from transformers 5.2x (which warns on
+    `past_key_values`), `past_key_values` before."""
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def _cache_of(output):
+    """The key-value cache a forward returned (`cache`, `past_key_values` before transformers 5.2x)."""
+    return output["cache"] if "cache" in output else output["past_key_values"]
+
+
+def _sample(logits, settings: GenerationSettings, generator):
+    """One token per row from softmax(logits / T), restricted to the top-p nucleus."""
+    import torch
+
+    probs = torch.softmax(logits.double() / settings.temperature, dim=-1)
+    if settings.top_p < 1.0:
+        ordered, order = probs.sort(dim=-1, descending=True)
+        before = ordered.cumsum(dim=-1) - ordered  # mass of the tokens ranked above each
+        ordered[before >= settings.top_p] = 0.0
+        probs = torch.zeros_like(probs).scatter(-1, order, ordered)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)

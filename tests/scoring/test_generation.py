@@ -1,0 +1,103 @@
+"""Sampled open answers (kcal_pipeline/scoring/generation.py) on the embedded model: reproducible,
+independent of the other questions of a run, the greedy answer and every log-probability equal to a
+slow reference without the key-value cache, and settings refused with their field and value."""
+
+import os
+from pathlib import Path
+
+import polars as pl
+import pytest
+import torch
+
+from kcal_pipeline.scoring.generation import GenerationSettings, generate_answers, prompt_ids, stop_token_ids
+from kcal_pipeline.scoring.models import DEFAULT_MODEL, load_model
+
+QUESTIONS = ["What is the capital of France?", "Name one planet of the solar system."]
+KEYS = ["capital", "planet"]
+SMALL = GenerationSettings(n_samples=3, max_new_tokens=6, seed=5)
+
+
+@pytest.fixture(scope="module")
+def loaded():
+    cache = Path(os.environ.get("KCAL_MODEL_CACHE") or Path(__file__).parents[1] / ".kcal" / "models")
+    return load_model(DEFAULT_MODEL, cache)
+
+
+@pytest.fixture(scope="module")
+def answers(loaded):
+    return generate_answers(loaded, QUESTIONS, KEYS, SMALL)
+
+
+def reference_greedy(loaded, prompt: list[int], limit: int) -> list[int]:
+    """No cache: argmax of a full forward per step, up to `limit` tokens or a stop token."""
+    stops, ids, greedy = stop_token_ids(loaded), list(prompt), []
+    with torch.inference_mode():
+        while len(greedy) < limit:
+            token = int(loaded.model(torch.tensor([ids])).logits[0, -1].argmax())
+            if token in stops:
+                break
+            greedy.append(token)
+            ids.append(token)
+    return greedy
+
+
+def reference_logprob(loaded, prompt: list[int], continuation: list[int]) -> float:
+    """log p(continuation | prompt) from one full forward, float64 log-softmax."""
+    with torch.inference_mode():
+        logits = loaded.model(torch.tensor([prompt + continuation])).logits[0].double()
+    log_p = torch.log_softmax(logits, dim=-1)
+    return sum(float(log_p[len(prompt) - 1 + i, t]) for i, t in enumerate(continuation))
+
+
+def test_one_greedy_and_n_sampled_rows_per_question(answers):
+    assert answers.columns[:3] == ["instance_id", "sample", "response"]
+    counts = answers.group_by("instance_id").agg(pl.col("sample").sort()).sort("instance_id")
+    assert counts.rows() == [("capital", [0, 1, 2, 3]), ("planet", [0, 1, 2, 3])]
+    assert answers["n_tokens"].max() <= SMALL.max_new_tokens
+    assert set(answers["stop"]) <= {"stop", "length"}
+    assert (answers["n_tokens"] == answers["token_ids"].list.len()).all()
+
+
+def test_the_greedy_answer_and_every_log_probability_match_a_slow_reference(loaded, answers):
+    for question, key in zip(QUESTIONS, KEYS, strict=True):
+        prompt, kind = prompt_ids(loaded, question)
+        assert kind == "chat"  # the embedded model is instruction-tuned: its chat template
+        rows = answers.filter(pl.col("instance_id") == key).sort("sample")
+        for row in rows.iter_rows(named=True):
+            scored = reference_logprob(loaded, prompt, row["token_ids"])
+            assert row["logprob_sum"] == pytest.approx(scored, abs=1e-4)
+        assert rows["token_ids"][0].to_list() == reference_greedy(loaded, prompt, SMALL.max_new_tokens)
+
+
+def test_samples_are_reproducible_and_do_not_depend_on_the_other_questions(loaded, answers):
+    again = generate_answers(loaded, QUESTIONS[1:], KEYS[1:], SMALL)
+    assert again.equals(answers.filter(pl.col("instance_id") == "planet"))
+    other_seed = generate_answers(
+        loaded, QUESTIONS[1:], KEYS[1:], GenerationSettings(n_samples=3, max_new_tokens=6, seed=6)
+    )
+    assert other_seed.filter(pl.col("sample") == 0).equals(again.filter(pl.col("sample") == 0))  # greedy
+    assert other_seed["token_ids"].to_list()[1:] != again["token_ids"].to_list()[1:]
+
+
+def test_a_nucleus_of_one_token_samples_the_greedy_answer(loaded):
+    """top_p → 0 keeps only the most probable token at each step: every sample is the greedy one."""
+    narrow = generate_answers(
+        loaded, QUESTIONS[:1], KEYS[:1], GenerationSettings(n_samples=2, max_new_tokens=5, top_p=1e-9)
+    )
+    assert len(set(map(tuple, narrow["token_ids"].to_list()))) == 1
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("n_samples", 0), ("temperature", 0.0), ("top_p", 1.5), ("max_new_tokens", 0)],
+)
+def test_bad_settings_name_the_field_and_value(field, value):
+    with pytest.raises(ValueError, match=f"generation setting {field} = {value!r}"):
+        GenerationSettings(**{field: value})
+
+
+def test_questions_need_their_own_keys(loaded):
+    with pytest.raises(ValueError, match=r"questions \(2\) and keys \(1\)"):
+        generate_answers(loaded, QUESTIONS, KEYS[:1], SMALL)
+    with pytest.raises(ValueError, match="every question needs its own key"):
+        generate_answers(loaded, QUESTIONS, ["same", "same"], SMALL)
