@@ -1,14 +1,16 @@
 """Open answers: a greedy answer and N sampled ones per question, with their token log-probabilities
 and entropies from the same forward passes (issue 33, part 1; MACE's setting).
 
-Per question one batch of N + 1 rows (row 0 greedy, rows 1 … N sampled) shares the prompt's key-value
-cache: the prompt is run once and the cache repeated. Each step reads the model's own distribution
-(temperature 1) for the recorded log-probability and entropy of the chosen token, and samples from
-the tempered, nucleus-filtered one. A response ends before a stop token (the end-of-turn or
-end-of-text token, or a token that contains a line break: MACE asks for one short answer), which is
-not part of it; one that reaches max_new_tokens says so (`stop = "length"`). Sampling draws from a
-torch.Generator seeded by (seed, question key): a question's samples do not depend on which other
-questions are in a run, and the same settings reproduce them on the same machine. An instruction-tuned
+Each question gets N + 1 rows (row 0 greedy, rows 1 … N sampled) that share its prompt's key-value
+cache: prompts run once, left-padded and masked, and several questions decode in one call (decoding
+reads every weight once per step, so rows are nearly free). Each step reads the model's own
+distribution (temperature 1) for the recorded log-probability and entropy of the chosen token, and
+samples from the tempered, nucleus-filtered one. A response ends before a stop token (the end-of-turn
+or end-of-text token, or a token that contains a line break: MACE asks for one short answer), which
+is not part of it; one that reaches max_new_tokens says so (`stop = "length"`). Sampling draws from a
+torch.Generator of each question, seeded by (seed, question key): the same settings reproduce a
+question's samples on the same machine, and other questions in its call change only the last bits
+of its floats (padding), not its draws, unless a draw lands within ~1e-7 of a boundary. An instruction-tuned
 model gets its chat template; a model without one a completion prompt ("Question: …\nAnswer:").
 """
 
@@ -37,6 +39,9 @@ SCHEMA = {
     "stop": pl.String,
 }
 COMPLETION_PROMPT = "Question: {question}\nAnswer:"
+# Rows decoded together: decoding reads every weight once per step whatever the batch, so questions
+# share calls (4 questions of N = 10 samples + greedy per call).
+ROWS_PER_CALL = 48
 
 
 @dataclass(frozen=True)
@@ -112,30 +117,50 @@ def generate_answers(
     if len(set(keys)) != len(keys):
         raise ValueError("keys: every question needs its own key (they seed its samples)")
     stops = stop_token_ids(loaded)
+    per_call = max(1, ROWS_PER_CALL // (settings.n_samples + 1))
     rows: list[dict] = []
-    for done, (question, key) in enumerate(zip(questions, keys, strict=True)):
-        ids, _ = prompt_ids(loaded, question)
-        rows += _one_question(loaded, ids, key, settings, stops)
+    for first in range(0, len(questions), per_call):
+        chosen = range(first, min(first + per_call, len(questions)))
+        prompts = [prompt_ids(loaded, questions[i])[0] for i in chosen]
+        rows += _question_batch(loaded, prompts, [keys[i] for i in chosen], settings, stops)
         if progress is not None:
-            progress(done + 1, len(questions))
+            progress(chosen.stop, len(questions))
     return pl.DataFrame(rows, schema=SCHEMA)
 
 
-def _one_question(
-    loaded: LoadedModel, ids: list[int], key: str, settings: GenerationSettings, stops: set[int]
-):
+def _question_batch(
+    loaded: LoadedModel,
+    prompts: list[list[int]],
+    keys: list[str],
+    settings: GenerationSettings,
+    stops: set[int],
+) -> list[dict]:
+    """The rows of several questions decoded together: prompts left-padded (masked, with positions
+    counted from each prompt's first token), each prompt's cache repeated for its N + 1 rows, and
+    each question's samples drawn with its own generator."""
     import torch
 
     model, device = loaded.model, loaded.device
-    rows = settings.n_samples + 1
-    generator = torch.Generator(device="cpu").manual_seed(_generator_seed(settings.seed, key))
+    per_question = settings.n_samples + 1
+    rows = len(prompts) * per_question
+    generators = [torch.Generator(device="cpu").manual_seed(_generator_seed(settings.seed, k)) for k in keys]
     stop_mask = torch.zeros(model.config.vocab_size, dtype=torch.bool)
     stop_mask[[i for i in stops if i < model.config.vocab_size]] = True
+    width = max(len(p) for p in prompts)
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts])
     with torch.inference_mode():
-        out = model(torch.tensor([ids], device=device), use_cache=True)
+        out = model(
+            ids.to(device),
+            attention_mask=mask.to(device),
+            position_ids=(mask.cumsum(-1) - 1).clamp(min=0).to(device),
+            use_cache=True,
+        )
         cache = _cache_of(out)
-        cache.batch_repeat_interleave(rows)
-        logits = out.logits[:, -1, :].float().expand(rows, -1)
+        cache.batch_repeat_interleave(per_question)
+        logits = out.logits[:, -1, :].float().repeat_interleave(per_question, dim=0)
+        mask = mask.repeat_interleave(per_question, dim=0)
+        position = mask.sum(-1)  # the next token's position in each row
         tokens: list[list[int]] = [[] for _ in range(rows)]
         logprob = torch.zeros(rows, dtype=torch.float64)
         entropy = torch.zeros(rows, dtype=torch.float64)
@@ -144,8 +169,11 @@ def _one_question(
         for _ in range(settings.max_new_tokens):
             log_p = torch.log_softmax(logits.double(), dim=-1)  # the model's own distribution
             chosen = torch.empty(rows, dtype=torch.long)
-            chosen[0] = int(log_p[0].argmax())
-            chosen[1:] = _sample(logits[1:], settings, generator)
+            for q, generator in enumerate(generators):
+                greedy = q * per_question
+                chosen[greedy] = int(log_p[greedy].argmax())
+                sampled = slice(greedy + 1, greedy + per_question)
+                chosen[sampled] = _sample(logits[sampled], settings, generator)
             step_entropy = -(log_p.exp() * log_p).sum(dim=-1)
             for row in range(rows):
                 if not live[row]:
@@ -160,16 +188,24 @@ def _one_question(
                 entropy[row] += step_entropy[row]
             if not live.any():
                 break
-            feed = torch.where(live, chosen, torch.zeros_like(chosen)).to(device)
-            out = model(feed[:, None], **{_cache_argument(model): cache}, use_cache=True)
+            feed = torch.where(live, chosen, torch.zeros_like(chosen))
+            mask = torch.cat([mask, torch.ones(rows, 1, dtype=mask.dtype)], dim=1)
+            out = model(
+                feed[:, None].to(device),
+                attention_mask=mask.to(device),
+                position_ids=position[:, None].to(device),
+                **{_cache_argument(model): cache},
+                use_cache=True,
+            )
             cache, logits = _cache_of(out), out.logits[:, -1, :].float()
+            position = position + 1
     result = []
     for row in range(rows):
         n = len(tokens[row])
         result.append(
             {
-                "instance_id": key,
-                "sample": row,
+                "instance_id": keys[row // per_question],
+                "sample": row % per_question,
                 "response": loaded.tokenizer.decode(tokens[row], skip_special_tokens=True).strip(),
                 "token_ids": tokens[row],
                 "n_tokens": n,
