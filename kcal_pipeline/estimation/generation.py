@@ -29,8 +29,9 @@ from typing import Literal
 
 import polars as pl
 
+from kcal_pipeline.scoring.generation import GREEDY  # the `sample` of the greedy answer
+
 PAPER = "Wang et al. 2026 (MACE)"
-GREEDY = 0  # the `sample` of the greedy answer
 RESPONSE_COLUMNS = {
     "instance_id": pl.String,
     "sample": pl.Int64,

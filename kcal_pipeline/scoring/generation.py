@@ -141,6 +141,7 @@ def _question_batch(
     import torch
 
     model, device = loaded.model, loaded.device
+    cache_argument = _cache_argument(model)
     per_question = settings.n_samples + 1
     rows = len(prompts) * per_question
     generators = [torch.Generator(device="cpu").manual_seed(_generator_seed(settings.seed, k)) for k in keys]
@@ -194,7 +195,7 @@ def _question_batch(
                 feed[:, None].to(device),
                 attention_mask=mask.to(device),
                 position_ids=position[:, None].to(device),
-                **{_cache_argument(model): cache},
+                **{cache_argument: cache},
                 use_cache=True,
             )
             cache, logits = _cache_of(out), out.logits[:, -1, :].float()
