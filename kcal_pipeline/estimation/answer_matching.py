@@ -17,6 +17,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+import polars as pl
+
 MatchStatus = Literal["correct", "wrong_known_entity", "unmatched"]
 ARTICLES = frozenset({"a", "an", "the"})
 UNMATCHED_CLUSTER = "text:"  # prefix of the cluster of an unmatched response: its normalised text
@@ -82,3 +84,22 @@ class AnswerIndex:
 
     def match_all(self, responses: Iterable[str]) -> list[AnswerMatch]:
         return [self.match(response) for response in responses]
+
+
+def with_matches(generations: pl.DataFrame, indexes: Mapping[str, AnswerIndex]) -> pl.DataFrame:
+    """The generations (scoring/generation.py's rows) with each response's status, entity_id, cluster
+    and correct: the input of the generation estimators. `indexes`: the AnswerIndex of every instance."""
+    missing = sorted(set(generations["instance_id"]) - set(indexes))
+    if missing:
+        raise ValueError(
+            f"instance_id {missing[0]!r}: no answer index (its gold and known entities) to match against"
+        )
+    matches = [
+        indexes[i].match(r) for i, r in zip(generations["instance_id"], generations["response"], strict=True)
+    ]
+    return generations.with_columns(
+        status=pl.Series([m.status for m in matches], dtype=pl.String),
+        entity_id=pl.Series([m.entity_id for m in matches], dtype=pl.String),
+        cluster=pl.Series([m.cluster for m in matches], dtype=pl.String),
+        correct=pl.Series([m.status == "correct" for m in matches], dtype=pl.Boolean),
+    )

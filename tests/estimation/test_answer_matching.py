@@ -1,6 +1,7 @@
 """Open answers matched to entities by rule (kcal_pipeline/estimation/answer_matching.py), on
 hand-made responses: aliases, articles, case, accents, a wrong known entity, an unmatched string."""
 
+import polars as pl
 import pytest
 
 from kcal_pipeline.estimation.answer_matching import (
@@ -93,3 +94,19 @@ def test_matching_does_not_depend_on_the_order_entities_are_given():
 def test_bad_entities_are_refused_naming_the_field_and_value(gold, others, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(")):
         AnswerIndex(gold, others)
+
+
+def test_generations_get_their_matches_per_instance():
+    """Each row is matched with its own instance's index; an instance without one is refused."""
+    from kcal_pipeline.estimation.answer_matching import with_matches
+
+    generations = pl.DataFrame({"instance_id": ["a", "a", "b"], "response": ["USA", "Canada", "USA"]})
+    indexes = {"a": AnswerIndex(GOLD, OTHERS), "b": AnswerIndex({"Q16": ["Canada"]}, {"Q30": ["USA"]})}
+    got = with_matches(generations, indexes)
+    assert got.select("status", "entity_id", "cluster", "correct").rows() == [
+        ("correct", "Q30", "Q30", True),
+        ("wrong_known_entity", "Q16", "Q16", False),
+        ("wrong_known_entity", "Q30", "Q30", False),
+    ]
+    with pytest.raises(ValueError, match="instance_id 'b': no answer index"):
+        with_matches(generations, {"a": indexes["a"]})

@@ -112,3 +112,27 @@ def test_questions_need_their_own_keys(loaded):
         generate_answers(loaded, QUESTIONS, KEYS[:1], SMALL)
     with pytest.raises(ValueError, match="every question needs its own key"):
         generate_answers(loaded, QUESTIONS, ["same", "same"], SMALL)
+
+
+def test_sampled_answers_flow_through_matching_into_every_generation_estimator(answers):
+    """The sampler's rows, matched against hand-made entity names, are what the estimators read:
+    one estimate per question and estimator, probabilities in [0, 1], scores finite, the greedy
+    answer's match carried as the prediction of the single-answer methods."""
+    from kcal_pipeline.estimation.answer_matching import AnswerIndex, with_matches
+    from kcal_pipeline.estimation.generation import GENERATION_ESTIMATORS, generation_estimates
+
+    indexes = {
+        "capital": AnswerIndex({"Q90": ["Paris"]}, {"Q64": ["Berlin"], "Q220": ["Rome"]}),
+        "planet": AnswerIndex(
+            {f"P{i}": [name] for i, name in enumerate(["Mercury", "Venus", "Earth", "Mars"])}
+        ),
+    }
+    matched = with_matches(answers, indexes)
+    estimates = generation_estimates(matched)
+    assert estimates.height == 2 * len(GENERATION_ESTIMATORS)
+    probability = estimates.filter(pl.col("output_kind") == "probability")["confidence"]
+    assert probability.is_between(0.0, 1.0).all()
+    assert estimates["confidence"].is_finite().all()
+    greedy = matched.filter(pl.col("sample") == 0).select("instance_id", "cluster").sort("instance_id")
+    perplexity = estimates.filter(pl.col("estimator") == "perplexity").sort("instance_id")
+    assert perplexity["predicted_cluster"].to_list() == greedy["cluster"].to_list()
