@@ -3,16 +3,17 @@ methods that need only sampled responses, their log-probabilities and their clus
 
 Input: one row per response (the `responses` frame): instance_id, sample (0 = the greedy answer,
 1 … N = sampled at the generation temperature), response (its text), logprob_sum (log p of the
-response's tokens given the prompt), n_tokens, cluster (answer_matching.AnswerMatch.cluster: the
+response's tokens and of the stop token that ended it, given the prompt), n_scored (how many tokens
+that is), cluster (answer_matching.AnswerMatch.cluster: the
 entity it names, or its normalised text) and correct (it names a gold entity). Every estimator
 returns, per instance, the cluster it predicts, whether that cluster is gold and a confidence. With
 a(r) = exp(logprob_sum(r)) and S = the N sampled responses of an instance:
 
 - prob_entropy:  C = (1/N) Σ_{r∈S} log a(r) = −PE, predictive entropy's Monte-Carlo estimate (score)
-- nprob_entropy: C = (1/N) Σ_{r∈S} log a(r) / n_tokens(r), length-normalised (score)
+- nprob_entropy: C = (1/N) Σ_{r∈S} log a(r) / n_scored(r), length-normalised (score)
 - sem_entropy:   C = Σ_c p(c) log p(c) = −SE, p(c) = Σ_{r∈U∩c} a(r) / Σ_{r∈U} a(r) over the
                  distinct responses U of S (Kuhn et al. 2023: a repeated string counts once) (score)
-- perplexity:    C = exp(log a(g) / n_tokens(g)) = 1 / PPL of the greedy answer g (probability)
+- perplexity:    C = exp(log a(g) / n_scored(g)) = 1 / PPL of the greedy answer g (probability)
 - consis:        C = |{r∈S : cluster(r) = cluster(g)}| / N (probability)
 - sca / snca / sfca with τ (as estimation/multi_answer.py, a sample being one response):
   SCA_τ(c) = (1/N) Σ_{r∈S∩c} a(r)·1[a(r) > τ]; ŷ = argmax_c SCA_0(c) (ties: the smallest cluster
@@ -37,7 +38,7 @@ RESPONSE_COLUMNS = {
     "sample": pl.Int64,
     "response": pl.String,
     "logprob_sum": pl.Float64,
-    "n_tokens": pl.Int64,
+    "n_scored": pl.Int64,
     "cluster": pl.String,
     "correct": pl.Boolean,
 }
@@ -85,11 +86,11 @@ def check_responses(responses: pl.DataFrame) -> pl.DataFrame:
     frame = responses.select([pl.col(c).cast(t) for c, t in RESPONSE_COLUMNS.items()]).sort(
         "instance_id", "sample"
     )
-    bad = frame.filter(pl.col("n_tokens") <= 0)
+    bad = frame.filter(pl.col("n_scored") <= 0)
     if bad.height:
         row = bad.row(0, named=True)
         raise ValueError(
-            f"responses: n_tokens {row['n_tokens']} of instance {row['instance_id']!r} is not positive"
+            f"responses: n_scored {row['n_scored']} of instance {row['instance_id']!r} is not positive"
         )
     counts = frame.group_by("instance_id").agg(
         greedy=(pl.col("sample") == GREEDY).sum(), sampled=(pl.col("sample") > GREEDY).sum()
@@ -110,7 +111,7 @@ def _greedy(responses: pl.DataFrame) -> pl.DataFrame:
         predicted_cluster="cluster",
         correct="correct",
         logprob_sum="logprob_sum",
-        n_tokens="n_tokens",
+        n_scored="n_scored",
     )
 
 
@@ -136,7 +137,7 @@ def nprob_entropy(responses: pl.DataFrame) -> pl.DataFrame:
     mean = (
         _sampled(responses)
         .group_by("instance_id")
-        .agg(confidence=(pl.col("logprob_sum") / pl.col("n_tokens")).mean())
+        .agg(confidence=(pl.col("logprob_sum") / pl.col("n_scored")).mean())
     )
     return _with_greedy(responses, mean)
 
@@ -158,7 +159,7 @@ def sem_entropy(responses: pl.DataFrame) -> pl.DataFrame:
     "perplexity", label="Perplexity", family="generation_single_turn", output_kind="probability"
 )
 def perplexity(responses: pl.DataFrame) -> pl.DataFrame:
-    greedy = _greedy(responses).with_columns(confidence=(pl.col("logprob_sum") / pl.col("n_tokens")).exp())
+    greedy = _greedy(responses).with_columns(confidence=(pl.col("logprob_sum") / pl.col("n_scored")).exp())
     return greedy.select(ESTIMATE_COLUMNS).sort("instance_id")
 
 

@@ -7,11 +7,13 @@ reads every weight once per step, so rows are nearly free). Each step reads the 
 distribution (temperature 1) for the recorded log-probability and entropy of the chosen token, and
 samples from the tempered, nucleus-filtered one. A response ends before a stop token (the end-of-turn
 or end-of-text token, or a token that contains a line break: MACE asks for one short answer), which
-is not part of it; one that reaches max_new_tokens says so (`stop = "length"`). Sampling draws from a
-torch.Generator of each question, seeded by (seed, question key): the same settings reproduce a
-question's samples on the same machine, and other questions in its call change only the last bits
-of its floats (padding), not its draws, unless a draw lands within ~1e-7 of a boundary. An instruction-tuned
-model gets its chat template; a model without one a completion prompt ("Question: …\nAnswer:").
+is not part of its text but is part of its log-probability (the probability of the answer *and* its
+end, so an answer that stops at once still has one below 1); one that reaches max_new_tokens says
+so (`stop = "length"`). Sampling draws from a torch.Generator of each question, seeded by (seed,
+question key): the same settings reproduce a question's samples on the same machine, and other
+questions in its call (padding) move its log-probabilities by ~1e-5, not its draws, unless a draw
+lands that close to a boundary. An instruction-tuned model gets its chat template; a model
+without one a completion prompt ("Question: …\nAnswer:").
 """
 
 from __future__ import annotations
@@ -33,10 +35,12 @@ SCHEMA = {
     "response": pl.String,
     "token_ids": pl.List(pl.Int64),
     "n_tokens": pl.Int64,
+    "n_scored": pl.Int64,  # the tokens in logprob_sum: the response's, and its stop token if it stopped
     "logprob_sum": pl.Float64,
     "logprob_mean": pl.Float64,
     "entropy_mean": pl.Float64,
     "stop": pl.String,
+    "stop_token": pl.Int64,
 }
 COMPLETION_PROMPT = "Question: {question}\nAnswer:"
 # Rows decoded together: decoding reads every weight once per step whatever the batch, so questions
@@ -166,6 +170,8 @@ def _question_batch(
         logprob = torch.zeros(rows, dtype=torch.float64)
         entropy = torch.zeros(rows, dtype=torch.float64)
         stop = ["length"] * rows
+        stop_token: list[int | None] = [None] * rows
+        scored = [0] * rows
         live = torch.ones(rows, dtype=torch.bool)
         for _ in range(settings.max_new_tokens):
             log_p = torch.log_softmax(logits.double(), dim=-1)  # the model's own distribution
@@ -180,13 +186,14 @@ def _question_batch(
                 if not live[row]:
                     continue
                 token = int(chosen[row])
+                logprob[row] += log_p[row, token]  # the stop token too: p(response, then its end)
+                entropy[row] += step_entropy[row]
+                scored[row] += 1
                 if stop_mask[token]:
                     live[row] = False
-                    stop[row] = "stop"
+                    stop[row], stop_token[row] = "stop", token
                     continue
                 tokens[row].append(token)
-                logprob[row] += log_p[row, token]
-                entropy[row] += step_entropy[row]
             if not live.any():
                 break
             feed = torch.where(live, chosen, torch.zeros_like(chosen))
@@ -210,10 +217,12 @@ def _question_batch(
                 "response": loaded.tokenizer.decode(tokens[row], skip_special_tokens=True).strip(),
                 "token_ids": tokens[row],
                 "n_tokens": n,
+                "n_scored": scored[row],
                 "logprob_sum": float(logprob[row]),
-                "logprob_mean": float(logprob[row]) / n if n else None,
-                "entropy_mean": float(entropy[row]) / n if n else None,
+                "logprob_mean": float(logprob[row]) / scored[row],
+                "entropy_mean": float(entropy[row]) / scored[row],
                 "stop": stop[row],
+                "stop_token": stop_token[row],
             }
         )
     return result

@@ -15,7 +15,7 @@ from kcal_pipeline.estimation.generation import (
 )
 
 E = math.exp
-# instance, sample (0 = greedy), response, logprob_sum, n_tokens, cluster, correct
+# instance, sample (0 = greedy), response, logprob_sum, n_scored, cluster, correct
 ROWS = [
     ("q1", 0, "Martin Perl", -0.5, 2, "Q1", True),
     ("q1", 1, "Martin Perl", -0.5, 2, "Q1", True),
@@ -26,7 +26,7 @@ ROWS = [
     ("q2", 1, "dunno", -3.0, 2, "text:dunno", False),
     ("q2", 2, "Lyon", -3.0, 1, "Q7", True),
 ]
-COLUMNS = ["instance_id", "sample", "response", "logprob_sum", "n_tokens", "cluster", "correct"]
+COLUMNS = ["instance_id", "sample", "response", "logprob_sum", "n_scored", "cluster", "correct"]
 
 
 def responses(rows=ROWS) -> pl.DataFrame:
@@ -123,7 +123,7 @@ def test_knowledge_coverage_by_hand():
             None,
             "instance 'q2' has 1 greedy answer.* and 0 sampled",
         ),
-        ([(*ROWS[0][:4], 0, *ROWS[0][5:]), *ROWS[1:]], None, "n_tokens 0 of instance 'q1' is not positive"),
+        ([(*ROWS[0][:4], 0, *ROWS[0][5:]), *ROWS[1:]], None, "n_scored 0 of instance 'q1' is not positive"),
     ],
 )
 def test_bad_responses_are_refused_naming_the_instance_or_column(rows, drop, message):
