@@ -16,10 +16,21 @@ from kcal_pipeline.core.checks import CheckOutcome
 from kcal_pipeline.core.paths import kcal_home
 from kcal_pipeline.core.storage import read_partition
 from kcal_pipeline.dataset.checks import gold_among_options, statements_cover_the_probe
-from kcal_pipeline.estimation.checks import estimator_coverage, probabilities_in_unit_interval
+from kcal_pipeline.dataset.instances.open_questions import full_answer_spaces
+from kcal_pipeline.estimation.checks import (
+    estimator_coverage,
+    every_answer_matched,
+    generation_confidences_valid,
+    probabilities_in_unit_interval,
+)
 from kcal_pipeline.evaluation.checks import metrics_within_their_ranges
-from kcal_pipeline.scoring.checks import LL_COLUMNS, finite_log_likelihoods, scores_match_statements
-from resources import ProbeSettings
+from kcal_pipeline.scoring.checks import (
+    LL_COLUMNS,
+    finite_log_likelihoods,
+    generations_are_complete,
+    scores_match_statements,
+)
+from resources import GenerationSettings, ProbeSettings
 from resources.parquet_io import partition_dims
 
 # Partitioned asset checks are marked preview in Dagster 1.13, yet they are how a check of a
@@ -117,6 +128,43 @@ def metrics_are_within_their_ranges(context: AssetCheckExecutionContext, probe_s
     return _result(metrics_within_their_ranges(read("metrics", columns)))
 
 
+@asset_check(asset="generations", blocking=True, partitions_def=model_relation_partitions)
+def every_question_answered_with_finite_log_probs(
+    context: AssetCheckExecutionContext,
+    probe_settings: ProbeSettings,
+    generation_settings: GenerationSettings,
+):
+    """Each question of the probe: one greedy and N sampled answers; every log-probability finite."""
+    read, dims = _reader(context, probe_settings, model_relation_partitions)
+    columns = ["instance_id", "prompt", "sample", "logprob_sum"]
+    asked = full_answer_spaces(read("probe_instances", None, {"relation": dims["relation"]}))
+    return _result(
+        generations_are_complete(read("generations", columns), asked, generation_settings.n_samples)
+    )
+
+
+@asset_check(asset="generation_matches", blocking=True, partitions_def=model_relation_partitions)
+def every_answer_is_matched_or_counted_unmatched(
+    context: AssetCheckExecutionContext, probe_settings: ProbeSettings
+):
+    """Every answer-prompt response once: correct, a wrong known entity, or unmatched."""
+    read, _ = _reader(context, probe_settings, model_relation_partitions)
+    generations = read("generations", ["instance_id", "prompt", "sample"])
+    return _result(
+        every_answer_matched(
+            read("generation_matches", ["instance_id", "sample", "status", "cluster"]), generations
+        )
+    )
+
+
+@asset_check(asset="generation_estimates", blocking=True, partitions_def=model_relation_partitions)
+def generation_confidences_are_valid(context: AssetCheckExecutionContext, probe_settings: ProbeSettings):
+    """Probabilities in [0, 1], no NaN; a missing confidence has its refusal reason."""
+    read, _ = _reader(context, probe_settings, model_relation_partitions)
+    columns = ["estimator", "instance_id", "output_kind", "confidence", "refusal"]
+    return _result(generation_confidences_valid(read("generation_estimates", columns)))
+
+
 ASSET_CHECKS = [
     gold_is_among_the_options,
     statements_are_instances_by_templates_by_options,
@@ -125,4 +173,7 @@ ASSET_CHECKS = [
     probabilities_are_in_the_unit_interval,
     every_estimator_ran_or_says_why_not,
     metrics_are_within_their_ranges,
+    every_question_answered_with_finite_log_probs,
+    every_answer_is_matched_or_counted_unmatched,
+    generation_confidences_are_valid,
 ]

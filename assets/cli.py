@@ -20,7 +20,7 @@ from typing import Literal, get_args, get_origin
 
 import duckdb
 
-from kcal_pipeline.core.options import Options, OptionsError, ProbeOptions, ScoringOptions
+from kcal_pipeline.core.options import GenerationOptions, Options, OptionsError, ProbeOptions, ScoringOptions
 from kcal_pipeline.core.paths import (
     cross_model_report_path,
     duckdb_path,
@@ -102,15 +102,23 @@ def cmd_demo(args) -> int:
     home = kcal_home(args.home)
     # Validated here, before any work: a bad value stops the run with the setting's name and value.
     probe, scoring = option_values(args, ProbeOptions), option_values(args, ScoringOptions)
+    generation = option_values(args, GenerationOptions)
+    if generation and not args.generate:
+        flags = ", ".join(f"--{name.replace('_', '-')}" for name in generation)
+        raise OptionsError(f"{flags}: generation settings need --generate")
     problems = []
-    for options, values in ((ProbeOptions, probe), (ScoringOptions, scoring)):
+    for options, values in (
+        (ProbeOptions, probe),
+        (ScoringOptions, scoring),
+        (GenerationOptions, generation),
+    ):
         try:
             options(**values)
         except OptionsError as error:
             problems.append(str(error))
     if problems:
         raise OptionsError("; ".join(problems))
-    settings = {**probe, **scoring}
+    settings = {**probe, **scoring, **generation}
     if not args.no_progress:
         share_terminal()  # statement_scores draws its progress bar there
     relations = None if args.all_relations else (args.relation or DEMO_RELATIONS)
@@ -122,6 +130,7 @@ def cmd_demo(args) -> int:
         settings=settings,
         refresh=args.refresh,
         log=_log_unless_interrupted,
+        generate=args.generate,
     )
     elapsed = time.perf_counter() - started
     if not summary.materialized:
@@ -150,6 +159,10 @@ def cmd_demo(args) -> int:
         ]
         if status:
             print("\n".join(estimator_coverage_lines(read_partitions(home, "estimator_status", status))))
+        if args.generate:
+            from assets.cli_generation import print_generation_summary
+
+            print_generation_summary(home, entry)
         print(f"report: {report_path(home, entry.key)}")
     if cross_model_report_path(home).exists():
         print(f"all models: {cross_model_report_path(home)}")
@@ -491,6 +504,13 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--refresh", action="store_true", help="recompute even what is materialized")
     add_option_flags(d, ProbeOptions, skip=("paraphrase_model", "paraphrase_relations"))
     add_option_flags(d, ScoringOptions)
+    d.add_argument(
+        "--generate",
+        action="store_true",
+        help="also ask the relations' open questions (MACE's setting: sampled answers and 15 "
+        "confidence methods; only relations with question templates, e.g. mace-award; minutes per relation)",
+    )
+    add_option_flags(d, GenerationOptions)
     d.add_argument("--no-progress", action="store_true", help="no progress bar (log lines only)")
     _writes(d).set_defaults(func=cmd_demo)
 
@@ -583,6 +603,10 @@ def build_parser() -> argparse.ArgumentParser:
     pp.add_argument("--relation", action="append", help="relation id (repeatable; default: all)")
     _writes(pp).set_defaults(func=cmd_dataset_paraphrase)
     dsub.add_parser("quality", help="print the data-quality table").set_defaults(func=cmd_dataset_quality)
+
+    from assets.cli_generation import add_generation_commands
+
+    add_generation_commands(sub)
 
     q = sub.add_parser("sql", help="run a read-only SQL query over the DuckDB views")
     q.add_argument("select", nargs="?", metavar="SELECT", help="one SELECT over the views")

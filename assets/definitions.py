@@ -9,7 +9,7 @@ under `dagster dev` (DefaultSensorStatus.RUNNING, no click in the UI needed):
 
 from dagster import AssetSpec, Definitions, in_process_executor, load_assets_from_modules, map_asset_specs
 
-from assets import catalog, dataset, estimation, evaluation, reporting, scoring
+from assets import catalog, dataset, estimation, evaluation, generation, reporting, scoring
 from assets.automation import automation_sensor, with_automation
 from assets.checks import ASSET_CHECKS
 from assets.engine import kcal_scoring_celery
@@ -25,7 +25,12 @@ OWNERS = ["team:kcal"]
 # Every asset is a Parquet table under KCAL_HOME with a DuckDB view, computed with polars; the
 # kinds are the icons the asset graph shows.
 KINDS = {"parquet", "duckdb", "polars"}
-EXTRA_KINDS = {"statement_scores": {"pytorch"}, "report": {"html"}, "cross_model_report": {"html"}}
+EXTRA_KINDS = {
+    "statement_scores": {"pytorch"},
+    "generations": {"pytorch"},
+    "report": {"html"},
+    "cross_model_report": {"html"},
+}
 
 
 def with_catalog_attributes(spec: AssetSpec) -> AssetSpec:
@@ -37,7 +42,8 @@ def with_catalog_attributes(spec: AssetSpec) -> AssetSpec:
 
 all_assets = map_asset_specs(
     lambda spec: with_automation(with_catalog_attributes(spec)),
-    load_assets_from_modules([catalog, dataset, scoring, estimation, evaluation, reporting]),
+    # generation before evaluation: with --generate, a model's generation metrics come before its report
+    load_assets_from_modules([catalog, dataset, scoring, estimation, generation, evaluation, reporting]),
 )
 # The stages are the asset groups: each group's assets, and a job per group (assets/jobs.py).
 STAGE_ASSETS = stage_assets(all_assets)

@@ -5,7 +5,7 @@ so the groups of the asset graph are the only list of stages: a new asset joins 
 naming the group. Each group holds assets of one partitions definition, as a partitioned job
 requires (stage_partitions checks it): dataset (none), facts (catalog relations), probe
 (relations), scoring and estimation (model × relation), evaluation (model), cross_model (none),
-paraphrases (none).
+paraphrases (none), generation (model × relation), generation_evaluation (model).
 
 A run started without a job shows as `__ephemeral_asset_job__` with no asset names; a run of one of
 these jobs says what it is (`scoring`, `evaluation`, ...), and its tags say who started it
@@ -35,9 +35,15 @@ DESCRIPTIONS = {
     "evaluation": "Metrics, differences, curves, thresholds, consistency and the report of one model.",
     "cross_model": "The family comparison and the cross-model leaderboard.",
     "paraphrases": "Template paraphrases written by an instruct LM (on demand).",
+    "generation": "Open answers of one model × MACE relation: greedy, sampled and prompted answers, "
+    "matched and turned into MACE's generation confidences (on demand).",
+    "generation_evaluation": "Metrics of one model's generation confidences per gold count and "
+    "mixture, and knowledge coverage (on demand).",
 }
-# A stage that runs only when asked (`kcal dataset paraphrase`): never part of `kcal demo`.
-ON_DEMAND = {"paraphrases"}
+# Stages that run only when asked (`kcal dataset paraphrase`; `kcal demo --generate`): never part
+# of a plain `kcal demo`.
+GENERATION_STAGES = frozenset({"generation", "generation_evaluation"})
+ON_DEMAND = frozenset({"paraphrases"}) | GENERATION_STAGES
 
 
 def stage_assets(assets: Iterable[AssetsDefinition]) -> dict[str, tuple[str, ...]]:

@@ -7,7 +7,7 @@ from dagster import AllPartitionMapping, AssetExecutionContext, AssetIn, Metadat
 
 from assets.partitions import model_partitions
 from kcal_pipeline.core.paths import cross_model_report_path, kcal_home, report_path
-from kcal_pipeline.core.storage import partition_path
+from kcal_pipeline.core.storage import existing_partitions, partition_path, read_partition
 from kcal_pipeline.core.versions import code_version
 from kcal_pipeline.estimation.registry import ESTIMATORS
 from kcal_pipeline.evaluation.registry import METRICS
@@ -29,12 +29,31 @@ def markdown_images(figures: dict) -> str:
     return "\n\n".join(f"![{name}]({png_data_uri(fig, name)})" for name, fig in figures.items())
 
 
-# 6: the option-count sweep figure
+def generation_report(home, key: str):
+    """The model's open-answer results for its page (None: it has none): generation_metrics split
+    into the methods' metrics and knowledge coverage, and every relation's generation_status."""
+    from kcal_pipeline.evaluation.generation import COVERAGE_ESTIMATOR
+    from kcal_pipeline.reporting.generation import GenerationReport
+
+    if not partition_path(home, "generation_metrics", {"model": key}).exists():
+        return None
+    metrics = read_partition(home, "generation_metrics", {"model": key})
+    status_files = existing_partitions(home, "generation_status", {"model": key})
+    coverage = pl.col("estimator") == COVERAGE_ESTIMATOR
+    return GenerationReport(
+        metrics=metrics.filter(~coverage),
+        coverage=metrics.filter(coverage),
+        status=pl.concat([pl.read_parquet(f) for f in status_files]) if status_files else None,
+    )
+
+
+# 6: the option-count sweep figure; 7: the generation section (when the model has open answers)
 @asset(
     group_name=GROUP,
     partitions_def=model_partitions,
-    code_version=code_version("6", ESTIMATORS, METRICS),  # labels, headline flags, figures
-    metadata=reads("model"),
+    code_version=code_version("7", ESTIMATORS, METRICS),  # labels, headline flags, figures
+    # the open-answer tables (on demand, assets/generation.py) are shown when they exist
+    metadata=reads("model", "model_tables:generation_metrics", "model_tables:generation_status"),
 )
 def report(
     context: AssetExecutionContext,
@@ -47,7 +66,7 @@ def report(
 ) -> pl.DataFrame:
     """The per-relation summary table; also writes the model's HTML report (summary, intervals,
     reliability diagrams with bootstrap bands, selective-prediction curves, marker effects,
-    consistency and the gold-count effect)."""
+    consistency and the gold-count effect, and the open answers where the model has them)."""
     from kcal_pipeline.reporting.figure_data import intervals_table
     from kcal_pipeline.reporting.pages import model_page, preview_figures
 
@@ -63,7 +82,9 @@ def report(
         "duckdb": warehouse.path,
         "metrics": str(partition_path(home, "metrics", {"model": key})),
     }
-    write_report(html_path, model_page(summary, metrics, curves, templates, consistency, meta))
+    generation = generation_report(home, key)
+    page = model_page(summary, metrics, curves, templates, consistency, meta, generation=generation)
+    write_report(html_path, page)
     context.add_output_metadata(
         {
             "report": MetadataValue.url(html_path.as_uri()),

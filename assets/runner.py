@@ -29,13 +29,13 @@ from dagster import (
 from assets.checks import ASSET_CHECKS
 from assets.definitions import STAGE_JOBS, all_assets, defs
 from assets.instance import get_instance, sync_model_partitions, sync_relation_partitions
-from assets.jobs import IN_CODE_LOCATION, ON_DEMAND
+from assets.jobs import GENERATION_STAGES, IN_CODE_LOCATION, ON_DEMAND
 from assets.partitions import catalog_relation_partitions, model_partitions, relation_partitions
 from kcal_pipeline.core.paths import model_cache_dir, registry_path
 from kcal_pipeline.core.storage import partition_path
 from kcal_pipeline.core.versions import data_version, input_versions, stored_version
 from kcal_pipeline.core.warehouse import refresh_views
-from kcal_pipeline.dataset.relations import relation_ids
+from kcal_pipeline.dataset.relations import get_relation, relation_ids
 from kcal_pipeline.scoring.models import DEFAULT_MODEL, ModelLoadError, Registry
 from kcal_pipeline.scoring.models.gguf import convert_in_background
 from resources import default_resources
@@ -69,18 +69,20 @@ def partition_kind(partitions_def) -> str:
     return KIND_OF_PARTITIONS[partitions_def.name]
 
 
-def derive_steps(asset_graph, declared: Sequence[str]) -> tuple[list[Step], frozenset[str]]:
+def derive_steps(
+    asset_graph, declared: Sequence[str], left_out: frozenset[str] = ON_DEMAND
+) -> tuple[list[Step], frozenset[str]]:
     """The run order of `kcal demo`, from the asset graph: a topological order of every asset
-    outside the on-demand stages, cut into steps of consecutive assets of one stage. When a step
-    ends, the next starts with the ready asset of the fewest partitions (a kind that runs once
-    before one that runs per relation or model), cross-model assets last; ties go to the order of
-    `declared`. Cross-model assets are the unpartitioned ones that read a model's partitions: they
-    run after every model, one step each, and their failure is recorded like a model's. Returns
-    (steps, those)."""
+    outside the stages `left_out` (the on-demand ones), cut into steps of consecutive assets of one
+    stage. When a step ends, the next starts with the ready asset of the fewest partitions (a kind
+    that runs once before one that runs per relation or model), cross-model assets last; ties go
+    to the order of `declared`. Cross-model assets are the unpartitioned ones that read a model's
+    partitions: they run after every model, one step each, and their failure is recorded like a
+    model's. Returns (steps, those)."""
     nodes = {
         key.to_user_string(): asset_graph.get(key)
         for key in asset_graph.toposorted_asset_keys
-        if asset_graph.get(key).is_materializable and asset_graph.get(key).group_name not in ON_DEMAND
+        if asset_graph.get(key).is_materializable and asset_graph.get(key).group_name not in left_out
     }
     order = {name: i for i, name in enumerate(declared)}
     kind = {name: partition_kind(node.partitions_def) for name, node in nodes.items()}
@@ -129,6 +131,8 @@ STAGE_OF = {key.to_user_string(): a.group_names_by_key[key] for a in all_assets 
 # The steps of kcal demo, and the assets that read every model (their failure is recorded like a
 # model's, never stops the run): derived from the asset graph, see derive_steps.
 STAGES, CROSS_MODEL = derive_steps(ASSET_GRAPH, source_order(all_assets))
+# `kcal demo --generate`: the same, with the open-answer stages where their inputs are ready.
+GENERATE_STAGES, _ = derive_steps(ASSET_GRAPH, source_order(all_assets), ON_DEMAND - GENERATION_STAGES)
 # The dimensions each asset's files are keyed by (facts: by relation, like the probe's).
 KIND_OF = {
     key.to_user_string(): kind.replace("all_relations", "relation")
@@ -149,6 +153,7 @@ class RunContext:
     instance: DagsterInstance
     refresh: bool = False
     log: Callable[[str], None] = print
+    generate: bool = False  # also the open-answer stages (on the relations that ask questions)
 
 
 @dataclass(frozen=True)
@@ -208,6 +213,11 @@ def _partitions(run: RunContext, kind: str) -> list[tuple[str | None, dict]]:
     ]
 
 
+def asks_questions(relation: str) -> bool:
+    """Whether a relation has question templates: only those can be asked open questions."""
+    return bool(get_relation(relation).questions)
+
+
 def _upstream_files(home: Path, upstream: str, dims: dict) -> list[Path]:
     """The files of `upstream` that a partition with `dims` reads, as the IO manager maps them:
     the same partition, or every materialized relation where the step spans relations, or every
@@ -237,7 +247,12 @@ def expected_version(home: Path, asset: str, dims: dict, resources: dict) -> str
     assets_def = next(a for a in all_assets if AssetKey(asset) in a.keys)
     spec = assets_def.specs_by_key[AssetKey(asset)]
     values, extra = resolve_reads(
-        declared_reads(spec.metadata), dims, resources["probe_settings"], resources["scoring_settings"], home
+        declared_reads(spec.metadata),
+        dims,
+        resources["probe_settings"],
+        resources["scoring_settings"],
+        home,
+        resources["generation_settings"],
     )
     files = [f for dep in spec.deps for f in _upstream_files(home, dep.asset_key.to_user_string(), dims)]
     code_version = assets_def.code_versions_by_key.get(AssetKey(asset))
@@ -334,8 +349,10 @@ def run_missing(
     settings: dict | None = None,
     refresh: bool = False,
     log: Callable[[str], None] = print,
+    generate: bool = False,
 ) -> RunSummary:
-    """Materialize every missing (asset, partition) for the given models and relations.
+    """Materialize every missing (asset, partition) for the given models and relations (with
+    `generate`, also the open-answer stages on those relations that ask questions).
 
     A failure in a model's partitions (its scoring, its estimates, its summaries) is recorded in
     the summary's `failed` and the other models go on; a failure in the shared dataset stages stops
@@ -344,7 +361,12 @@ def run_missing(
     models, relations = check_run(home, models, relations)
     resources = default_resources(home=str(home), **(settings or {}))
     instance = get_instance(home)
-    run = RunContext(Path(home), tuple(models), tuple(relations), resources, instance, refresh, log)
+    if generate and not any(asks_questions(r) for r in relations):
+        raise ValueError(
+            f"--generate: none of the relations {', '.join(relations)} asks questions (only the MACE "
+            "relations, e.g. --relation mace-award, have question templates)"
+        )
+    run = RunContext(Path(home), tuple(models), tuple(relations), resources, instance, refresh, log, generate)
     sync_model_partitions(run.home, instance)
     sync_relation_partitions(run.home, instance, relations)
     for run_id in fail_abandoned_runs(instance):
@@ -419,8 +441,10 @@ def _record_not_run(summary: RunSummary, failure: Failure) -> None:
 def _run_stages(run: RunContext) -> RunSummary:
     summary = RunSummary()
     unloadable: dict[str, str] = {}  # model key -> why its remaining partitions are not run
-    for step in STAGES:
+    for step in GENERATE_STAGES if run.generate else STAGES:
         for pkey, dims in _partitions(run, step.kind):
+            if STAGE_OF[step.assets[0]] == "generation" and not asks_questions(dims["relation"]):
+                continue  # a closed-set relation has no open questions
             label = str(pkey) if pkey is not None else "-"
             todo = _todo(run, step, dims)
             summary.skipped += [(a, label) for a in step.assets if a not in todo]

@@ -23,7 +23,13 @@ from kcal_pipeline.core.warehouse import refresh_views
 from kcal_pipeline.dataset.relations import relation_label
 from kcal_pipeline.scoring.partition import TABLE as SCORES_TABLE
 from kcal_pipeline.scoring.partition import discard_checkpoints
-from resources.settings import ProbeSettings, ScoringSettings, declared_reads, resolve_reads
+from resources.settings import (
+    GenerationSettings,
+    ProbeSettings,
+    ScoringSettings,
+    declared_reads,
+    resolve_reads,
+)
 from resources.store_lock import StoreLock
 
 
@@ -54,6 +60,7 @@ class ParquetIOManager(ConfigurableIOManager):
     home: str = ""
     probe_settings: ProbeSettings
     scoring_settings: ScoringSettings
+    generation_settings: GenerationSettings
     # The store is written only while the run holds its lock (resources/store_lock.py).
     store_lock: StoreLock
 
@@ -69,6 +76,7 @@ class ParquetIOManager(ConfigurableIOManager):
             self.probe_settings,
             self.scoring_settings,
             home,
+            self.generation_settings,
         )
         node = context.step_context.job_def.asset_layer.get(context.asset_key)
         # A multi-asset's step reads the inputs of all its outputs; each output's version counts

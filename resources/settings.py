@@ -1,4 +1,5 @@
-"""Settings resources: the probe (dataset assets) and scoring; changing them changes the results.
+"""Settings resources: the probe (dataset assets), scoring and generation; changing them changes
+the results.
 
 Their fields are those of kcal_pipeline.core.options (defined and validated there once); the
 resources add only where state lives.
@@ -9,9 +10,9 @@ from pathlib import Path
 
 from dagster import ConfigurableResource
 
-from kcal_pipeline.core.options import ProbeOptions, ScoringOptions
+from kcal_pipeline.core.options import GenerationOptions, ProbeOptions, ScoringOptions
 from kcal_pipeline.core.paths import registry_path
-from kcal_pipeline.core.storage import partition_path
+from kcal_pipeline.core.storage import existing_partitions, partition_path
 from kcal_pipeline.core.versions import stored_version
 
 
@@ -26,10 +27,18 @@ class ScoringSettings(ConfigurableResource, ScoringOptions):
     fingerprint, so changing a field rescores, and leaving them alone never does."""
 
 
+class GenerationSettings(ConfigurableResource, GenerationOptions):
+    """How open answers are drawn (kcal_pipeline.core.options.GenerationOptions); every field is a
+    declared read of `generations`, so changing one reruns exactly the generation partitions."""
+
+
 # An asset declares what it reads besides its inputs in its definition metadata, under this key:
 # "probe.<field>" / "scoring.<field>" settings, "catalog" (the whole relation catalog), "relation"
 # (the partition's relation spec), "model" (the partition's registry entry), "table:<name>" (an
-# unpartitioned table read directly, e.g. generated_templates). Both the IO manager (recording a
+# unpartitioned table read directly, e.g. generated_templates), "relation_table:<name>" (the
+# partition's relation of a relation-keyed table, e.g. wikidata_facts), "relation_tables:<name>"
+# (every relation's file of it), "model_tables:<name>" (every file of the partition's model,
+# e.g. the generation tables the report shows when they exist). Both the IO manager (recording a
 # partition's data version) and the CLI runner (deciding whether it is up to date) resolve it here.
 READS_KEY = "kcal/reads"
 
@@ -45,7 +54,12 @@ def _digest(value: object) -> str:
 
 
 def resolve_reads(
-    reads: list[str], dims: dict[str, str], probe: ProbeOptions, scoring: ScoringOptions, home: Path
+    reads: list[str],
+    dims: dict[str, str],
+    probe: ProbeOptions,
+    scoring: ScoringOptions,
+    home: Path,
+    generation: GenerationOptions | None = None,
 ) -> tuple[dict[str, object], list[Path]]:
     """(setting values, extra input files) of one partition's declared reads."""
     from kcal_pipeline.dataset.relations import get_relation, load_catalog
@@ -59,6 +73,8 @@ def resolve_reads(
             values[name] = getattr(probe, field)
         elif group == "scoring":
             values[name] = getattr(scoring, field)
+        elif group == "generation":
+            values[name] = getattr(generation or GenerationOptions(), field)
         elif name == "catalog":
             values[name] = _digest(sorted(load_catalog().items()))
         elif name == "relation":
@@ -73,6 +89,14 @@ def resolve_reads(
             path = partition_path(home, group.removeprefix("table:"))
             if path.exists():
                 files.append(path)
+        elif group.startswith("relation_table:"):
+            path = partition_path(home, group.removeprefix("relation_table:"), {"relation": dims["relation"]})
+            if path.exists():
+                files.append(path)
+        elif group.startswith("relation_tables:"):
+            files += existing_partitions(home, group.removeprefix("relation_tables:"), {})
+        elif group.startswith("model_tables:"):
+            files += existing_partitions(home, group.removeprefix("model_tables:"), {"model": dims["model"]})
         else:
             raise ValueError(f"unknown declared read {name!r} (see resources/settings.py READS_KEY)")
     return values, files
@@ -86,3 +110,8 @@ def reads(*names: str) -> dict[str, str]:
 def scoring_reads() -> tuple[str, ...]:
     """Every scoring setting a score depends on (all but chunking), as declared reads."""
     return tuple(f"scoring.{name}" for name in ScoringOptions().fingerprint_values())
+
+
+def generation_reads() -> tuple[str, ...]:
+    """Every generation setting, as declared reads (all of them change the answers drawn)."""
+    return tuple(f"generation.{name}" for name in GenerationOptions.model_fields)

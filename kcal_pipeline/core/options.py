@@ -258,3 +258,29 @@ class ScoringOptions(Options):
     def fingerprint_values(self) -> dict[str, Any]:
         """The values scores depend on (chunking does not change a score)."""
         return {k: v for k, v in self.values().items() if k not in self.NOT_IN_FINGERPRINT}
+
+
+class GenerationOptions(Options):
+    """How open answers are drawn (issue 33; MACE's setting): `kcal demo --generate` and the
+    generation stage. Every field is part of the generations' data version, so changing one reruns
+    exactly the generation partitions and what reads them."""
+
+    GROUP: ClassVar[str] = "generation"
+
+    n_samples: int = Field(
+        10, ge=1, description="sampled answers per question besides the greedy one (MACE: 10)"
+    )
+    temperature: float = Field(1.0, gt=0.0, le=5.0, description="sampling temperature of the sampled answers")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="nucleus (top-p) of the sampled answers; 1 = off")
+    max_new_tokens: int = Field(
+        16,
+        ge=1,
+        le=256,
+        description="new tokens of an answer (the verbal prompts get more: see docs/methods.md)",
+    )
+    generation_seed: int = Field(0, ge=0, description="seed of the sampled answers (per question and prompt)")
+    prompted: bool = Field(
+        True,
+        description="also ask the verbal and double-turn prompts (Verb, Verb-Topk, Consis-Verb, P_True, "
+        "Self-Ask: ten of MACE's fifteen methods; ~3x the generation time)",
+    )

@@ -52,6 +52,14 @@ def partition_path(home: Path, table: str, partition: Mapping[str, str] | None =
     return path / PART_FILE
 
 
+def existing_partitions(home: Path, table: str, fixed: Mapping[str, str] | None = None) -> list[Path]:
+    """The files of `table` whose partition has the values in `fixed` (e.g. every file of one
+    model), sorted; nothing when the table has none."""
+    fixed = dict(fixed or {})
+    path = partition_path(home, table, fixed).parent  # validates the table, dimensions and values
+    return sorted(path.rglob(PART_FILE))
+
+
 def fsync_dir(directory: Path) -> None:
     """Flush a folder's entries, so a rename into it survives a crash or power cut (POSIX)."""
     if os.name != "posix":

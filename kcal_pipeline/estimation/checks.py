@@ -62,3 +62,49 @@ def estimator_coverage(status: pl.DataFrame, estimates: pl.DataFrame) -> CheckOu
         f"{ran.height} estimator runs with their rows, {skipped.height} skipped with a reason",
         {"ran": ran.height, "skipped": skipped.height, "registered": registered.height},
     )
+
+
+MATCH_STATUSES = ("correct", "wrong_known_entity", "unmatched")
+
+
+def every_answer_matched(matches: pl.DataFrame, generations: pl.DataFrame) -> CheckOutcome:
+    """Each answer-prompt response once in the matches, as correct, wrong_known_entity or unmatched,
+    with a cluster: none lost, none twice, none left unclassified."""
+    keys = ["instance_id", "sample"]
+    answers = generations.filter(pl.col("prompt") == "answer").select(keys)
+    lost = answers.join(matches.select(keys), on=keys, how="anti")
+    twice = matches.group_by(keys).len().filter(pl.col("len") > 1)
+    unclassified = matches.filter(~pl.col("status").is_in(MATCH_STATUSES) | pl.col("cluster").is_null())
+    counts = dict(matches.group_by("status").len().iter_rows())
+    return outcome(
+        {
+            "responses without a match": lost,
+            "responses matched twice": twice,
+            "responses neither correct, a wrong known entity nor unmatched": unclassified.select(
+                *keys, "status", "cluster"
+            ),
+        },
+        f"{answers.height} responses: " + ", ".join(f"{counts.get(s, 0)} {s}" for s in MATCH_STATUSES),
+        {"responses": answers.height, **{s: counts.get(s, 0) for s in MATCH_STATUSES}},
+    )
+
+
+def generation_confidences_valid(estimates: pl.DataFrame) -> CheckOutcome:
+    """A probability-kind confidence in [0, 1], no NaN, and an instance without a confidence says
+    why (its refusal)."""
+    value = pl.col("confidence")
+    probability = pl.col("output_kind") == "probability"
+    columns = ["estimator", "instance_id", "confidence", "refusal"]
+    return outcome(
+        {
+            "NaN confidences": estimates.filter(value.is_nan()).select(columns),
+            "probabilities outside [0, 1]": estimates.filter(
+                probability & ((value < 0) | (value > 1))
+            ).select(columns),
+            "missing confidences without a refusal reason": estimates.filter(
+                value.is_null() & pl.col("refusal").is_null()
+            ).select(columns),
+        },
+        f"{estimates.height} estimates: probabilities in [0, 1], every missing one with its reason",
+        {"estimates": estimates.height, "refused": int(estimates["confidence"].is_null().sum())},
+    )

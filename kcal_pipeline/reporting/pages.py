@@ -32,6 +32,7 @@ from kcal_pipeline.reporting.figure_data import (
     selective_curves,
     sweep_points,
 )
+from kcal_pipeline.reporting.generation import GenerationReport, generation_section_html
 from kcal_pipeline.reporting.html import (
     LEGEND,
     TEMPLATE_MEAN_SUFFIX,
@@ -125,6 +126,12 @@ def selective_preview(curves: pl.DataFrame) -> dict[str, Figure]:
     return {} if selective.is_empty() else {"selective": plots.selective_figure(selective)}
 
 
+def generation_section(generation: GenerationReport) -> Section:
+    """The generation section: MACE's Table 3 layout, its figure and the methods that could not run."""
+    note, body = generation_section_html(generation)
+    return Section("generation", "Generation: open answers (MACE's Table 3)", note, body, "figure")
+
+
 def model_page(
     summary: pl.DataFrame,
     metrics: pl.DataFrame,
@@ -132,8 +139,11 @@ def model_page(
     templates: pl.DataFrame,
     consistency: pl.DataFrame,
     meta: dict,
+    generation: GenerationReport | None = None,
 ) -> str:
-    """The whole per-model report as one HTML string; every value from data or meta is escaped."""
+    """The whole per-model report as one HTML string; every value from data or meta is escaped.
+    `generation` (issue 33) adds the "generation" section after the gold-count one; without it the
+    page is exactly what it was before that section existed."""
     figures = model_figures(metrics, curves, templates, consistency)
     columns = "".join(
         f"<li><b>{esc(m.name)}</b>: {esc(first_line(m.fn.__doc__))}</li>" for m in summary_metrics()
@@ -224,6 +234,7 @@ def model_page(
             "<code>kcal sql --query calibration_by_gold_count</code>.",
             figures["gold-count"],
         ),
+        *([generation_section(generation)] if generation is not None else []),
         figure_section(
             "sweep",
             "Accuracy and calibration by answer-space size",

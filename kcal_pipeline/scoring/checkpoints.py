@@ -38,17 +38,20 @@ def score_in_chunks(
     fingerprint: str,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     on_chunk: Callable[[int, int], None] | None = None,
+    key: str = "statement_id",
+    rows_per_item: bool = True,
 ) -> tuple[pl.DataFrame, ChunkReport]:
     """score(chunk) → one row per chunk statement, in order; the result is statements' order.
 
     on_chunk(done_statements, total) is called after every chunk, resumed ones included. The
     checkpoints stay until `discard` is called, so the caller removes them only once the result is
-    safely stored.
+    safely stored. Other work checkpoints the same way by its own `key` column (open answers: by
+    instance_id, with `rows_per_item` false since a question gives several rows, in its order).
     """
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
-    if "statement_id" not in statements.columns:
-        raise ValueError("statements must have a 'statement_id' column to checkpoint by")
+    if key not in statements.columns:
+        raise ValueError(f"the input must have a {key!r} column to checkpoint by")
     directory = Path(directory)
     _claim(directory, fingerprint)
     report, parts = ChunkReport(), []
@@ -56,12 +59,14 @@ def score_in_chunks(
     for index, start in enumerate(range(0, total, chunk_size)):
         chunk = statements.slice(start, chunk_size)
         path = directory / f"chunk-{index:06d}.parquet"
-        done = _read_chunk(path, chunk["statement_id"])
+        done = _read_chunk(path, chunk[key], key)
         if done is None:
             done = score(chunk)
-            if done.height != chunk.height:
+            if rows_per_item and done.height != chunk.height:
                 raise RuntimeError(f"scorer returned {done.height} rows for a chunk of {chunk.height}")
-            done = done.with_columns(chunk["statement_id"]) if "statement_id" not in done.columns else done
+            done = done.with_columns(chunk[key]) if key not in done.columns else done
+            if not _keys_of(done, key).equals(chunk[key], check_names=False):
+                raise RuntimeError(f"a chunk's result does not hold exactly its {key}s, in order")
             write_parquet_atomic(done, path)
             report.scored += 1
         else:
@@ -93,11 +98,16 @@ def _claim(directory: Path, fingerprint: str) -> None:
         write_text_atomic(marker, fingerprint + "\n")
 
 
-def _read_chunk(path: Path, ids: pl.Series) -> pl.DataFrame | None:
+def _keys_of(frame: pl.DataFrame, key: str) -> pl.Series:
+    """The keys a chunk's result covers, in order (each once, however many rows it has)."""
+    return frame[key].unique(maintain_order=True)
+
+
+def _read_chunk(path: Path, ids: pl.Series, key: str = "statement_id") -> pl.DataFrame | None:
     try:
         frame = pl.read_parquet(path)
     except (OSError, pl.exceptions.PolarsError):
         return None
-    if "statement_id" not in frame.columns or not frame["statement_id"].equals(ids, check_names=False):
+    if key not in frame.columns or not _keys_of(frame, key).equals(ids, check_names=False):
         return None
     return frame

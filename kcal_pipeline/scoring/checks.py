@@ -45,3 +45,38 @@ def scores_match_statements(scores: pl.DataFrame, statements: pl.DataFrame) -> C
         f"{scores.height} scores, one per statement",
         {"scores": scores.height, "statements": statements.height},
     )
+
+
+def generations_are_complete(
+    generations: pl.DataFrame, instances: pl.DataFrame, n_samples: int
+) -> CheckOutcome:
+    """Every question of the relation answered once greedily and `n_samples` times sampled, each
+    log-probability finite and ≤ 0 (a response's probability, its stop token included), no
+    question answered that the probe does not have."""
+    answers = generations.filter(pl.col("prompt") == "answer")
+    counts = answers.group_by("instance_id").agg(
+        greedy=(pl.col("sample") == 0).sum(), sampled=(pl.col("sample") > 0).sum()
+    )
+    asked = instances.select("instance_id").unique()
+    unanswered = asked.join(counts, on="instance_id", how="anti")
+    foreign = counts.join(asked, on="instance_id", how="anti").select("instance_id")
+    wrong = counts.filter((pl.col("greedy") != 1) | (pl.col("sampled") != n_samples))
+    value = pl.col("logprob_sum")
+    broken = generations.filter(value.is_nan() | value.is_infinite() | (value > TOLERANCE))
+    return outcome(
+        {
+            "questions without answers": unanswered,
+            "answers to no question of the probe": foreign,
+            f"questions without exactly 1 greedy and {n_samples} sampled answers": wrong,
+            "responses with a NaN, infinite or positive log-probability": broken.select(
+                "instance_id", "prompt", "sample", "logprob_sum"
+            ),
+        },
+        f"{asked.height} questions: each answered greedily and {n_samples} times sampled; "
+        f"{generations.height} responses with finite log-probabilities ≤ 0",
+        {
+            "questions": asked.height,
+            "responses": generations.height,
+            "prompts": sorted(set(generations["prompt"])),
+        },
+    )

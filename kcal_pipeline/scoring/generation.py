@@ -14,12 +14,19 @@ question key): the same settings reproduce a question's samples on the same mach
 questions in its call (padding) move its log-probabilities by ~1e-5, not its draws, unless a draw
 lands that close to a boundary. An instruction-tuned model gets its chat template; a model
 without one a completion prompt ("Question: …\nAnswer:").
+
+A question is a string or a conversation (a list of {"role": "user" | "assistant", "content": …},
+starting with a user turn) for the multi-turn prompts of scoring/prompted.py; every row carries the
+name of the prompt it answers (`prompt`, "answer" for the question itself). A conversation ending in
+an assistant turn is continued (a pre-filled answer), otherwise the model answers a new turn. The stop
+policy is per call: "line" ends a response at a line break too (one short answer), "turn" only at
+the end of the turn or text (answers that span lines, "Answer: …\nConfidence: …").
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -29,8 +36,10 @@ if TYPE_CHECKING:
     from kcal_pipeline.scoring.loaded_model import LoadedModel
 
 GREEDY = 0
+ANSWER_PROMPT = "answer"  # the `prompt` of the question asked as it is
 SCHEMA = {
     "instance_id": pl.String,
+    "prompt": pl.String,  # which prompt the row answers: "answer", or one of scoring/prompted.py's
     "sample": pl.Int64,
     "response": pl.String,
     "token_ids": pl.List(pl.Int64),
@@ -41,8 +50,12 @@ SCHEMA = {
     "entropy_mean": pl.Float64,
     "stop": pl.String,
     "stop_token": pl.Int64,
+    "p_true": pl.Float64,  # the judge prompts' p(True) / (p(True) + p(False)); null for the others
 }
 COMPLETION_PROMPT = "Question: {question}\nAnswer:"
+STOP_POLICIES = ("line", "turn")
+# A question as asked: its text, or a conversation of {"role": "user" | "assistant", "content": …}.
+Question = str | Sequence[Mapping[str, str]]
 # Rows decoded together: decoding reads every weight once per step whatever the batch, so questions
 # share calls (4 questions of N = 10 samples + greedy per call).
 ROWS_PER_CALL = 48
@@ -60,7 +73,7 @@ class GenerationSettings:
 
     def __post_init__(self) -> None:
         checks = {
-            "n_samples": self.n_samples >= 1,
+            "n_samples": self.n_samples >= 0,
             "temperature": self.temperature > 0,
             "top_p": 0 < self.top_p <= 1,
             "max_new_tokens": self.max_new_tokens >= 1,
@@ -68,26 +81,56 @@ class GenerationSettings:
         for field, ok in checks.items():
             if not ok:
                 raise ValueError(
-                    f"generation setting {field} = {getattr(self, field)!r}: needs n_samples ≥ 1, "
+                    f"generation setting {field} = {getattr(self, field)!r}: needs n_samples ≥ 0, "
                     "temperature > 0, 0 < top_p ≤ 1, max_new_tokens ≥ 1"
                 )
 
 
-def prompt_ids(loaded: LoadedModel, question: str) -> tuple[list[int], str]:
-    """The token ids a question is asked with, and which prompt it is ("chat" or "completion")."""
-    tokenizer = loaded.tokenizer
+def as_conversation(question: Question) -> list[dict[str, str]]:
+    """A question as a conversation: its text as one user turn, or the turns given (checked)."""
+    if isinstance(question, str):
+        return [{"role": "user", "content": question}]
+    turns = [{"role": turn["role"], "content": turn["content"]} for turn in question]
+    if not turns or turns[0]["role"] != "user":
+        raise ValueError("a conversation starts with a user turn")
+    if any(turn["role"] not in ("user", "assistant") for turn in turns):
+        raise ValueError(f"conversation roles are 'user' or 'assistant', got {[t['role'] for t in turns]}")
+    return turns
+
+
+def completion_transcript(turns: Sequence[Mapping[str, str]]) -> str:
+    """The plain text a model without a chat template is asked: "Question: <first user turn>", each
+    later user turn as a plain line, every user turn followed by "\nAnswer:" and every assistant turn
+    written after it ("Answer: <content>"). A single question gives COMPLETION_PROMPT."""
+    text = ""
+    for number, turn in enumerate(turns):
+        if turn["role"] == "user":
+            text += ("Question: " if number == 0 else "\n") + turn["content"] + "\nAnswer:"
+        else:
+            text += " " + turn["content"]
+    return text
+
+
+def prompt_ids(loaded: LoadedModel, question: Question) -> tuple[list[int], str]:
+    """The token ids a question is asked with, and which prompt it is ("chat" or "completion"). A
+    conversation ending in an assistant turn is continued from its last token (no end of turn)."""
+    tokenizer, turns = loaded.tokenizer, as_conversation(question)
+    prefilled = turns[-1]["role"] == "assistant"
     if getattr(tokenizer, "chat_template", None):
         ids = tokenizer.apply_chat_template(
-            [{"role": "user", "content": question}], add_generation_prompt=True, tokenize=True
+            turns, add_generation_prompt=not prefilled, continue_final_message=prefilled, tokenize=True
         )
         ids = ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids
         return list(ids), "chat"
-    text = COMPLETION_PROMPT.format(question=question)
+    text = completion_transcript(turns)
     return [loaded.start_token_id, *tokenizer(text, add_special_tokens=False)["input_ids"]], "completion"
 
 
-def stop_token_ids(loaded: LoadedModel) -> set[int]:
-    """End-of-text / end-of-turn tokens and every token whose text holds a line break."""
+def stop_token_ids(loaded: LoadedModel, policy: str = "line") -> set[int]:
+    """End-of-text / end-of-turn tokens, and for the "line" policy every token whose text holds a
+    line break."""
+    if policy not in STOP_POLICIES:
+        raise ValueError(f"stop policy {policy!r}: one of {STOP_POLICIES}")
     tokenizer = loaded.tokenizer
     stops = {i for i in (tokenizer.eos_token_id, loaded.start_token_id) if i is not None}
     stops |= {
@@ -95,6 +138,8 @@ def stop_token_ids(loaded: LoadedModel) -> set[int]:
         for name in ("<|im_end|>", "<|eot_id|>", "<|endoftext|>")
         if (i := tokenizer.convert_tokens_to_ids(name)) is not None and i != tokenizer.unk_token_id
     }
+    if policy == "turn":
+        return stops
     vocabulary = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
     decoded = {
         i for i, token in enumerate(vocabulary) if token is not None and ("\n" in token or "Ċ" in token)
@@ -102,34 +147,76 @@ def stop_token_ids(loaded: LoadedModel) -> set[int]:
     return stops | decoded
 
 
-def _generator_seed(seed: int, key: str) -> int:
-    digest = hashlib.sha256(f"{seed}\x00{key}".encode()).digest()
+def generator_seed(seed: int, key: str, prompt: str = ANSWER_PROMPT) -> int:
+    """The seed of a question's generator: (seed, key) for the answer prompt, (seed, prompt, key) for
+    the others, so every prompt draws independently of the others."""
+    text = f"{seed}\x00{key}" if prompt == ANSWER_PROMPT else f"{seed}\x00{prompt}\x00{key}"
+    digest = hashlib.sha256(text.encode()).digest()
     return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
 
 
-def generate_answers(
-    loaded: LoadedModel,
-    questions: Sequence[str],
-    keys: Sequence[str],
-    settings: GenerationSettings = GenerationSettings(),
-    progress: Callable[[int, int], None] | None = None,
-) -> pl.DataFrame:
-    """One row per (question, sample): the response text, its token count, log p (sum and mean, at
-    temperature 1), the mean entropy of the model's distribution over its steps, and why it ended."""
+def check_keys(questions: Sequence, keys: Sequence[str]) -> None:
+    """One key per question, each its own (keys seed the questions' samples)."""
     if len(questions) != len(keys):
         raise ValueError(f"questions ({len(questions)}) and keys ({len(keys)}) differ in length")
     if len(set(keys)) != len(keys):
         raise ValueError("keys: every question needs its own key (they seed its samples)")
-    stops = stop_token_ids(loaded)
+
+
+def generate_answers(
+    loaded: LoadedModel,
+    questions: Sequence[Question],
+    keys: Sequence[str],
+    settings: GenerationSettings = GenerationSettings(),
+    progress: Callable[[int, int], None] | None = None,
+    *,
+    prompt: str = ANSWER_PROMPT,
+    stop: str = "line",
+) -> pl.DataFrame:
+    """One row per (question, sample): the response text, its token count, log p (sum and mean, at
+    temperature 1), the mean entropy of the model's distribution over its steps, and why it ended.
+    `prompt` names the prompt in its column and, unless "answer", in the samples' seeds."""
+    check_keys(questions, keys)
+    stops = stop_token_ids(loaded, stop)
     per_call = max(1, ROWS_PER_CALL // (settings.n_samples + 1))
     rows: list[dict] = []
     for first in range(0, len(questions), per_call):
         chosen = range(first, min(first + per_call, len(questions)))
         prompts = [prompt_ids(loaded, questions[i])[0] for i in chosen]
-        rows += _question_batch(loaded, prompts, [keys[i] for i in chosen], settings, stops)
+        rows += _question_batch(loaded, prompts, [keys[i] for i in chosen], settings, stops, prompt)
         if progress is not None:
             progress(chosen.stop, len(questions))
     return pl.DataFrame(rows, schema=SCHEMA)
+
+
+def left_padded(prompts: Sequence[Sequence[int]]):
+    """Token ids, attention mask and position ids of prompts left-padded to one width (positions
+    counted from each prompt's first token, so padding changes no prompt's positions)."""
+    import torch
+
+    width = max(len(p) for p in prompts)
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    ids = torch.tensor([[0] * (width - len(p)) + list(p) for p in prompts])
+    return ids, mask, (mask.cumsum(-1) - 1).clamp(min=0)
+
+
+def _prefill(loaded: LoadedModel, prompts: Sequence[Sequence[int]]):
+    """One forward of the left-padded prompts (under inference mode): its output and the mask."""
+    ids, mask, positions = left_padded(prompts)
+    device = loaded.device
+    output = loaded.model(
+        ids.to(device), attention_mask=mask.to(device), position_ids=positions.to(device), use_cache=True
+    )
+    return output, mask
+
+
+def next_token_logits(loaded: LoadedModel, prompts: Sequence[Sequence[int]]):
+    """The logits (float32, on the CPU) of the token after each prompt: one forward of all of them."""
+    import torch
+
+    with torch.inference_mode():
+        output, _ = _prefill(loaded, prompts)
+        return output.logits[:, -1, :].float().cpu()
 
 
 def _question_batch(
@@ -138,6 +225,7 @@ def _question_batch(
     keys: list[str],
     settings: GenerationSettings,
     stops: set[int],
+    prompt: str = ANSWER_PROMPT,
 ) -> list[dict]:
     """The rows of several questions decoded together: prompts left-padded (masked, with positions
     counted from each prompt's first token), each prompt's cache repeated for its N + 1 rows, and
@@ -148,19 +236,13 @@ def _question_batch(
     cache_argument = _cache_argument(model)
     per_question = settings.n_samples + 1
     rows = len(prompts) * per_question
-    generators = [torch.Generator(device="cpu").manual_seed(_generator_seed(settings.seed, k)) for k in keys]
+    generators = [
+        torch.Generator(device="cpu").manual_seed(generator_seed(settings.seed, k, prompt)) for k in keys
+    ]
     stop_mask = torch.zeros(model.config.vocab_size, dtype=torch.bool)
     stop_mask[[i for i in stops if i < model.config.vocab_size]] = True
-    width = max(len(p) for p in prompts)
-    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
-    ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts])
     with torch.inference_mode():
-        out = model(
-            ids.to(device),
-            attention_mask=mask.to(device),
-            position_ids=(mask.cumsum(-1) - 1).clamp(min=0).to(device),
-            use_cache=True,
-        )
+        out, mask = _prefill(loaded, prompts)
         cache = _cache_of(out)
         cache.batch_repeat_interleave(per_question)
         logits = out.logits[:, -1, :].float().repeat_interleave(per_question, dim=0)
@@ -179,8 +261,9 @@ def _question_batch(
             for q, generator in enumerate(generators):
                 greedy = q * per_question
                 chosen[greedy] = int(log_p[greedy].argmax())
-                sampled = slice(greedy + 1, greedy + per_question)
-                chosen[sampled] = _sample(logits[sampled], settings, generator)
+                if per_question > 1:  # n_samples = 0: the greedy answer only
+                    sampled = slice(greedy + 1, greedy + per_question)
+                    chosen[sampled] = sample_tokens(logits[sampled], settings, generator)
             step_entropy = -(log_p.exp() * log_p).sum(dim=-1)
             for row in range(rows):
                 if not live[row]:
@@ -213,6 +296,7 @@ def _question_batch(
         result.append(
             {
                 "instance_id": keys[row // per_question],
+                "prompt": prompt,
                 "sample": row % per_question,
                 "response": loaded.tokenizer.decode(tokens[row], skip_special_tokens=True).strip(),
                 "token_ids": tokens[row],
@@ -223,6 +307,7 @@ def _question_batch(
                 "entropy_mean": float(entropy[row]) / scored[row],
                 "stop": stop[row],
                 "stop_token": stop_token[row],
+                "p_true": None,
             }
         )
     return result
@@ -241,7 +326,7 @@ def _cache_of(output):
     return output["cache"] if "cache" in output else output["past_key_values"]
 
 
-def _sample(logits, settings: GenerationSettings, generator):
+def sample_tokens(logits, settings: GenerationSettings, generator):
     """One token per row from softmax(logits / T), restricted to the top-p nucleus."""
     import torch
 

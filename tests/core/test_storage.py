@@ -80,3 +80,40 @@ def test_read_partitions_reads_only_the_columns_asked_for_that_a_file_has(tmp_pa
         tmp_path, "t", [{"relation": "P36"}, {"relation": "P30"}], columns=["model_id", "k"]
     )
     assert both.columns == ["model_id", "k"] and both.rows() == [("A", "clm"), ("B", None)]
+
+
+def test_existing_partitions_lists_one_models_files_or_every_file(tmp_path):
+    from kcal_pipeline.core.storage import existing_partitions
+
+    frame = pl.DataFrame({"x": [1]})
+    for dims in ({"model": "a", "relation": "P1"}, {"model": "a", "relation": "P2"}, {"model": "b", "relation": "P1"}):
+        write_parquet_atomic(frame, partition_path(tmp_path, "generations", dims))
+    found = existing_partitions(tmp_path, "generations", {"model": "a"})
+    assert [p.parent.name for p in found] == ["relation=P1", "relation=P2"]
+    assert len(existing_partitions(tmp_path, "generations")) == 3
+    assert existing_partitions(tmp_path, "generation_metrics", {"model": "a"}) == []
+    with pytest.raises(ValueError):
+        existing_partitions(tmp_path, "generations", {"model": "../b"})
+
+
+def test_declared_reads_of_relation_and_model_tables_version_exactly_those_files(tmp_path):
+    from kcal_pipeline.core.options import GenerationOptions, ProbeOptions, ScoringOptions
+    from resources.settings import generation_reads, resolve_reads
+
+    frame = pl.DataFrame({"x": [1]})
+    write_parquet_atomic(frame, partition_path(tmp_path, "wikidata_facts", {"relation": "P1"}))
+    write_parquet_atomic(frame, partition_path(tmp_path, "wikidata_facts", {"relation": "P2"}))
+    write_parquet_atomic(frame, partition_path(tmp_path, "generation_metrics", {"model": "a"}))
+    dims = {"model": "a", "relation": "P1"}
+    reads = ["relation_table:wikidata_facts", "relation_tables:wikidata_facts", "model_tables:generation_metrics"]
+    values, files = resolve_reads(reads, dims, ProbeOptions(), ScoringOptions(), tmp_path)
+    assert values == {}
+    assert [f.relative_to(tmp_path).as_posix() for f in files] == [
+        "wikidata_facts/relation=P1/part.parquet",
+        "wikidata_facts/relation=P1/part.parquet",
+        "wikidata_facts/relation=P2/part.parquet",
+        "generation_metrics/model=a/part.parquet",
+    ]
+    values, _ = resolve_reads(list(generation_reads()), dims, ProbeOptions(), ScoringOptions(), tmp_path,
+                              GenerationOptions(n_samples=4))  # fmt: skip
+    assert values["generation.n_samples"] == 4 and values["generation.temperature"] == 1.0

@@ -1,15 +1,18 @@
 """Confidence from generated answers (kcal_pipeline/estimation/generation.py), by hand on a
-constructed set of responses: two questions, the second with a tie between two clusters."""
+constructed set of responses: two questions, the second with a tie between two clusters. The
+single-turn methods alone and through the entry point (estimate_generations); the prompted methods
+are in test_prompted_estimators.py."""
 
 import math
 
 import polars as pl
 import pytest
 
+from kcal_pipeline.estimation.answer_matching import AnswerIndex
 from kcal_pipeline.estimation.generation import (
     GENERATION_ESTIMATORS,
     check_responses,
-    generation_estimates,
+    estimate_generations,
     knowledge_coverage,
     multi_answer,
 )
@@ -29,8 +32,24 @@ ROWS = [
 COLUMNS = ["instance_id", "sample", "response", "logprob_sum", "n_scored", "cluster", "correct"]
 
 
+# The names that make the matcher give ROWS' clusters.
+INDEXES = {
+    "q1": AnswerIndex({"Q1": ["Martin Perl"], "Q2": ["Frederick Reines"]}, {"Q9": ["Einstein"]}),
+    "q2": AnswerIndex({"Q7": ["Lyon"]}),
+}
+
+
 def responses(rows=ROWS) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=COLUMNS, orient="row")
+
+
+def generations(rows=ROWS) -> pl.DataFrame:
+    """ROWS as the "answer" prompt's generations rows (unmatched: no cluster, no correct)."""
+    return (
+        responses(rows)
+        .drop("cluster", "correct")
+        .with_columns(prompt=pl.lit("answer"), p_true=pl.lit(None, pl.Float64))
+    )
 
 
 def plogp(*masses):
@@ -63,7 +82,7 @@ EXPECTED = {
 
 def as_dict(frame: pl.DataFrame) -> dict:
     return {
-        r["instance_id"]: (r["predicted_cluster"], r["correct"], r["confidence"])
+        r["instance_id"]: (r["predicted_id"], r["correct"], r["confidence"])
         for r in frame.iter_rows(named=True)
     }
 
@@ -77,11 +96,31 @@ def assert_close(got: dict, expected: dict):
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_every_estimator_by_hand(name):
-    assert_close(as_dict(GENERATION_ESTIMATORS[name].fn(check_responses(responses()))), EXPECTED[name])
+    got = GENERATION_ESTIMATORS[name].fn({"answer": check_responses(responses())})
+    assert_close(as_dict(got), EXPECTED[name])
 
 
-def test_every_registered_estimator_has_a_hand_computed_case():
-    assert set(GENERATION_ESTIMATORS) == set(EXPECTED)
+def test_every_single_turn_estimator_has_a_hand_computed_case():
+    single_turn = {name for name, spec in GENERATION_ESTIMATORS.items() if spec.prompts == ("answer",)}
+    assert single_turn == set(EXPECTED)
+
+
+def test_the_entry_point_matches_the_responses_and_gives_the_same_estimates():
+    result = estimate_generations(generations(), INDEXES)
+    for name, expected in EXPECTED.items():
+        got = result.estimates.filter(pl.col("estimator") == name)
+        assert got["refusal"].null_count() == got.height, name
+        assert_close(as_dict(got), expected)
+
+
+def test_without_prompted_rows_the_prompted_estimators_are_skipped_and_say_why():
+    status = estimate_generations(generations(), INDEXES).status
+    ran = status.filter(pl.col("status") == "ran")
+    assert ran["estimator"].to_list() == [n for n in GENERATION_ESTIMATORS if n in EXPECTED]
+    assert (ran["rows"] == 2).all() and (ran["answered"] == 2).all() and (ran["refusals"] == "").all()
+    verb = status.filter(pl.col("estimator") == "verb").row(0, named=True)
+    assert verb["status"] == "skipped" and verb["rows"] == 0
+    assert verb["reason"] == "no 'verb' rows: the generations were made without the prompted methods"
 
 
 def test_the_threshold_drops_samples_below_it():
@@ -94,13 +133,15 @@ def test_the_threshold_drops_samples_below_it():
 
 
 def test_estimates_do_not_depend_on_row_order():
-    shuffled = responses().sample(fraction=1.0, shuffle=True, seed=7)
-    assert generation_estimates(shuffled).equals(generation_estimates(responses()))
+    shuffled = generations().sample(fraction=1.0, shuffle=True, seed=7)
+    assert estimate_generations(shuffled, INDEXES).estimates.equals(
+        estimate_generations(generations(), INDEXES).estimates
+    )
 
 
 def test_the_estimates_table_has_one_row_per_instance_and_estimator_with_its_output_kind():
-    table = generation_estimates(responses())
-    assert table.height == 2 * len(GENERATION_ESTIMATORS)
+    table = estimate_generations(generations(), INDEXES).estimates
+    assert table.height == 2 * len(EXPECTED)
     kinds = dict(table.select("estimator", "output_kind").unique().iter_rows())
     assert kinds["prob_entropy"] == "score" and kinds["perplexity"] == "probability"
 

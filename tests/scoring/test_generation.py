@@ -51,7 +51,8 @@ def reference_logprob(loaded, prompt: list[int], continuation: list[int]) -> flo
 
 
 def test_one_greedy_and_n_sampled_rows_per_question(answers):
-    assert answers.columns[:3] == ["instance_id", "sample", "response"]
+    assert answers.columns[:4] == ["instance_id", "prompt", "sample", "response"]
+    assert set(answers["prompt"]) == {"answer"} and answers["p_true"].is_null().all()
     counts = answers.group_by("instance_id").agg(pl.col("sample").sort()).sort("instance_id")
     assert counts.rows() == [("capital", [0, 1, 2, 3]), ("planet", [0, 1, 2, 3])]
     assert answers["n_tokens"].max() <= SMALL.max_new_tokens
@@ -104,7 +105,7 @@ def test_a_nucleus_of_one_token_samples_the_greedy_answer(loaded):
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("n_samples", 0), ("temperature", 0.0), ("top_p", 1.5), ("max_new_tokens", 0)],
+    [("n_samples", -1), ("temperature", 0.0), ("top_p", 1.5), ("max_new_tokens", 0)],
 )
 def test_bad_settings_name_the_field_and_value(field, value):
     with pytest.raises(ValueError, match=f"generation setting {field} = {value!r}"):
@@ -123,7 +124,7 @@ def test_sampled_answers_flow_through_matching_into_every_generation_estimator(a
     one estimate per question and estimator, probabilities in [0, 1], scores finite, the greedy
     answer's match carried as the prediction of the single-answer methods."""
     from kcal_pipeline.estimation.answer_matching import AnswerIndex, with_matches
-    from kcal_pipeline.estimation.generation import GENERATION_ESTIMATORS, generation_estimates
+    from kcal_pipeline.estimation.generation import GENERATION_ESTIMATORS, estimate_generations
 
     indexes = {
         "capital": AnswerIndex({"Q90": ["Paris"]}, {"Q64": ["Berlin"], "Q220": ["Rome"]}),
@@ -132,11 +133,12 @@ def test_sampled_answers_flow_through_matching_into_every_generation_estimator(a
         ),
     }
     matched = with_matches(answers, indexes)
-    estimates = generation_estimates(matched)
-    assert estimates.height == 2 * len(GENERATION_ESTIMATORS)
+    estimates = estimate_generations(answers, indexes).estimates
+    single_turn = [name for name, spec in GENERATION_ESTIMATORS.items() if spec.prompts == ("answer",)]
+    assert estimates.height == 2 * len(single_turn)
     probability = estimates.filter(pl.col("output_kind") == "probability")["confidence"]
     assert probability.is_between(0.0, 1.0).all()
     assert estimates["confidence"].is_finite().all()
     greedy = matched.filter(pl.col("sample") == 0).select("instance_id", "cluster").sort("instance_id")
     perplexity = estimates.filter(pl.col("estimator") == "perplexity").sort("instance_id")
-    assert perplexity["predicted_cluster"].to_list() == greedy["cluster"].to_list()
+    assert perplexity["predicted_id"].to_list() == greedy["cluster"].to_list()

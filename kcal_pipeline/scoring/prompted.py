@@ -1,0 +1,330 @@
+"""The prompts of MACE's verbal and double-turn confidence methods (issue 33; MACE §4.1, App. B.1),
+asked of the model after its answers (scoring/generation.py), and an LM judge of answer equivalence.
+
+Each prompt is built from the question, the model's greedy answer and its candidate answers (the
+distinct non-empty responses of the "answer" prompt, greedy first, at most MAX_CANDIDATES):
+
+- generate prompts (verb, verb_topk, self_ask, self_ask_cand) decode like the answers, with their
+  own stop policy and length; the verbal ones sampled (greedy + N), Self-Ask greedy only;
+- judge prompts (p_true, p_true_cand; Kadavath et al. 2022) pre-fill the assistant turn with "The
+  proposed answer is" and read the next token once: p_true = p(" True") / (p(" True") + p(" False"))
+  on every row of the question; row 0 is the argmax token's class, rows 1 … N tokens drawn from the
+  full next-token distribution at the generation temperature / top-p ("true", "false" or "other").
+
+Rows follow generation.SCHEMA, so the lead concatenates them with the answer rows. Samples are seeded
+by (seed, prompt, key): each prompt draws independently of the others and of the answer prompt.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import polars as pl
+
+from kcal_pipeline.scoring.generation import (
+    ANSWER_PROMPT,
+    GREEDY,
+    ROWS_PER_CALL,
+    SCHEMA,
+    GenerationSettings,
+    check_keys,
+    generate_answers,
+    generator_seed,
+    next_token_logits,
+    prompt_ids,
+    sample_tokens,
+)
+
+if TYPE_CHECKING:
+    from kcal_pipeline.scoring.loaded_model import LoadedModel
+
+MAX_CANDIDATES = 10
+JUDGE_PREFILL = "The proposed answer is"
+JUDGED = "judged"  # the `stop` of a judge prompt's rows: one token read, nothing decoded
+Conversation = list[dict[str, str]]
+
+
+@dataclass(frozen=True)
+class PromptSpec:
+    """A prompt: its conversation from (question, greedy answer, candidates); "generate" decodes a
+    response, "judge" reads one next token; sampled: greedy + N rows, else the greedy row only."""
+
+    name: str
+    build: Callable[[str, str, Sequence[str]], Conversation]
+    kind: str  # "generate" | "judge"
+    sampled: bool
+    stop: str | None  # generation.STOP_POLICIES for "generate", None for "judge"
+    max_new_tokens: int
+
+
+def _user(text: str) -> dict[str, str]:
+    return {"role": "user", "content": text}
+
+
+def _assistant(text: str) -> dict[str, str]:
+    return {"role": "assistant", "content": text}
+
+
+def _possible(candidates: Sequence[str]) -> str:
+    return "Possible answers: " + "; ".join(candidates)
+
+
+def _verb(question: str, greedy: str, candidates: Sequence[str]) -> Conversation:
+    return [
+        _user(
+            f"{question}\nGive your answer and how confident you are, from 0 to 100, that it is correct, "
+            "in exactly this form:\nAnswer: <answer>\nConfidence: <number>%"
+        )
+    ]
+
+
+def _verb_topk(question: str, greedy: str, candidates: Sequence[str]) -> Conversation:
+    return [
+        _user(
+            f"{question}\nGive your 3 best guesses and, for each, the probability from 0 to 100 that it "
+            "is correct, one per line in exactly this form:\n"
+            + "\n".join(f"G{k}: <answer> P{k}: <probability>%" for k in (1, 2, 3))
+        )
+    ]
+
+
+SELF_ASK = "How likely is it that your answer is correct? Reply with a number from 0 to 100."
+
+
+def _self_ask(question: str, greedy: str, candidates: Sequence[str]) -> Conversation:
+    return [_user(question), _assistant(greedy), _user(SELF_ASK)]
+
+
+def _self_ask_cand(question: str, greedy: str, candidates: Sequence[str]) -> Conversation:
+    return [_user(question), _assistant(greedy), _user(f"{_possible(candidates)}\n{SELF_ASK}")]
+
+
+def _judge_turns(question: str, greedy: str, listed: str) -> Conversation:
+    return [
+        _user(
+            f"{question}\n{listed}Proposed answer: {greedy}\nIs the proposed answer (A) True or (B) False?"
+        ),
+        _assistant(JUDGE_PREFILL),
+    ]
+
+
+def _p_true(question: str, greedy: str, candidates: Sequence[str]) -> Conversation:
+    return _judge_turns(question, greedy, "")
+
+
+def _p_true_cand(question: str, greedy: str, candidates: Sequence[str]) -> Conversation:
+    return _judge_turns(question, greedy, _possible(candidates) + "\n")
+
+
+PROMPTS: dict[str, PromptSpec] = {
+    spec.name: spec
+    for spec in (
+        PromptSpec("verb", _verb, "generate", sampled=True, stop="turn", max_new_tokens=32),
+        PromptSpec("verb_topk", _verb_topk, "generate", sampled=True, stop="turn", max_new_tokens=64),
+        PromptSpec("self_ask", _self_ask, "generate", sampled=False, stop="turn", max_new_tokens=12),
+        PromptSpec(
+            "self_ask_cand", _self_ask_cand, "generate", sampled=False, stop="turn", max_new_tokens=12
+        ),
+        PromptSpec("p_true", _p_true, "judge", sampled=True, stop=None, max_new_tokens=1),
+        PromptSpec("p_true_cand", _p_true_cand, "judge", sampled=True, stop=None, max_new_tokens=1),
+    )
+}
+
+
+def candidate_answers(responses: Sequence[str | None]) -> list[str]:
+    """The distinct non-empty responses (stripped), in order of first appearance, at most
+    MAX_CANDIDATES: pass them greedy first."""
+    seen: dict[str, None] = {}
+    for response in responses:
+        text = (response or "").strip()
+        if text:
+            seen.setdefault(text)
+    return list(seen)[:MAX_CANDIDATES]
+
+
+def answer_context(answers: pl.DataFrame, keys: Sequence[str]) -> dict[str, tuple[str, list[str]]]:
+    """Per key, the greedy answer and the candidates, from the "answer" prompt's rows."""
+    if "prompt" in answers.columns:
+        answers = answers.filter(pl.col("prompt") == ANSWER_PROMPT)
+    ordered = answers.filter(pl.col("instance_id").is_in(list(keys))).sort("instance_id", "sample")
+    context = {}
+    for (key,), rows in ordered.group_by("instance_id", maintain_order=True):
+        if rows["sample"][0] == GREEDY:
+            context[key] = (rows["response"][0] or "").strip(), candidate_answers(rows["response"].to_list())
+    missing = [key for key in keys if key not in context]
+    if missing:
+        raise ValueError(
+            f"answers: no greedy row of the 'answer' prompt for {len(missing)} key(s), e.g. {missing[:5]}"
+        )
+    return context
+
+
+def generate_prompted(
+    loaded: LoadedModel,
+    questions: Sequence[str],
+    keys: Sequence[str],
+    answers: pl.DataFrame,
+    settings: GenerationSettings,
+    prompts: Sequence[str] = tuple(PROMPTS),
+    progress: Callable[[int, int], None] | None = None,
+) -> pl.DataFrame:
+    """The rows (generation.SCHEMA) of every named prompt for every question. `answers` holds the
+    "answer" prompt's rows of these keys. Each prompt's own max_new_tokens replaces the settings';
+    a prompt that is not sampled has its greedy row only. progress(done, total) counts questions
+    over all prompts."""
+    check_keys(questions, keys)
+    unknown = [name for name in prompts if name not in PROMPTS]
+    if unknown:
+        raise ValueError(f"unknown prompt(s) {unknown}: the prompts are {list(PROMPTS)}")
+    context = answer_context(answers, keys)
+    frames = [pl.DataFrame(schema=SCHEMA)]
+    for done, name in enumerate(prompts):
+        spec = PROMPTS[name]
+        conversations = [spec.build(q, *context[k]) for q, k in zip(questions, keys, strict=True)]
+        prompt_settings = dataclasses.replace(
+            settings, n_samples=settings.n_samples if spec.sampled else 0, max_new_tokens=spec.max_new_tokens
+        )
+        step = _offset(progress, done * len(questions), len(prompts) * len(questions))
+        if spec.kind == "generate":
+            frame = generate_answers(
+                loaded, conversations, keys, prompt_settings, step, prompt=name, stop=spec.stop
+            )
+        else:
+            frame = _judge_rows(loaded, conversations, keys, prompt_settings, name, step)
+        frames.append(frame)
+    return pl.concat(frames)
+
+
+def _offset(
+    progress: Callable[[int, int], None] | None, before: int, total: int
+) -> Callable[[int, int], None] | None:
+    """A prompt's progress(done, of its questions) reported as progress(before + done, total)."""
+    if progress is None:
+        return None
+    return lambda done, _of_prompt: progress(before + done, total)
+
+
+def single_token_id(loaded: LoadedModel, text: str) -> int:
+    """The one token id of `text` (e.g. " True"); a tokenizer that splits it is an error, since the
+    judges read one next token."""
+    ids = loaded.tokenizer(text, add_special_tokens=False)["input_ids"]
+    if len(ids) != 1:
+        raise ValueError(f"{text!r} is {len(ids)} tokens {ids} for this tokenizer: a judge reads one token")
+    return ids[0]
+
+
+def _pair_probability(log_p, yes: int, no: int) -> float:
+    """p(yes) / (p(yes) + p(no)) from one row of log-probabilities, computed stably."""
+    return float(1.0 / (1.0 + math.exp(float(log_p[no] - log_p[yes]))))
+
+
+def _judge_rows(
+    loaded: LoadedModel,
+    conversations: Sequence[Conversation],
+    keys: Sequence[str],
+    settings: GenerationSettings,
+    prompt: str,
+    progress: Callable[[int, int], None] | None,
+) -> pl.DataFrame:
+    """One forward per batch of questions; per question the greedy row and N sampled rows."""
+    import torch
+
+    true_id, false_id = single_token_id(loaded, " True"), single_token_id(loaded, " False")
+    classes = {true_id: "true", false_id: "false"}
+    rows: list[dict] = []
+    for first in range(0, len(conversations), ROWS_PER_CALL):
+        chosen = range(first, min(first + ROWS_PER_CALL, len(conversations)))
+        logits = next_token_logits(loaded, [prompt_ids(loaded, conversations[i])[0] for i in chosen])
+        log_p = torch.log_softmax(logits.double(), dim=-1)
+        entropy = -(log_p.exp() * log_p).sum(dim=-1)
+        for row, i in enumerate(chosen):
+            generator = torch.Generator(device="cpu").manual_seed(
+                generator_seed(settings.seed, keys[i], prompt)
+            )
+            tokens = [int(log_p[row].argmax())]
+            if settings.n_samples:
+                drawn = sample_tokens(logits[row].expand(settings.n_samples, -1), settings, generator)
+                tokens += [int(t) for t in drawn]
+            p_true = _pair_probability(log_p[row], true_id, false_id)
+            for sample, token in enumerate(tokens):
+                rows.append(
+                    {
+                        "instance_id": keys[i],
+                        "prompt": prompt,
+                        "sample": sample,
+                        "response": classes.get(token, "other"),
+                        "token_ids": [token],
+                        "n_tokens": 1,
+                        "n_scored": 1,
+                        "logprob_sum": float(log_p[row, token]),
+                        "logprob_mean": float(log_p[row, token]),
+                        "entropy_mean": float(entropy[row]),
+                        "stop": JUDGED,
+                        "stop_token": None,
+                        "p_true": p_true,
+                    }
+                )
+        if progress is not None:
+            progress(chosen.stop, len(conversations))
+    return pl.DataFrame(rows, schema=SCHEMA)
+
+
+EQUIVALENCE_QUESTION = (
+    "Question: {question}\nResponse: {response}\nAnswers: {answers}\n"
+    "Does the response name one of these answers? Reply Yes or No."
+)
+EQUIVALENCE_PREFILL = "Answer:"
+
+
+def judge_equivalence(loaded: LoadedModel, items: Sequence[tuple[str, str, Sequence[str]]]) -> list[float]:
+    """An LM judge of answer matching (the paper's GPT-4o judge, here any registered model), to compare
+    with the rule of estimation/answer_matching.py: for each (question, response, gold labels) the
+    model is asked EQUIVALENCE_QUESTION, its answer pre-filled with "Answer:", and the next token read:
+    p(" Yes") / (p(" Yes") + p(" No"))."""
+    import torch
+
+    yes, no = single_token_id(loaded, " Yes"), single_token_id(loaded, " No")
+    conversations = [
+        [
+            _user(EQUIVALENCE_QUESTION.format(question=q, response=r, answers="; ".join(golds))),
+            _assistant(EQUIVALENCE_PREFILL),
+        ]
+        for q, r, golds in items
+    ]
+    probabilities: list[float] = []
+    for first in range(0, len(conversations), ROWS_PER_CALL):
+        batch = conversations[first : first + ROWS_PER_CALL]
+        logits = next_token_logits(loaded, [prompt_ids(loaded, c)[0] for c in batch])
+        log_p = torch.log_softmax(logits.double(), dim=-1)
+        probabilities += [_pair_probability(row, yes, no) for row in log_p]
+    return probabilities
+
+
+def judge_agreement(
+    rule_correct: Sequence[bool], judge_p: Sequence[float], threshold: float = 0.5
+) -> dict[str, float | int]:
+    """How the rule and the judge (correct where judge_p ≥ threshold) agree on the same responses:
+    n, the fraction agreeing, Cohen's kappa (agreement beyond chance; NaN when both are constant, so
+    chance agreement is 1), and the counts only the rule (rule_only) or only the judge calls correct."""
+    if len(rule_correct) != len(judge_p):
+        raise ValueError(f"rule_correct ({len(rule_correct)}) and judge_p ({len(judge_p)}) differ in length")
+    if not rule_correct:
+        raise ValueError("judge_agreement needs at least one response")
+    n = len(rule_correct)
+    judge = [p >= threshold for p in judge_p]
+    rule = [bool(r) for r in rule_correct]
+    agreement = sum(r == j for r, j in zip(rule, judge, strict=True)) / n
+    rule_yes, judge_yes = sum(rule) / n, sum(judge) / n
+    chance = rule_yes * judge_yes + (1 - rule_yes) * (1 - judge_yes)
+    kappa = (agreement - chance) / (1 - chance) if chance < 1 else float("nan")
+    return {
+        "n": n,
+        "agreement": agreement,
+        "cohen_kappa": kappa,
+        "rule_only": sum(r and not j for r, j in zip(rule, judge, strict=True)),
+        "judge_only": sum(j and not r for r, j in zip(rule, judge, strict=True)),
+    }
