@@ -32,13 +32,17 @@ def run(tmp_path_factory, facts_store):
         first = run_missing(home, relations=relations, settings=SETTINGS, log=lambda m: None, generate=True)
         again = run_missing(home, relations=relations, settings=SETTINGS, log=lambda m: None, generate=True)
         changed = run_missing(
-            home, relations=relations, settings={**SETTINGS, "n_samples": 3}, log=lambda m: None, generate=True
+            home,
+            relations=relations,
+            settings={**SETTINGS, "n_samples": 3},
+            log=lambda m: None,
+            generate=True,
         )
         yield home, first, again, changed
 
 
 def test_generation_tables_are_materialized_for_relations_that_ask(run):
-    home, first, _, _ = run
+    _, first, _, _ = run
     assert not first.failed, first.failed
     made = {(a, p) for a, p in first.materialized}
     for table in GENERATION_TABLES - {"generation_metrics"}:
@@ -54,7 +58,15 @@ def test_generations_and_matches_are_complete(run):
     instances = pl.read_parquet(partition_path(home, "probe_instances", {"relation": "mace-award"}))
     answers = generations.filter(pl.col("prompt") == "answer")
     assert answers.height == instances.height * 4  # greedy + 3 sampled (the last run's setting)
-    assert set(generations["prompt"]) == {"answer", "verb", "verb_topk", "self_ask", "self_ask_cand", "p_true", "p_true_cand"}
+    assert set(generations["prompt"]) == {
+        "answer",
+        "verb",
+        "verb_topk",
+        "self_ask",
+        "self_ask_cand",
+        "p_true",
+        "p_true_cand",
+    }
     assert generations["logprob_sum"].is_finite().all() and (generations["logprob_sum"] <= 1e-4).all()
     matches = pl.read_parquet(partition_path(home, "generation_matches", dims))
     assert matches.height == answers.height
@@ -69,9 +81,7 @@ def test_every_method_ran_or_says_why_per_instance(run):
     assert set(status["estimator"]) == set(GENERATION_ESTIMATORS)
     ran = status.filter(pl.col("status") == "ran")
     assert ran.height >= 17  # MACE's 15 methods (at least 14) and SCA, SNCA, SFCA
-    counts = estimates.group_by("estimator").agg(
-        rows=pl.len(), refused=pl.col("confidence").is_null().sum()
-    )
+    counts = estimates.group_by("estimator").agg(rows=pl.len(), refused=pl.col("confidence").is_null().sum())
     joined = ran.join(counts, on="estimator", suffix="_estimates")
     assert (joined["rows"] == joined["rows_estimates"]).all()
     assert (joined["refused"] == joined["refused_estimates"]).all()
@@ -93,7 +103,7 @@ def test_metrics_per_gold_count_reach_duckdb_and_the_report(run):
 
 
 def test_a_rerun_does_nothing_and_a_new_setting_reruns_exactly_the_generation(run):
-    _, first, again, changed = run
+    _, _, again, changed = run
     assert again.materialized == [] and not again.failed
     rerun = {a for a, _ in changed.materialized}
     assert rerun == GENERATION_TABLES | {"report"}, rerun

@@ -86,7 +86,11 @@ def test_existing_partitions_lists_one_models_files_or_every_file(tmp_path):
     from kcal_pipeline.core.storage import existing_partitions
 
     frame = pl.DataFrame({"x": [1]})
-    for dims in ({"model": "a", "relation": "P1"}, {"model": "a", "relation": "P2"}, {"model": "b", "relation": "P1"}):
+    for dims in (
+        {"model": "a", "relation": "P1"},
+        {"model": "a", "relation": "P2"},
+        {"model": "b", "relation": "P1"},
+    ):
         write_parquet_atomic(frame, partition_path(tmp_path, "generations", dims))
     found = existing_partitions(tmp_path, "generations", {"model": "a"})
     assert [p.parent.name for p in found] == ["relation=P1", "relation=P2"]
@@ -105,7 +109,11 @@ def test_declared_reads_of_relation_and_model_tables_version_exactly_those_files
     write_parquet_atomic(frame, partition_path(tmp_path, "wikidata_facts", {"relation": "P2"}))
     write_parquet_atomic(frame, partition_path(tmp_path, "generation_metrics", {"model": "a"}))
     dims = {"model": "a", "relation": "P1"}
-    reads = ["relation_table:wikidata_facts", "relation_tables:wikidata_facts", "model_tables:generation_metrics"]
+    reads = [
+        "relation_table:wikidata_facts",
+        "relation_tables:wikidata_facts",
+        "model_tables:generation_metrics",
+    ]
     values, files = resolve_reads(reads, dims, ProbeOptions(), ScoringOptions(), tmp_path)
     assert values == {}
     assert [f.relative_to(tmp_path).as_posix() for f in files] == [

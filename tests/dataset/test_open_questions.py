@@ -46,13 +46,15 @@ def instances(rows):
     )
 
 
+PERL, ZINK, LEE, RICH = "Martin Perl", "Rolf Zinkernagel", "David Lee", "Robert Richardson"
+PHYSICS = "the Nobel Prize in Physics in 199"
 PROBE = instances(
     [
-        ("q1", "the Nobel Prize in Physics in 1995", ["Q1"], ["Martin Perl"], ["Q1", "Q2"], ["Martin Perl", "Rolf Zinkernagel"], None),
-        ("q2", "the Nobel Prize in Physics in 1996", ["Q3", "Q4"], ["David Lee", "Robert Richardson"], ["Q3", "Q4", "Q1"], ["David Lee", "Robert Richardson", "Martin Perl"], None),
-        ("q2#k2d1", "the Nobel Prize in Physics in 1996", ["Q3"], ["David Lee"], ["Q3", "Q1"], ["David Lee", "Martin Perl"], "q2"),
+        ("q1", PHYSICS + "5", ["Q1"], [PERL], ["Q1", "Q2"], [PERL, ZINK], None),
+        ("q2", PHYSICS + "6", ["Q3", "Q4"], [LEE, RICH], ["Q3", "Q4", "Q1"], [LEE, RICH, PERL], None),
+        ("q2#k2d1", PHYSICS + "6", ["Q3"], [LEE], ["Q3", "Q1"], [LEE, PERL], "q2"),
     ]
-)  # fmt: skip
+)
 
 
 def test_one_question_per_full_answer_space_instance():
@@ -70,9 +72,7 @@ def test_a_closed_set_relation_has_no_open_questions():
 
 
 def test_names_come_from_the_probe_the_facts_and_the_aliases():
-    facts = pl.DataFrame(
-        {"object_id": ["Q1", "Q5"], "object_label": ["Martin L. Perl", "Frederick Reines"]}
-    )
+    facts = pl.DataFrame({"object_id": ["Q1", "Q5"], "object_label": ["Martin L. Perl", "Frederick Reines"]})
     names = answer_names(PROBE, facts, {"Q1": ["Perl"], "Q9": ["nobody asked"]})
     gold, others = names["q1"]
     assert gold == {"Q1": ["Martin Perl", "Martin L. Perl", "Perl"]}

@@ -43,11 +43,15 @@ def test_rows_per_question_and_sample_in_question_order(uninterrupted):
     assert frame.group_by("instance_id").len().sort("instance_id")["len"].to_list() == [3, 3, 3]
     assert set(frame["prompt"]) == {"answer"}
     meta = uninterrupted.metadata
-    assert meta["questions"] == 3 and meta["rows"] == 9 and meta["chunks"] == 2 and meta["chunks_resumed"] == 0
+    assert (
+        meta["questions"] == 3 and meta["rows"] == 9 and meta["chunks"] == 2 and meta["chunks_resumed"] == 0
+    )
     assert meta["prompt_style"] == "chat"  # the embedded model is instruction-tuned
 
 
-def test_a_killed_run_resumes_without_losing_or_duplicating_rows(loaded, uninterrupted, tmp_path, monkeypatch):
+def test_a_killed_run_resumes_without_losing_or_duplicating_rows(
+    loaded, uninterrupted, tmp_path, monkeypatch
+):
     from kcal_pipeline.scoring import generation
 
     real = generation.generate_answers
@@ -63,7 +67,9 @@ def test_a_killed_run_resumes_without_losing_or_duplicating_rows(loaded, uninter
     with pytest.raises(KeyboardInterrupt):
         open_answers.generate_partition(loaded, QUESTIONS, OPTIONS, tmp_path, "mace-award", chunk_size=2)
     monkeypatch.setattr(generation, "generate_answers", real)
-    resumed = open_answers.generate_partition(loaded, QUESTIONS, OPTIONS, tmp_path, "mace-award", chunk_size=2)
+    resumed = open_answers.generate_partition(
+        loaded, QUESTIONS, OPTIONS, tmp_path, "mace-award", chunk_size=2
+    )
     assert resumed.metadata["chunks_resumed"] == 1
     assert resumed.frame.equals(uninterrupted.frame)
 
