@@ -36,7 +36,7 @@ from kcal_pipeline.estimation.generation import GENERATION_ESTIMATORS, estimate_
 from kcal_pipeline.evaluation.generation import coverage_metrics
 from kcal_pipeline.evaluation.generation import generation_metrics as metrics_of
 from kcal_pipeline.evaluation.registry import METRICS
-from kcal_pipeline.scoring.open_answers import generate_partition
+from kcal_pipeline.scoring.open_answers import GENERATION_VERSION, generate_partition
 from resources import GenerationSettings, ModelProvider
 from resources.settings import generation_reads, reads
 
@@ -56,7 +56,7 @@ MATCH_COLUMNS = [
     pool=SCORING_POOL,
     op_tags={"dagster-celery/queue": "scoring"},
     partitions_def=model_relation_partitions,
-    code_version="1",
+    code_version=GENERATION_VERSION,  # what is drawn for the same inputs (scoring/open_answers.py)
     ins=one_dimension_of("probe_instances", "relation"),
     metadata=reads("model", "relation", *generation_reads()),
 )
@@ -177,10 +177,12 @@ def generation_estimates(
     },
     outs={
         "generation_metrics": AssetOut(
-            code_version=code_version("1", METRICS, GENERATION_ESTIMATORS),
+            # 2: 95 % bootstrap intervals (ci_low, ci_high) on the test split
+            code_version=code_version("2", METRICS, GENERATION_ESTIMATORS),
             description="Accuracy, mean confidence, AUROC, ECE/ACE and Brier of every generation "
             "estimator per split, relation, gold count (1a/2a/4a/6a) and MACE mixture, the share of "
-            "instances each answered, and knowledge coverage (clusters above τ = 0.1) per gold count.",
+            "instances each answered, and knowledge coverage (clusters above τ = 0.1) per gold count, "
+            "with 95 % bootstrap intervals on the test split.",
         ),
     },
 )

@@ -88,7 +88,7 @@ def main() -> int:
         f"{DEFAULT_MODEL.id} (4-bit Q4_1 GGUF de-quantised to float32, instruction-tuned), "
         f"{os.cpu_count()} CPUs, commit after {head.stdout.strip() or '?'}"
     )
-    limits = ", ".join(f"{name} {spec.max_new_tokens}" for name, spec in PROMPTS.items())
+    limits = ", ".join(f"{name} {spec.max_new_tokens(args.max_new_tokens)}" for name, spec in PROMPTS.items())
     print(
         f"{args.questions} questions × ({args.samples} samples + greedy); answer ≤ {args.max_new_tokens} "
         f"new tokens, the prompts their own ({limits}); best of {args.rounds} rounds"

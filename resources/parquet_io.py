@@ -21,8 +21,7 @@ from kcal_pipeline.core.storage import partition_path, read_partitions, table_ha
 from kcal_pipeline.core.versions import DATA_VERSION_KEY, data_version, input_versions
 from kcal_pipeline.core.warehouse import refresh_views
 from kcal_pipeline.dataset.relations import relation_label
-from kcal_pipeline.scoring.partition import TABLE as SCORES_TABLE
-from kcal_pipeline.scoring.partition import discard_checkpoints
+from kcal_pipeline.scoring.checkpoints import CHECKPOINTED_TABLES, discard_partition
 from resources.settings import (
     GenerationSettings,
     ProbeSettings,
@@ -104,9 +103,9 @@ class ParquetIOManager(ConfigurableIOManager):
         first_file = not table_has_data(home, table)
         version = self._version(context, home, dims)
         changed = write_parquet_atomic(obj, path, metadata={DATA_VERSION_KEY: version})
-        if table == SCORES_TABLE:
+        if table in CHECKPOINTED_TABLES:
             # Only now, the final file written, flushed and renamed, are the checkpoints redundant.
-            discard_checkpoints(home, dims)
+            discard_partition(home, table, dims)
         if first_file:
             # DuckDB cannot create a view over a glob that matches nothing, so a table's view
             # appears with its first file; later partitions are picked up by the glob itself.

@@ -11,6 +11,11 @@ mean confidence, a score-valued one its mean score (column `shows` says which: a
 or a negative entropy, not comparable with the probabilities). AUROC is over all gold counts mixed
 (the {1,2,4,6} mixture, macro over domains); `answered` is the share of instances the method gave
 an estimate for, shown only where it is below 1.
+
+Every 1a…6a cell has its 95 % bootstrap interval where generation_metrics computed one (the test
+split; none from a single question): columns "1a_low", "1a_high", … in the DataFrame, written
+"0.41 [0.33, 0.50]" in the terminal (2 decimals, so the 18 methods stay about 150 characters
+wide) and "0.412 [0.331, 0.502]" on the page.
 """
 
 from __future__ import annotations
@@ -42,14 +47,17 @@ ALL_GOLD_COUNTS = mixture_value(GOLD_COUNTS)  # the mixture AUROC is read on: "1
 GREEDY_SOURCE = "perplexity"
 GREEDY_LABEL = "Accuracy (greedy answer)"
 SHOWS = {"probability": "mean confidence", "score": "mean score"}
+INTERVAL_COLUMNS = tuple(f"{col}_{side}" for col in GOLD_COLUMNS for side in ("low", "high"))
 TABLE_SCHEMA = {
     "method": pl.String,
     "shows": pl.String,
     **dict.fromkeys(GOLD_COLUMNS, pl.Float64),
     "AUROC": pl.Float64,
     "answered": pl.Float64,
+    **dict.fromkeys(INTERVAL_COLUMNS, pl.Float64),
     "split": pl.String,
 }
+TEXT_DIGITS, PAGE_DIGITS = 2, 3  # the decimals of a cell with its interval: terminal, page
 STATUS_COLUMNS = ("estimator", "status", "answered", "refused", "refusals", "reason")
 
 
@@ -71,17 +79,37 @@ def table_split(metrics: pl.DataFrame, split: str = HEADLINE_SPLIT) -> str | Non
     return split if split in have else (have[0] if have else None)
 
 
-def _values(rows: pl.DataFrame, estimator: str, metric: str, scope: str) -> dict[str, float]:
-    """scope_value → value of one estimator's metric in one scope."""
-    picked = rows.filter(
+def _picked(rows: pl.DataFrame, estimator: str, metric: str, scope: str) -> pl.DataFrame:
+    return rows.filter(
         (pl.col("estimator") == estimator) & (pl.col("metric") == metric) & (pl.col("scope") == scope)
     )
-    return dict(picked.select("scope_value", "value").iter_rows())
+
+
+def _values(rows: pl.DataFrame, estimator: str, metric: str, scope: str) -> dict[str, float]:
+    """scope_value → value of one estimator's metric in one scope."""
+    return dict(_picked(rows, estimator, metric, scope).select("scope_value", "value").iter_rows())
+
+
+def _cells(rows: pl.DataFrame, estimator: str, metric: str, scope: str) -> dict[str, tuple]:
+    """scope_value → (value, ci_low, ci_high) of one estimator's metric in one scope; the bounds are
+    None where no interval was computed (or the metrics predate intervals)."""
+    picked = _picked(rows, estimator, metric, scope)
+    bounds = [
+        pl.col(c) if c in picked.columns else pl.lit(None, pl.Float64).alias(c) for c in ("ci_low", "ci_high")
+    ]
+    return {v: tuple(rest) for v, *rest in picked.select("scope_value", "value", *bounds).iter_rows()}
 
 
 def _row(method: str, shows: str, per_gold: dict, auroc: float | None, answered: float | None) -> dict:
-    gold = {col: per_gold.get(str(g)) for g, col in zip(GOLD_COUNTS, GOLD_COLUMNS, strict=True)}
-    return {"method": method, "shows": shows, **gold, "AUROC": auroc, "answered": answered}
+    """A table row; `per_gold`: gold count → (value, ci_low, ci_high)."""
+    cells = [per_gold.get(str(g), (None, None, None)) for g in GOLD_COUNTS]
+    gold = {col: cell[0] for col, cell in zip(GOLD_COLUMNS, cells, strict=True)}
+    bounds = {
+        f"{col}_{side}": cell[k]
+        for col, cell in zip(GOLD_COLUMNS, cells, strict=True)
+        for k, side in ((1, "low"), (2, "high"))
+    }
+    return {"method": method, "shows": shows, **gold, "AUROC": auroc, "answered": answered, **bounds}
 
 
 def coverage_label(metric: str) -> str:
@@ -101,7 +129,7 @@ def table3(metrics: pl.DataFrame, split: str = HEADLINE_SPLIT) -> pl.DataFrame:
     out = []
     if methods:
         source = GREEDY_SOURCE if GREEDY_SOURCE in methods else methods[0]
-        out.append(_row(GREEDY_LABEL, "accuracy", _values(rows, source, "accuracy", GOLD_MACRO), None, None))
+        out.append(_row(GREEDY_LABEL, "accuracy", _cells(rows, source, "accuracy", GOLD_MACRO), None, None))
     for estimator in methods:
         spec = GENERATION_ESTIMATORS.get(estimator)
         kind = spec.output_kind if spec else "probability"
@@ -113,7 +141,7 @@ def table3(metrics: pl.DataFrame, split: str = HEADLINE_SPLIT) -> pl.DataFrame:
             _row(
                 method_label(estimator),
                 SHOWS[kind],
-                _values(rows, estimator, metric, GOLD_MACRO),
+                _cells(rows, estimator, metric, GOLD_MACRO),
                 auroc,
                 answered,
             )
@@ -125,7 +153,7 @@ def table3(metrics: pl.DataFrame, split: str = HEADLINE_SPLIT) -> pl.DataFrame:
             _row(
                 coverage_label(metric),
                 "coverage",
-                _values(rows, COVERAGE_ESTIMATOR, metric, GOLD_MACRO),
+                _cells(rows, COVERAGE_ESTIMATOR, metric, GOLD_MACRO),
                 None,
                 None,
             )
@@ -142,11 +170,52 @@ def split_note(table: pl.DataFrame, split: str = HEADLINE_SPLIT) -> str:
     return f"{shown} split" if shown == split else f"{shown} split (the {split} split has no generation rows)"
 
 
+def _with_interval(value: float | None, low: float | None, high: float | None, digits: int) -> str | None:
+    """ "0.41 [0.33, 0.50]": the value and its interval at `digits` decimals; the value alone where
+    there is no interval; None (shown "—") without a value."""
+    if value is None:
+        return None
+    point = f"{value:.{digits}f}"
+    return point if low is None or high is None else f"{point} [{low:.{digits}f}, {high:.{digits}f}]"
+
+
+def display_table(table: pl.DataFrame, digits: int, align: bool = False) -> pl.DataFrame:
+    """table3's frame as shown: each 1a…6a cell written with its interval (_with_interval), the
+    bound columns and the split dropped; `align` right-justifies those text cells (and their
+    headers) to one width per column, as the terminal's numbers are."""
+    shown = table.with_columns(
+        pl.Series(
+            col,
+            [
+                _with_interval(*cell, digits)
+                for cell in zip(table[col], table[f"{col}_low"], table[f"{col}_high"], strict=True)
+            ],
+            dtype=pl.String,
+        )
+        for col in GOLD_COLUMNS
+    ).drop(*INTERVAL_COLUMNS, "split")
+    if not align:
+        return shown
+    shown = shown.with_columns(pl.col(GOLD_COLUMNS).fill_null("—"))
+    widths = {col: max(len(col), shown[col].str.len_chars().max() or 0) for col in GOLD_COLUMNS}
+    return shown.with_columns(pl.col(col).str.pad_start(w) for col, w in widths.items()).rename(
+        {col: col.rjust(w) for col, w in widths.items()}
+    )
+
+
 def format_table3(table: pl.DataFrame, title: str, split: str = HEADLINE_SPLIT) -> str:
     """The terminal text: `title` (the caller says n, the model and whether it is instruction-tuned),
-    the split line, then the aligned table (format_summary: 3 decimals, '—' where empty)."""
-    head = f"{title}\n{split_note(table, split)}; 1a…6a: macro over MACE relations; AUROC: all gold counts"
-    return f"{head}\n{format_summary(table.drop('split'))}" if not table.is_empty() else head
+    the split line, then the aligned table (format_summary: 3 decimals, '—' where empty; the 1a…6a
+    cells with their intervals at TEXT_DIGITS decimals where the table has any)."""
+    if table.is_empty():
+        return f"{title}\n{split_note(table, split)}"
+    has_intervals = table.select(INTERVAL_COLUMNS).null_count().row(0) != (table.height,) * len(
+        INTERVAL_COLUMNS
+    )
+    gold = "1a…6a: macro over MACE relations" + (" [95 % bootstrap interval]" if has_intervals else "")
+    head = f"{title}\n{split_note(table, split)}; {gold}; AUROC: all gold counts"
+    digits = TEXT_DIGITS if has_intervals else PAGE_DIGITS
+    return f"{head}\n{format_summary(display_table(table, digits, align=True))}"
 
 
 # --- the figure -----------------------------------------------------------------------------------
@@ -349,7 +418,8 @@ def generation_section_html(report: GenerationReport, split: str = HEADLINE_SPLI
         f"{esc(split_note(table, split))}. "
         "Columns 1a…6a: questions with that many gold answers, macro-averaged over the MACE relations; "
         "probability-valued methods show their mean confidence, score-valued ones (shows = mean score) their "
-        "mean score; AUROC over all gold counts mixed; answered: the share of questions with an estimate, "
-        "where below 1. Every number: the generation_metrics table."
+        "mean score, each with its 95 % bootstrap interval in brackets where computed (test split, "
+        "at least two questions); AUROC over all gold counts mixed; answered: the share of questions "
+        "with an estimate, where below 1. Every number, its n and its interval: the generation_metrics table."
     )
-    return note, html_table(table.drop("split")) + figure + refusals
+    return note, html_table(display_table(table, PAGE_DIGITS)) + figure + refusals

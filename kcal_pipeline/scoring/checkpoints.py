@@ -12,13 +12,13 @@ A different fingerprint discards every checkpoint of the partition first.
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
 
-from kcal_pipeline.core.storage import write_parquet_atomic, write_text_atomic
+from kcal_pipeline.core.storage import partition_path, write_parquet_atomic, write_text_atomic
 
 FINGERPRINT_FILE = "fingerprint.txt"
 DEFAULT_CHUNK_SIZE = 1024
@@ -78,6 +78,27 @@ def score_in_chunks(
     if not parts:
         return score(statements), report
     return pl.concat(parts, how="vertical"), report
+
+
+# The tables whose partitions are made in checkpointed chunks (scoring/partition.py, open_answers.py).
+CHECKPOINTED_TABLES = ("statement_scores", "generations")
+
+
+def partition_dir(home: Path, table: str, model_key: str, relation: str) -> Path:
+    """KCAL_HOME/.checkpoints/<table>/model=…/relation=… (hidden: not a table, no view)."""
+    return partition_path(
+        Path(home) / ".checkpoints", table, {"model": model_key, "relation": relation}
+    ).parent
+
+
+def discard_partition(home: Path, table: str, partition: Mapping[str, str]) -> None:
+    """Drop one partition's checkpoints ({'model': key, 'relation': id}); call it only once the
+    partition's final file is written, flushed and renamed (the IO manager does, after its write).
+
+    Until then the checkpoints are the only copy of the work: a failed write (a full disk, a
+    kill) leaves them, and the next run resumes from them instead of starting over.
+    """
+    discard(partition_dir(home, table, partition["model"], partition["relation"]))
 
 
 def discard(directory: Path) -> None:

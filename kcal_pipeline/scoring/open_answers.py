@@ -22,15 +22,15 @@ import polars as pl
 
 from kcal_pipeline.core.options import GenerationOptions
 from kcal_pipeline.core.progress import ProgressMeter
-from kcal_pipeline.core.storage import partition_path
-from kcal_pipeline.scoring.checkpoints import discard, score_in_chunks
+from kcal_pipeline.scoring.checkpoints import discard_partition, partition_dir, score_in_chunks
 
 if TYPE_CHECKING:
     from kcal_pipeline.scoring.loaded_model import LoadedModel
 
 TABLE = "generations"
-# Bump when what is drawn for the same inputs changes (a prompt's wording, the stop rule).
-GENERATION_VERSION = "1"
+# Bump when what is drawn for the same inputs changes (a prompt's wording, the stop rule, the
+# sampler). 2: inverse-CDF sampling, 96 rows per call.
+GENERATION_VERSION = "2"
 QUESTIONS_PER_CHUNK = 16
 
 
@@ -41,14 +41,13 @@ class PartitionGenerations:
 
 
 def checkpoint_dir(home: Path, model_key: str, relation: str) -> Path:
-    """KCAL_HOME/.checkpoints/generations/model=…/relation=… (hidden: not a table, no view)."""
-    part = partition_path(Path(home) / ".checkpoints", TABLE, {"model": model_key, "relation": relation})
-    return part.parent
+    """KCAL_HOME/.checkpoints/generations/model=…/relation=…"""
+    return partition_dir(home, TABLE, model_key, relation)
 
 
 def discard_checkpoints(home: Path, partition: Mapping[str, str]) -> None:
-    """Drop one partition's checkpoints, once its final file is stored."""
-    discard(checkpoint_dir(home, partition["model"], partition["relation"]))
+    """Drop one partition's checkpoints, once its final file is stored (checkpoints.discard_partition)."""
+    discard_partition(home, TABLE, partition)
 
 
 def sampler_settings(options: GenerationOptions):
@@ -102,20 +101,26 @@ def generate_partition(
     settings = sampler_settings(options)
     fp = fingerprint(loaded, questions, options)
     directory = checkpoint_dir(home, loaded.key, relation)
-    meter = ProgressMeter(f"generating {loaded.key} × {relation}:", log=print_, stream=stream)
+    meter = ProgressMeter(
+        f"generating {loaded.key} × {relation}:", log=print_, stream=stream, unit="questions"
+    )
     position = [0]
 
     def draw(chunk: pl.DataFrame) -> pl.DataFrame:
         texts, keys = chunk["question"].to_list(), chunk["instance_id"].to_list()
-        parts = 2 if options.prompted else 1  # the prompted half counts as much as the answers
+        parts = 2 if options.prompted else 1  # the prompted prompts count as much as the answers
 
-        def within(done: int, total: int) -> None:
-            meter(position[0] + done // parts, questions.height)
+        def within(part: int):
+            def report(done: int, total: int) -> None:
+                share = (part + done / max(total, 1)) / parts
+                meter(position[0] + int(share * chunk.height), questions.height)
 
-        answers = generate_answers(loaded, texts, keys, settings, progress=within)
+            return report
+
+        answers = generate_answers(loaded, texts, keys, settings, progress=within(0))
         if not options.prompted:
             return answers
-        prompted = generate_prompted(loaded, texts, keys, answers, settings)
+        prompted = generate_prompted(loaded, texts, keys, answers, settings, progress=within(1))
         # one row order whatever prompts ran: by question, then prompt, then sample
         return _in_question_order(pl.concat([answers, prompted], how="vertical"), keys)
 

@@ -16,7 +16,7 @@ import polars as pl
 
 from kcal_pipeline.core.progress import ProgressMeter
 from kcal_pipeline.core.storage import partition_path
-from kcal_pipeline.scoring.checkpoints import discard, score_in_chunks
+from kcal_pipeline.scoring.checkpoints import discard, discard_partition, partition_dir, score_in_chunks
 
 if TYPE_CHECKING:
     from kcal_pipeline.core.options import ScoringOptions
@@ -46,19 +46,13 @@ class PartitionScores:
 
 
 def checkpoint_dir(home: Path, model_key: str, relation: str) -> Path:
-    """KCAL_HOME/.checkpoints/statement_scores/model=…/relation=… (hidden: not a table, no view)."""
-    part = partition_path(Path(home) / ".checkpoints", TABLE, {"model": model_key, "relation": relation})
-    return part.parent
+    """KCAL_HOME/.checkpoints/statement_scores/model=…/relation=…"""
+    return partition_dir(home, TABLE, model_key, relation)
 
 
 def discard_checkpoints(home: Path, partition: Mapping[str, str]) -> None:
-    """Drop one partition's checkpoints ({'model': key, 'relation': id}); call it only once the
-    partition's final file is written, flushed and renamed (the IO manager does, after its write).
-
-    Until then the checkpoints are the only copy of the scores: a failed write (a full disk, a
-    kill) leaves them, and the next run resumes from them instead of rescoring.
-    """
-    discard(checkpoint_dir(home, partition["model"], partition["relation"]))
+    """Drop one partition's checkpoints, once its final file is stored (checkpoints.discard_partition)."""
+    discard_partition(home, TABLE, partition)
 
 
 def score_partition(

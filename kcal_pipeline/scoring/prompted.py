@@ -58,7 +58,13 @@ class PromptSpec:
     kind: str  # "generate" | "judge"
     sampled: bool
     stop: str | None  # generation.STOP_POLICIES for "generate", None for "judge"
-    max_new_tokens: int
+    answers: int  # answers the response's format holds (verb 1, verb_topk 3, self_ask none)
+    format_tokens: int  # the tokens of the format around them ("Answer: …\nConfidence: 80%")
+
+    def max_new_tokens(self, answer_tokens: int) -> int:
+        """The response's length limit: room for its answers (each as long as an answer may be,
+        the setting max_new_tokens) and its format; a judge reads one token."""
+        return 1 if self.kind == "judge" else self.answers * answer_tokens + self.format_tokens
 
 
 def _user(text: str) -> dict[str, str]:
@@ -123,14 +129,25 @@ def _p_true_cand(question: str, greedy: str, candidates: Sequence[str]) -> Conve
 PROMPTS: dict[str, PromptSpec] = {
     spec.name: spec
     for spec in (
-        PromptSpec("verb", _verb, "generate", sampled=True, stop="turn", max_new_tokens=32),
-        PromptSpec("verb_topk", _verb_topk, "generate", sampled=True, stop="turn", max_new_tokens=64),
-        PromptSpec("self_ask", _self_ask, "generate", sampled=False, stop="turn", max_new_tokens=12),
+        # at the default 16 answer tokens: verb 32, verb_topk 64, self_ask 12 new tokens
+        PromptSpec("verb", _verb, "generate", sampled=True, stop="turn", answers=1, format_tokens=16),
         PromptSpec(
-            "self_ask_cand", _self_ask_cand, "generate", sampled=False, stop="turn", max_new_tokens=12
+            "verb_topk", _verb_topk, "generate", sampled=True, stop="turn", answers=3, format_tokens=16
         ),
-        PromptSpec("p_true", _p_true, "judge", sampled=True, stop=None, max_new_tokens=1),
-        PromptSpec("p_true_cand", _p_true_cand, "judge", sampled=True, stop=None, max_new_tokens=1),
+        PromptSpec(
+            "self_ask", _self_ask, "generate", sampled=False, stop="turn", answers=0, format_tokens=12
+        ),
+        PromptSpec(
+            "self_ask_cand",
+            _self_ask_cand,
+            "generate",
+            sampled=False,
+            stop="turn",
+            answers=0,
+            format_tokens=12,
+        ),
+        PromptSpec("p_true", _p_true, "judge", sampled=True, stop=None, answers=0, format_tokens=0),
+        PromptSpec("p_true_cand", _p_true_cand, "judge", sampled=True, stop=None, answers=0, format_tokens=0),
     )
 }
 
@@ -173,9 +190,9 @@ def generate_prompted(
     progress: Callable[[int, int], None] | None = None,
 ) -> pl.DataFrame:
     """The rows (generation.SCHEMA) of every named prompt for every question. `answers` holds the
-    "answer" prompt's rows of these keys. Each prompt's own max_new_tokens replaces the settings';
-    a prompt that is not sampled has its greedy row only. progress(done, total) counts questions
-    over all prompts."""
+    "answer" prompt's rows of these keys. A prompt's length limit is its own
+    (PromptSpec.max_new_tokens of the settings' answer length); a prompt that is not sampled has
+    its greedy row only. progress(done, total) counts questions over all prompts."""
     check_keys(questions, keys)
     unknown = [name for name in prompts if name not in PROMPTS]
     if unknown:
@@ -186,7 +203,9 @@ def generate_prompted(
         spec = PROMPTS[name]
         conversations = [spec.build(q, *context[k]) for q, k in zip(questions, keys, strict=True)]
         prompt_settings = dataclasses.replace(
-            settings, n_samples=settings.n_samples if spec.sampled else 0, max_new_tokens=spec.max_new_tokens
+            settings,
+            n_samples=settings.n_samples if spec.sampled else 0,
+            max_new_tokens=spec.max_new_tokens(settings.max_new_tokens),
         )
         step = _offset(progress, done * len(questions), len(prompts) * len(questions))
         if spec.kind == "generate":

@@ -71,6 +71,8 @@ def test_generations_and_matches_are_complete(run):
     matches = pl.read_parquet(partition_path(home, "generation_matches", dims))
     assert matches.height == answers.height
     assert set(matches["status"]) <= {"correct", "wrong_known_entity", "unmatched"}
+    # the final file stored, the chunk checkpoints are gone (they were the only copy until then)
+    assert not list((home / ".checkpoints" / "generations").rglob("*.parquet"))
 
 
 def test_every_method_ran_or_says_why_per_instance(run):
@@ -108,3 +110,30 @@ def test_a_rerun_does_nothing_and_a_new_setting_reruns_exactly_the_generation(ru
     rerun = {a for a, _ in changed.materialized}
     assert rerun == GENERATION_TABLES | {"report"}, rerun
     assert {p for a, p in changed.materialized if a == "generations"} == {f"{KEY}|mace-award"}
+
+
+def test_the_summary_and_the_lm_judge_commands(run, tmp_path):
+    from tests.conftest import run_kcal
+
+    home, _, _, _ = run
+    summary = run_kcal(home, "generation", "summary")
+    assert summary.returncode == 0, summary.stderr
+    assert "MACE Table 3" in summary.stdout and "6a" in summary.stdout and "Perplexity" in summary.stdout
+    verdicts = tmp_path / "verdicts.csv"
+    judged = run_kcal(home, "generation", "judge", "--sample", "5", "--out", str(verdicts))
+    assert judged.returncode == 0, judged.stderr
+    assert "n = 5 responses" in judged.stdout and "cohen_kappa" in judged.stdout
+    rows = pl.read_csv(verdicts)
+    assert rows.height == 5 and rows["judge_p"].is_between(0, 1).all()
+    missing = run_kcal(home, "generation", "judge", "--relation", "P36")
+    assert missing.returncode != 0 and "no generation_matches" in missing.stderr
+
+
+def test_generate_refuses_a_run_without_a_relation_that_asks(run):
+    from tests.conftest import run_kcal
+
+    home, _, _, _ = run
+    refused = run_kcal(home, "demo", "--generate", "--relation", "P36", "--no-progress")
+    assert refused.returncode != 0 and "none of the relations P36 asks questions" in refused.stderr
+    inert = run_kcal(home, "demo", "--n-samples", "3", "--relation", "P36", "--no-progress")
+    assert inert.returncode != 0 and "--n-samples: generation settings need --generate" in inert.stderr

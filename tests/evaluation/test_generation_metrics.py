@@ -3,13 +3,22 @@ expected value computed by hand in the comments."""
 
 import math
 
+import numpy as np
 import polars as pl
 import pytest
 
+from kcal_pipeline.evaluation.bootstrap import (
+    N_RESAMPLES,
+    bias_corrected_interval,
+    bootstrap_intervals,
+    instance_resamples,
+    relation_seed,
+)
 from kcal_pipeline.evaluation.generation import (
     ANSWERED_SHARE,
     COVERAGE_ESTIMATOR,
     GENERATED,
+    GENERATION_SCHEMA,
     GOLD_DOMAIN,
     GOLD_MACRO,
     MEAN_SCORE,
@@ -17,7 +26,6 @@ from kcal_pipeline.evaluation.generation import (
     coverage_metrics,
     generation_metrics,
 )
-from kcal_pipeline.evaluation.registry import OUTPUT_SCHEMA
 
 RELATIONS = pl.DataFrame({"relation_id": ["mace-award", "mace-river"], "domain": ["mace", "mace"]})
 # (relation, instance, n_gold, split)
@@ -202,7 +210,7 @@ def test_a_score_valued_estimator_gets_ranking_metrics_and_its_mean_score_but_no
 
 
 def test_rows_are_in_the_metrics_schema_split_by_split(metrics):
-    assert metrics.schema == pl.Schema(OUTPUT_SCHEMA)
+    assert metrics.schema == pl.Schema(GENERATION_SCHEMA)
     assert set(metrics["reduction"]) == {GENERATED}
     assert set(metrics["answer_space_k"]) == set(metrics["answer_space_draw"]) == {0}
     # dev holds a5 alone (0.3, correct): never pooled with test
@@ -241,7 +249,7 @@ def test_coverage_is_averaged_per_scope_by_hand(with_relation):
     out = coverage_metrics(coverage, INSTANCES, RELATIONS)
     assert set(out["estimator"]) == {COVERAGE_ESTIMATOR}
     assert set(out["metric"]) == {coverage_metric(0.1)} == {"coverage_tau0.1"}
-    assert out.schema == pl.Schema(OUTPUT_SCHEMA)
+    assert out.schema == pl.Schema(GENERATION_SCHEMA)
 
     def v(scope, scope_value):
         return value(out, COVERAGE_ESTIMATOR, scope, scope_value, "coverage_tau0.1")
@@ -253,3 +261,181 @@ def test_coverage_is_averaged_per_scope_by_hand(with_relation):
     assert v(GOLD_MACRO, "2") == (pytest.approx(0.5), 4)
     # {1, 2}: award (1 + 0 + 0.5 + 1)/4, river (1 + 0.5 + 0)/3
     assert v("mixture", "1,2")[0] == pytest.approx((2.5 / 4 + 1.5 / 3) / 2)
+
+
+# --- bootstrap intervals -------------------------------------------------------------------------
+
+
+def random_frame(seed: int = 3, per_cell: int = 5) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(estimates, instances): two MACE relations × gold counts 1, 2, 4, 6 × `per_cell` test
+    questions; verb with random confidences and outcomes, flat answering 0.7 everywhere."""
+    rng = np.random.default_rng(seed)
+    questions = [
+        (r, f"{r}:{g}:{k}", g, "test")
+        for r in ("mace-award", "mace-river")
+        for g in (1, 2, 4, 6)
+        for k in range(per_cell)
+    ]
+    instances = pl.DataFrame(
+        questions, schema=["relation_id", "instance_id", "n_gold", "split"], orient="row"
+    )
+    confidence = rng.uniform(size=len(questions))
+    frames = [
+        pl.DataFrame(
+            {
+                "model_id": "m",
+                "relation_id": instances["relation_id"],
+                "instance_id": instances["instance_id"],
+                "estimator": name,
+                "output_kind": "probability",
+                "correct": rng.uniform(size=len(questions)) < 0.6,
+                "confidence": c,
+            }
+        )
+        for name, c in (("verb", confidence), ("flat", np.full(len(questions), 0.7)))
+    ]
+    return pl.concat(frames), instances
+
+
+@pytest.fixture(scope="module")
+def with_intervals() -> pl.DataFrame:
+    estimates, instances = random_frame()
+    return generation_metrics(estimates, instances, RELATIONS)
+
+
+def interval(metrics, estimator, scope, scope_value, metric):
+    row = metrics.filter(
+        (pl.col("estimator") == estimator)
+        & (pl.col("scope") == scope)
+        & (pl.col("scope_value") == scope_value)
+        & (pl.col("metric") == metric)
+    )
+    assert row.height == 1, row
+    return row["ci_low"][0], row["value"][0], row["ci_high"][0]
+
+
+CELLS = [
+    ("all", "all"),
+    ("relation", "mace-river"),
+    ("n_gold", "4"),
+    (GOLD_DOMAIN, "4|mace-award"),
+    (GOLD_MACRO, "4"),
+]
+
+
+@pytest.mark.parametrize(("scope", "scope_value"), CELLS)
+def test_the_table3_cells_and_the_overall_scopes_have_intervals(with_intervals, scope, scope_value):
+    for metric in ("accuracy", "mean_confidence"):
+        low, value, high = interval(with_intervals, "verb", scope, scope_value, metric)
+        assert low is not None and high is not None, metric
+        assert low <= value <= high and low < high, (metric, low, value, high)
+
+
+def test_every_interval_contains_its_point(metrics, with_intervals):
+    for table in (metrics, with_intervals):
+        rows = table.filter(pl.col("ci_low").is_not_null())
+        assert rows.height > 0
+        assert rows.filter(
+            (pl.col("ci_low") > pl.col("value")) | (pl.col("value") > pl.col("ci_high"))
+        ).is_empty()
+        # the calibration metrics are covered in scopes all and relation, as for the closed set
+        covered = set(rows.select("scope", "metric").unique().iter_rows())
+        assert {("all", m) for m in ("accuracy", "ace", "brier", "auroc", "mean_confidence")} <= covered
+
+
+@pytest.mark.parametrize(("scope", "scope_value"), CELLS)
+def test_a_constant_confidence_has_a_zero_width_mean_confidence_interval(with_intervals, scope, scope_value):
+    low, value, high = interval(with_intervals, "flat", scope, scope_value, "mean_confidence")
+    # every resample's mean is 0.7; the bounds differ from the table's mean by summation order only
+    assert low <= value <= high
+    assert high - low < 1e-12 and value == pytest.approx(0.7)
+
+
+def test_the_same_seed_gives_the_same_bits_and_another_seed_other_intervals():
+    estimates, instances = random_frame()
+    first = generation_metrics(estimates, instances, RELATIONS, seed=7)
+    assert first.equals(generation_metrics(estimates, instances, RELATIONS, seed=7))
+    other = generation_metrics(estimates, instances, RELATIONS, seed=8)
+    assert first.drop("ci_low", "ci_high").equals(other.drop("ci_low", "ci_high"))
+    assert not first.equals(other)
+
+
+def test_a_gold_count_with_one_instance_has_no_interval(metrics):
+    # verb: river has one 1-gold question (r1), award one answered 2-gold question (a3; a4 refused)
+    for scope, scope_value in [(GOLD_DOMAIN, "1|mace-river"), (GOLD_DOMAIN, "2|mace-award")]:
+        low, _, high = interval(
+            metrics.filter(pl.col("split") == "test"), "verb", scope, scope_value, "accuracy"
+        )
+        assert low is None and high is None
+    # so the macro over the domains has none either (one domain's spread would be a false zero)
+    for gold in ("1", "2"):
+        assert (
+            interval(metrics.filter(pl.col("split") == "test"), "verb", GOLD_MACRO, gold, "mean_confidence")[
+                0
+            ]
+            is None
+        )
+    # two instances do get one: award's 1-gold questions a1 (0.9), a2 (0.4)
+    low, _, high = interval(
+        metrics.filter(pl.col("split") == "test"), "verb", GOLD_DOMAIN, "1|mace-award", "mean_confidence"
+    )
+    assert (low, high) == (pytest.approx(0.4), pytest.approx(0.9))
+    # no interval off the test split (dev: a5 alone) nor for the descriptive share, ECE or mixtures
+    off = metrics.filter(
+        (pl.col("split") == "dev")
+        | pl.col("metric").is_in([ANSWERED_SHARE, "ece"])
+        | pl.col("scope").is_in(["mixture", "mixture_domain"])
+    )
+    assert off["ci_low"].null_count() == off["ci_high"].null_count() == off.height
+
+
+def test_a_cells_interval_is_the_bootstrap_of_its_rows_by_hand(with_intervals):
+    """The gold-count cells read bootstrap.py's own resamples: a domain's are instance_resamples
+    keyed by "4|mace-award", the macro's the mean of the two domains' resampled values."""
+    estimates, instances = random_frame()
+    verb = estimates.filter(pl.col("estimator") == "verb").join(instances, on=["relation_id", "instance_id"])
+    per_domain = {}
+    for relation in ("mace-award", "mace-river"):
+        rows = verb.filter((pl.col("relation_id") == relation) & (pl.col("n_gold") == 4)).sort("instance_id")
+        c = rows["confidence"].to_numpy()
+        res = instance_resamples(c.size, N_RESAMPLES, relation_seed(0, f"4|{relation}"))
+        per_domain[relation] = (c.mean(), c[res.indices].mean(axis=1))
+    point, values = per_domain["mace-award"]
+    low, high, _ = bias_corrected_interval(values[None, :], np.array([point]))
+    assert interval(with_intervals, "verb", GOLD_DOMAIN, "4|mace-award", "mean_confidence") == pytest.approx(
+        (low[0], point, high[0])
+    )
+    macro_point = np.mean([p for p, _ in per_domain.values()])
+    macro_values = np.mean([v for _, v in per_domain.values()], axis=0)
+    low, high, _ = bias_corrected_interval(macro_values[None, :], np.array([macro_point]))
+    assert interval(with_intervals, "verb", GOLD_MACRO, "4", "mean_confidence") == pytest.approx(
+        (low[0], macro_point, high[0])
+    )
+
+
+def test_the_overall_intervals_are_the_closed_set_bootstrap(with_intervals):
+    estimates, _ = random_frame()
+    test = estimates.filter(pl.col("estimator") == "verb").with_columns(
+        split=pl.lit("test"), reduction=pl.lit(GENERATED)
+    )
+    expected = bootstrap_intervals(test, ["accuracy", "brier"]).filter(pl.col("scope") == "all")
+    for metric in ("accuracy", "brier"):
+        want = expected.filter(pl.col("metric") == metric).select("ci_low", "ci_high").row(0)
+        low, _, high = interval(with_intervals, "verb", "all", "all", metric)
+        assert (low, high) == pytest.approx(want)
+
+
+def test_coverage_has_mean_intervals_per_gold_count():
+    coverage = pl.DataFrame(
+        {
+            "model_id": "m",
+            "relation_id": ["mace-award" if i.startswith("a") else "mace-river" for i in COVERAGE],
+            "instance_id": list(COVERAGE),
+            "coverage": list(COVERAGE.values()),
+        }
+    )
+    out = coverage_metrics(coverage, INSTANCES, RELATIONS)
+    metric = coverage_metric(0.1)
+    # award's 1-gold questions: coverage 1 and 0, so every resampled mean is 0, ½ or 1
+    assert interval(out, COVERAGE_ESTIMATOR, GOLD_DOMAIN, "1|mace-award", metric) == (0.0, 0.5, 1.0)
+    assert interval(out, COVERAGE_ESTIMATOR, GOLD_DOMAIN, "1|mace-river", metric)[0] is None  # r1 alone

@@ -12,6 +12,7 @@ from kcal_pipeline.reporting.canvas import assert_not_empty
 from kcal_pipeline.reporting.generation import (
     GOLD_COLUMNS,
     GREEDY_LABEL,
+    INTERVAL_COLUMNS,
     GenerationReport,
     auroc_bars,
     confidence_lines,
@@ -125,7 +126,15 @@ def registry_labels(names=METHODS) -> list[str]:
 
 def test_table3_has_the_greedy_accuracy_then_each_method_in_registry_order_then_coverage(report):
     table = table3(pl.concat([report.metrics, report.coverage]))
-    assert table.columns == ["method", "shows", *GOLD_COLUMNS, "AUROC", "answered", "split"]
+    assert table.columns == [
+        "method",
+        "shows",
+        *GOLD_COLUMNS,
+        "AUROC",
+        "answered",
+        *INTERVAL_COLUMNS,
+        "split",
+    ]
     assert list(GOLD_COLUMNS) == ["1a", "2a", "4a", "6a"]
     assert table["method"].to_list() == [GREEDY_LABEL, *registry_labels(), COVERAGE_LABEL]
     rows = {r["method"]: r for r in table.iter_rows(named=True)}
@@ -151,13 +160,52 @@ def test_table3_has_the_greedy_accuracy_then_each_method_in_registry_order_then_
     assert set(table["split"]) == {"test"}
 
 
+def test_table3_carries_each_cells_interval_around_its_value(report):
+    table = table3(pl.concat([report.metrics, report.coverage]))
+    rows = {r["method"]: r for r in table.iter_rows(named=True)}
+    for row in rows.values():
+        for col in GOLD_COLUMNS:
+            if row[f"{col}_low"] is not None:
+                assert row[f"{col}_low"] <= row[col] <= row[f"{col}_high"], (row["method"], col)
+    # perplexity: 0.8 on the right, 0.3 on the wrong question of every cell: the resampled means
+    # lie in [0.3, 0.8] and vary; consis is constant within a cell: a zero-width interval
+    perplexity = rows[GENERATION_ESTIMATORS["perplexity"].label]
+    assert all(
+        0.3 <= perplexity[f"{c}_low"] < perplexity[c] < perplexity[f"{c}_high"] <= 0.8 for c in GOLD_COLUMNS
+    )
+    consis = rows[GENERATION_ESTIMATORS["consis"].label]
+    assert [consis[f"{c}_low"] for c in GOLD_COLUMNS] == [consis[f"{c}_high"] for c in GOLD_COLUMNS]
+    # SCA's 6a has no value, so no interval
+    sca = rows[GENERATION_ESTIMATORS["gen_sca_tau0"].label]
+    assert sca["6a_low"] is None and sca["6a_high"] is None
+
+
+def test_table3_of_metrics_without_intervals_has_null_bounds(report):
+    table = table3(report.metrics.drop("ci_low", "ci_high"))
+    assert table.select(INTERVAL_COLUMNS).null_count().row(0) == (table.height,) * len(INTERVAL_COLUMNS)
+    text = format_table3(table, "t")
+    assert "[" not in text and "interval" not in text
+    assert "0.500" in text.splitlines()[4]  # the greedy accuracy, 3 decimals as before intervals
+
+
 def test_format_table3_prints_the_title_the_split_and_the_aligned_table(report):
-    text = format_table3(table3(report.metrics), "Model m — 12 questions, instruction-tuned")
+    table = table3(report.metrics)
+    text = format_table3(table, "Model m — 12 questions, instruction-tuned")
     lines = text.splitlines()
     assert lines[0] == "Model m — 12 questions, instruction-tuned"
     assert lines[1].startswith("test split;")
     assert lines[2].split() == ["method", "shows", *GOLD_COLUMNS, "AUROC", "answered"]
-    assert any(line.startswith(GREEDY_LABEL) and "0.500" in line for line in lines)
+    greedy = table.row(0, named=True)
+    cell = f"{greedy['1a']:.2f} [{greedy['1a_low']:.2f}, {greedy['1a_high']:.2f}]"
+    assert cell == "0.50 [0.00, 1.00]"  # a right and a wrong answer per domain: 0, ½ or 1 per resample
+    assert any(line.startswith(GREEDY_LABEL) and cell in line for line in lines)
+    assert max(len(line) for line in lines[2:]) <= 150
+    # the cells and their headers are right-aligned: each header ends where its column's cells end
+    header, rule = lines[2], lines[3]
+    ends = [k for k in range(len(rule)) if rule[k] == "-" and (k + 1 == len(rule) or rule[k + 1] == " ")]
+    for col in GOLD_COLUMNS:
+        end = header.index(f" {col}") + len(col) + 1
+        assert end - 1 in ends, col
 
 
 def test_table3_falls_back_to_the_split_with_rows_and_says_which(report):
@@ -237,6 +285,9 @@ def test_the_generation_section_follows_the_gold_count_section(page_of, report):
     assert section.count("the generations were made without the prompted methods") == 1  # the skip's reason
     assert "no_answer: 2" in section  # the refusals, counted
     assert section.count("<svg") == 1
+    perplexity = table3(report.metrics).filter(pl.col("method") == GENERATION_ESTIMATORS["perplexity"].label)
+    low, value, high = perplexity.select("1a_low", "1a", "1a_high").row(0)
+    assert f"{value:.3f} [{low:.3f}, {high:.3f}]" in section  # the page's cell with its interval
 
 
 def test_without_generation_data_the_page_is_unchanged(page_of, report):

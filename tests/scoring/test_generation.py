@@ -142,3 +142,31 @@ def test_sampled_answers_flow_through_matching_into_every_generation_estimator(a
     greedy = matched.filter(pl.col("sample") == 0).select("instance_id", "cluster").sort("instance_id")
     perplexity = estimates.filter(pl.col("estimator") == "perplexity").sort("instance_id")
     assert perplexity["predicted_id"].to_list() == greedy["cluster"].to_list()
+
+
+def test_inverse_cdf_sampling_by_hand():
+    """probs (0.5, 0.2, 0.3) → cumulative (0.5, 0.7, 1.0): u < 0.5 → 0, 0.5 ≤ u < 0.7 → 1, else 2;
+    with top-p 0.6 the nucleus is {0, 2} (0.5, then 0.3 while the mass above it is 0.5 < 0.6),
+    renormalised cumulative (0.5, 0.5, 0.8): token 1 is never drawn."""
+    from kcal_pipeline.scoring.generation import tokens_at
+
+    logits = torch.log(torch.tensor([[0.5, 0.2, 0.3]] * 6, dtype=torch.float64))
+    u = torch.tensor([0.0, 0.49, 0.51, 0.69, 0.71, 0.999], dtype=torch.float64)
+    plain = GenerationSettings(n_samples=1)
+    assert tokens_at(logits, plain, u).tolist() == [0, 0, 1, 1, 2, 2]
+    nucleus = GenerationSettings(n_samples=1, top_p=0.6)
+    # targets u · 0.8: 0, 0.392, 0.408, 0.552, 0.568, 0.799 against cumulative (0.5, 0.5, 0.8)
+    assert tokens_at(logits, nucleus, u).tolist() == [0, 0, 0, 2, 2, 2]
+
+
+def test_sampled_frequencies_follow_the_tempered_distribution():
+    from kcal_pipeline.scoring.generation import sample_tokens
+
+    logits = torch.log(torch.tensor([[0.6, 0.3, 0.1]], dtype=torch.float64)).expand(20_000, -1)
+    generator = torch.Generator().manual_seed(3)
+    counts = torch.bincount(sample_tokens(logits, GenerationSettings(n_samples=1), generator), minlength=3)
+    assert torch.allclose(counts / 20_000, torch.tensor([0.6, 0.3, 0.1]), atol=0.015)
+    # T = 2: p ∝ p^(1/2) = (0.775, 0.548, 0.316) / 1.639 = (0.473, 0.334, 0.193)
+    hot = GenerationSettings(n_samples=1, temperature=2.0)
+    counts = torch.bincount(sample_tokens(logits, hot, torch.Generator().manual_seed(4)), minlength=3)
+    assert torch.allclose(counts / 20_000, torch.tensor([0.473, 0.334, 0.193]), atol=0.015)

@@ -89,3 +89,14 @@ def test_changed_settings_discard_the_checkpoints(loaded, tmp_path):
 def test_no_questions_is_an_error(loaded, tmp_path):
     with pytest.raises(ValueError, match="no questions to ask"):
         open_answers.generate_partition(loaded, QUESTIONS.head(0), OPTIONS, tmp_path, "mace-award")
+
+
+def test_a_prompts_length_is_its_answers_and_its_format():
+    """(Here, not in test_prompted.py, whose module fixture shortens every prompt.)"""
+    from kcal_pipeline.scoring import prompted
+
+    assert prompted.PROMPTS["verb"].max_new_tokens(16) == 32
+    assert prompted.PROMPTS["verb_topk"].max_new_tokens(16) == 64
+    assert prompted.PROMPTS["verb_topk"].max_new_tokens(4) == 3 * 4 + 16
+    assert prompted.PROMPTS["self_ask"].max_new_tokens(4) == 12
+    assert prompted.PROMPTS["p_true"].max_new_tokens(16) == 1
