@@ -21,9 +21,30 @@ def print_generation_summary(home: Path, entry, out=None) -> bool:
     if not partition_path(home, "generation_metrics", {"model": entry.key}).exists():
         return False
     metrics = read_partition(home, "generation_metrics", {"model": entry.key})
+    table = table3(metrics)
     title = f"Open answers — model {entry.id}: mean confidence by number of gold answers (MACE Table 3)"
-    print(f"\n{format_table3(table3(metrics), title=title)}", file=out or sys.stdout)
+    print(
+        f"\n{format_table3(table, title=title)}\n{question_counts(metrics, table['split'][0])}",
+        file=out or sys.stdout,
+    )
     return True
+
+
+def question_counts(metrics: pl.DataFrame, split: str) -> str:
+    """The line under Table 3 that says how many questions each column rests on (all asked, the
+    answered share aside), and where the table came from."""
+    rows = (
+        metrics.filter(
+            (pl.col("scope") == "n_gold")
+            & (pl.col("metric") == "answered_share")
+            & (pl.col("split") == split)
+        )
+        .group_by("scope_value")
+        .agg(pl.col("n").max())
+        .sort(pl.col("scope_value").cast(pl.Int64))
+    )
+    counts = ", ".join(f"{g}a {n}" for g, n in rows.iter_rows())
+    return f"n ({split} questions per gold count): {counts}; table generation_metrics (kcal sql)"
 
 
 def cmd_generation_summary(args) -> int:

@@ -9,11 +9,13 @@ samples from the tempered, nucleus-filtered one. A response ends before a stop t
 or end-of-text token, or a token that contains a line break: MACE asks for one short answer), which
 is not part of its text but is part of its log-probability (the probability of the answer *and* its
 end, so an answer that stops at once still has one below 1); one that reaches max_new_tokens says
-so (`stop = "length"`). Sampling draws from a torch.Generator of each question, seeded by (seed,
-question key): the same settings reproduce a question's samples on the same machine, and other
-questions in its call (padding) move its log-probabilities by ~1e-5, not its draws, unless a draw
-lands that close to a boundary. An instruction-tuned model gets its chat template; a model
-without one a completion prompt ("Question: …\nAnswer:").
+so (`stop = "length"`), and a row that ends leaves the batch and its cache. Sampling is by inverse
+CDF on one uniform per sampled row and step from a torch.Generator of each question, seeded by
+(seed, prompt, question key), drawn whether the row still runs or not: the same settings reproduce
+a question's samples on the same machine, and other questions in its call (padding) move its
+log-probabilities by ~1e-5, not its draws, unless a draw lands that close to a boundary. An
+instruction-tuned model gets its chat template; a model without one a completion prompt
+("Question: …\nAnswer:").
 
 A question is a string or a conversation (a list of {"role": "user" | "assistant", "content": …},
 starting with a user turn) for the multi-turn prompts of scoring/prompted.py; every row carries the
