@@ -22,7 +22,15 @@ from dagster._core.storage.tags import BACKFILL_ID_TAG
 from dagster._core.utils import make_new_backfill_id
 
 from assets.definitions import defs
-from assets.runner import KIND_OF, check_run, get_instance, sync_model_partitions, sync_relation_partitions
+from assets.jobs import ON_DEMAND
+from assets.runner import (
+    KIND_OF,
+    STAGE_OF,
+    check_run,
+    get_instance,
+    sync_model_partitions,
+    sync_relation_partitions,
+)
 from kcal_pipeline.core.storage import partition_path
 
 DONE = {
@@ -36,14 +44,16 @@ DONE = {
 
 def backfill_partitions(model: str, relations: Sequence[str]) -> set[AssetKeyPartitionKey]:
     """The (asset, partition) pairs of one model's backfill over `relations`: every asset
-    partitioned by model × relation (scoring, estimation) and by model (evaluation)."""
+    partitioned by model × relation (scoring, estimation) and by model (evaluation), outside the
+    on-demand stages (open answers run only when asked: `kcal demo --generate`)."""
+    kinds = {asset: kind for asset, kind in KIND_OF.items() if STAGE_OF[asset] not in ON_DEMAND}
     per_relation = {
         AssetKeyPartitionKey(AssetKey(asset), MultiPartitionKey({"model": model, "relation": relation}))
-        for asset, kind in KIND_OF.items()
+        for asset, kind in kinds.items()
         if kind == "model_relation"
         for relation in relations
     }
-    per_model = {AssetKeyPartitionKey(AssetKey(a), model) for a, kind in KIND_OF.items() if kind == "model"}
+    per_model = {AssetKeyPartitionKey(AssetKey(a), model) for a, kind in kinds.items() if kind == "model"}
     return per_relation | per_model
 
 

@@ -38,11 +38,31 @@ from resources.parquet_io import partition_dims
 warnings.filterwarnings("ignore", category=PreviewWarning, module="dagster._core.definitions.decorators")
 
 
+def _cell(value: object) -> str:
+    return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def _metadata_value(value: object) -> object:
+    """How the UI shows one detail: a list of plain values as text, a dict of plain values or a
+    list of rows (the first offending rows) as a Markdown table, anything else as JSON."""
+    if isinstance(value, list) and not any(isinstance(v, Mapping | list) for v in value):
+        return ", ".join(str(v) for v in value)
+    if isinstance(value, Mapping) and not any(isinstance(v, Mapping | list) for v in value.values()):
+        rows = "".join(f"| {_cell(k)} | {_cell(v)} |\n" for k, v in value.items())
+        return MetadataValue.md(f"| name | value |\n|:---|---:|\n{rows}")
+    if isinstance(value, list) and value and all(isinstance(v, Mapping) for v in value):
+        columns = list(dict.fromkeys(k for row in value for k in row))
+        lines = [
+            "| " + " | ".join(_cell(c) for c in columns) + " |",
+            "|" + "|".join(":---" for _ in columns) + "|",
+        ]
+        lines += ["| " + " | ".join(_cell(row.get(c, "")) for c in columns) + " |" for row in value]
+        return MetadataValue.md("\n".join(lines))
+    return MetadataValue.json(value) if isinstance(value, Mapping | list) else value
+
+
 def _result(outcome: CheckOutcome) -> AssetCheckResult:
-    metadata = {
-        key: MetadataValue.json(value) if isinstance(value, Mapping | list) else value
-        for key, value in outcome.details.items()
-    }
+    metadata = {key: _metadata_value(value) for key, value in outcome.details.items()}
     return AssetCheckResult(passed=outcome.passed, description=outcome.summary, metadata=metadata)
 
 

@@ -246,8 +246,11 @@ def generated_templates(
     context: AssetExecutionContext, models: ModelProvider, probe_settings: ProbeSettings
 ) -> pl.DataFrame:
     """Paraphrases of the curated templates written by an instruct LM, kept only if well-formed
-    (one [X], one [Y], sane length, new); generator and prompt recorded per row. Materialized on
-    demand (`kcal dataset paraphrase`), used when template_kinds includes "generated"."""
+    (one [X], one [Y], sane length, new); generator and prompt recorded per row.
+
+    Optional, on demand: "Never materialized" is its normal state. Neither `kcal demo` nor the
+    sensors run it; `kcal dataset paraphrase` (or the `paraphrases` job) does, and the statements
+    use it only with `--template-kinds curated,generated`."""
     key = probe_settings.paraphrase_model or models.registry().entries()[0].key
     entry, loaded = models.entry(key), models.load(key)
     kept_all, reasons, per_relation = [], {}, {}

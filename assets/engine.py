@@ -51,8 +51,11 @@ def celery_scoring_job(name: str = JOB_NAME):
         selection=AssetSelection.groups(*PARTITION_STAGES),
         executor_def=celery_executor.configured(celery_config(), name="kcal_celery"),
         tags={STORE_LOCK_SCOPE_TAG: "partition"},
-        description="Scoring and estimates of one model × relation partition on Celery workers "
-        "(scoring steps on the `scoring` queue: the GPU hosts). deploy/celery/ says how to run it.",
+        description="Optional scale-out: scoring and estimates of one model × relation partition "
+        "on Celery workers (scoring steps on the `scoring` queue: the GPU hosts). Not needed on one "
+        "machine (the `scoring` and `estimation` jobs and `kcal demo` do the same in-process); it "
+        "needs a broker and workers: deploy/celery/ says how to start them, then launch a backfill "
+        "of this job.",
     )
 
 

@@ -3,7 +3,7 @@ generation jobs in the UI.
 
 generation (model × relation): `generations` asks each probe instance its open question (a greedy
 answer, N sampled ones, and the verbal and double-turn prompts), then `generation_estimates`
-matches the answers to entities and runs every generation estimator. generation_evaluation (per
+matches the answers to entities and runs every generation estimator. gen_metrics (per
 model): `generation_metrics` — accuracy, confidence, calibration and AUROC per gold count and MACE
 mixture, and knowledge coverage. The model's report shows them when they exist.
 
@@ -43,7 +43,7 @@ from resources.settings import generation_reads, reads
 GENERATION = "generation"
 # The answer index reads the relation's facts and every facts table's aliases: a re-import reruns it.
 FACT_READS = reads("relation_tables:wikidata_facts")
-GENERATION_EVALUATION = "generation_evaluation"
+GEN_METRICS = "gen_metrics"
 # The answer prompt's responses, matched: what knowledge coverage and the matching checks read.
 MATCH_COLUMNS = [
     "model_id", "relation_id", "instance_id", "sample", "response", "logprob_sum", "n_scored",
@@ -168,7 +168,7 @@ def generation_estimates(
 
 
 @multi_asset(
-    group_name=GENERATION_EVALUATION,
+    group_name=GEN_METRICS,
     partitions_def=model_partitions,
     ins={
         **one_dimension_of("generation_estimates", "model"),

@@ -5,7 +5,7 @@ so the groups of the asset graph are the only list of stages: a new asset joins 
 naming the group. Each group holds assets of one partitions definition, as a partitioned job
 requires (stage_partitions checks it): dataset (none), facts (catalog relations), probe
 (relations), scoring and estimation (model × relation), evaluation (model), cross_model (none),
-paraphrases (none), generation (model × relation), generation_evaluation (model).
+paraphrases (none), generation (model × relation), gen_metrics (model).
 
 A run started without a job shows as `__ephemeral_asset_job__` with no asset names; a run of one of
 these jobs says what it is (`scoring`, `evaluation`, ...), and its tags say who started it
@@ -34,15 +34,19 @@ DESCRIPTIONS = {
     "estimation": "Every estimator over one model × relation's scores.",
     "evaluation": "Metrics, differences, curves, thresholds, consistency and the report of one model.",
     "cross_model": "The family comparison and the cross-model leaderboard.",
-    "paraphrases": "Template paraphrases written by an instruct LM (on demand).",
-    "generation": "Open answers of one model × MACE relation: greedy, sampled and prompted answers, "
-    "matched and turned into MACE's generation confidences (on demand).",
-    "generation_evaluation": "Metrics of one model's generation confidences per gold count and "
-    "mixture, and knowledge coverage (on demand).",
+    "paraphrases": "Optional, on demand: template paraphrases written by an instruct LM. Never run "
+    "by `kcal demo` or the sensors; run it with `kcal dataset paraphrase` (or launch this job), then "
+    "use them with `--template-kinds curated,generated`.",
+    "generation": "Optional, on demand: open answers of one model × MACE relation (greedy, sampled "
+    "and prompted answers, matched and turned into MACE's generation confidences). Never run by a "
+    "plain `kcal demo`; run it with `kcal demo --generate --relation mace-award`.",
+    "gen_metrics": "Optional, on demand: metrics of one model's generation confidences per "
+    "gold count and mixture, and knowledge coverage. Runs after the generation stage with "
+    "`kcal demo --generate --relation mace-award`.",
 }
 # Stages that run only when asked (`kcal dataset paraphrase`; `kcal demo --generate`): never part
 # of a plain `kcal demo`.
-GENERATION_STAGES = frozenset({"generation", "generation_evaluation"})
+GENERATION_STAGES = frozenset({"generation", "gen_metrics"})
 ON_DEMAND = frozenset({"paraphrases"}) | GENERATION_STAGES
 
 

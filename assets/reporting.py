@@ -2,16 +2,21 @@
 report.html with its figures), and one across every model in the cross_model stage (the
 leaderboard, and reports/index.html)."""
 
+from datetime import UTC, datetime
+
 import polars as pl
 from dagster import AllPartitionMapping, AssetExecutionContext, AssetIn, MetadataValue, asset
 
 from assets.partitions import model_partitions
-from kcal_pipeline.core.paths import cross_model_report_path, kcal_home, report_path
+from kcal_pipeline.core.paths import cross_model_report_path, kcal_home, model_cache_dir, report_path
 from kcal_pipeline.core.storage import existing_partitions, partition_path, read_partition
 from kcal_pipeline.core.versions import code_version
 from kcal_pipeline.estimation.registry import ESTIMATORS
 from kcal_pipeline.evaluation.registry import METRICS
 from kcal_pipeline.reporting.html import markdown_table, summary_table, write_report
+from kcal_pipeline.scoring.models.provenance import code_version as code_revision
+from kcal_pipeline.scoring.models.provenance import quantization, weights_file
+from kcal_pipeline.scoring.models.provenance import revision as model_revision
 from resources import DuckDBWarehouse, ModelProvider
 from resources.settings import reads
 
@@ -27,6 +32,24 @@ def markdown_images(figures: dict) -> str:
     from kcal_pipeline.reporting.canvas import png_data_uri
 
     return "\n\n".join(f"![{name}]({png_data_uri(fig, name)})" for name, fig in figures.items())
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def run_provenance(entry, home) -> dict[str, str]:
+    """Which weights the report's scores came from (as statement_scores records them), the code
+    version and the date: the report's Run table."""
+    dtype = entry.dtype if entry.dtype == "float32" else f"{entry.dtype} (float32 where it ran on CPU)"
+    return {
+        "weights": weights_file(entry),
+        "quantization": quantization(entry, dtype),
+        "dtype": dtype,
+        "revision": model_revision(entry, model_cache_dir(home)),
+        "code_version": code_revision(),
+        "date": _now(),
+    }
 
 
 def generation_report(home, key: str):
@@ -78,6 +101,7 @@ def report(
     meta = {
         "model_id": entry.id,
         "model_key": key,
+        **run_provenance(entry, home),
         "KCAL_HOME": str(home),
         "duckdb": warehouse.path,
         "metrics": str(partition_path(home, "metrics", {"model": key})),
@@ -115,7 +139,8 @@ def cross_model_report(
     html_path = cross_model_report_path(home)
     board = leaderboard(metrics)
     models = metrics["model_id"].n_unique() if "model_id" in metrics.columns else 0
-    meta = {"models": models, "KCAL_HOME": str(home), "duckdb": warehouse.path}
+    meta = {"models": models, "code_version": code_revision(), "date": _now(), "KCAL_HOME": str(home),
+            "duckdb": warehouse.path}  # fmt: skip
     figures = cross_model_figures(metrics)
     write_report(html_path, cross_model_page(metrics, meta, board, figures))
     previews = {k: v for k, v in figures.items() if k == "ace-accuracy" and not isinstance(v, str)}

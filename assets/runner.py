@@ -247,12 +247,12 @@ def expected_version(home: Path, asset: str, dims: dict, resources: dict) -> str
     assets_def = next(a for a in all_assets if AssetKey(asset) in a.keys)
     spec = assets_def.specs_by_key[AssetKey(asset)]
     values, extra = resolve_reads(
-        declared_reads(spec.metadata),
+        declared_reads(asset, spec.metadata),
         dims,
         resources["probe_settings"],
         resources["scoring_settings"],
         home,
-        resources["generation_settings"],
+        resources.get("generation_settings"),  # None: the defaults
     )
     files = [f for dep in spec.deps for f in _upstream_files(home, dep.asset_key.to_user_string(), dims)]
     code_version = assets_def.code_versions_by_key.get(AssetKey(asset))

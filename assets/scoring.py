@@ -7,6 +7,7 @@ from assets.instance import SCORING_POOL
 from assets.partitions import model_relation_partitions, one_dimension_of
 from kcal_pipeline.core.paths import kcal_home
 from kcal_pipeline.core.progress import terminal_stream
+from kcal_pipeline.scoring.models.provenance import weights_provenance
 from kcal_pipeline.scoring.partition import score_partition
 from resources import ModelProvider, ScoringSettings
 from resources.settings import reads, scoring_reads
@@ -34,9 +35,10 @@ def statement_scores(
     per-token log-probs with roles, optional dropout and subject-masked scores. Resumable in
     chunks; unchanged inputs are not rescored (see kcal_pipeline/scoring/partition.py)."""
     dims = context.partition_key.keys_by_dimension
+    loaded, entry = models.load(dims["model"]), models.entry(dims["model"])
     result = score_partition(
-        models.load(dims["model"]),
-        models.entry(dims["model"]).id,
+        loaded,
+        entry.id,
         statements,
         scoring_settings,
         kcal_home(models.home or None),
@@ -45,5 +47,6 @@ def statement_scores(
         log=context.log.info,
         stream=terminal_stream(),
     )  # the CLI's terminal, when `kcal demo` runs in one
-    context.add_output_metadata(result.metadata)
+    # which weights ran, in words (model_revision names the file only by its hash's origin)
+    context.add_output_metadata({**weights_provenance(entry, loaded.dtype), **result.metadata})
     return result.frame

@@ -70,7 +70,7 @@ class ParquetIOManager(ConfigurableIOManager):
     def _version(self, context: OutputContext, home: Path, dims: dict[str, str]) -> str:
         """The partition's data version (kcal_pipeline/core/versions.py)."""
         values, extra = resolve_reads(
-            declared_reads(context.definition_metadata),
+            declared_reads(context.asset_key.to_user_string(), context.definition_metadata),
             dims,
             self.probe_settings,
             self.scoring_settings,

@@ -6,9 +6,10 @@ resources add only where state lives.
 """
 
 import hashlib
+from collections.abc import Mapping
 from pathlib import Path
 
-from dagster import ConfigurableResource
+from dagster import AssetsDefinition, ConfigurableResource, OpDefinition, Out
 
 from kcal_pipeline.core.options import GenerationOptions, ProbeOptions, ScoringOptions
 from kcal_pipeline.core.paths import registry_path
@@ -40,13 +41,51 @@ class GenerationSettings(ConfigurableResource, GenerationOptions):
 # (every relation's file of it), "model_tables:<name>" (every file of the partition's model,
 # e.g. the generation tables the report shows when they exist). Both the IO manager (recording a
 # partition's data version) and the CLI runner (deciding whether it is up to date) resolve it here.
+# The code location moves the declaration out of the metadata (hide_declared_reads) into
+# _READS_BY_ASSET: it is kcal's bookkeeping, and the UI would list it among the asset's metadata.
 READS_KEY = "kcal/reads"
+_READS_BY_ASSET: dict[str, list[str]] = {}
 
 
-def declared_reads(metadata: dict | None) -> list[str]:
-    raw = (metadata or {}).get(READS_KEY, "")
+def _parse_reads(raw: object) -> list[str]:
     raw = getattr(raw, "value", raw)  # Dagster may wrap definition metadata values
     return [part.strip() for part in str(raw).split(",") if part.strip()]
+
+
+def hide_declared_reads(assets_def: AssetsDefinition) -> AssetsDefinition:
+    """The definition without READS_KEY in its metadata (its specs' and its op outputs', which
+    Dagster merges back into the specs), the declaration kept for declared_reads by asset name."""
+    declared = {
+        key: spec.metadata[READS_KEY]
+        for key, spec in assets_def.specs_by_key.items()
+        if READS_KEY in spec.metadata
+    }
+    if not declared or not isinstance(assets_def.node_def, OpDefinition):
+        return assets_def
+    for key, raw in declared.items():
+        _READS_BY_ASSET[key.to_user_string()] = _parse_reads(raw)
+
+    def without(metadata: Mapping | None) -> dict:
+        return {k: v for k, v in (metadata or {}).items() if k != READS_KEY}
+
+    op = assets_def.op
+    outs = {o.name: Out.from_definition(o)._replace(metadata=without(o.metadata)) for o in op.output_defs}
+    return assets_def.__class__.dagster_internal_init(
+        **{
+            **assets_def.get_attributes_dict(),
+            "node_def": op.with_replaced_properties(name=op.name, outs=outs),
+            "specs": [spec.replace_attributes(metadata=without(spec.metadata)) for spec in assets_def.specs],
+        }
+    )
+
+
+def declared_reads(asset: str, metadata: Mapping | None = None) -> list[str]:
+    """What `asset` declared it reads: from its definition metadata when it still carries the
+    declaration (an asset definition used directly, as in a test), else as the code location
+    recorded it when hiding it."""
+    if metadata and READS_KEY in metadata:
+        return _parse_reads(metadata[READS_KEY])
+    return list(_READS_BY_ASSET.get(asset, []))
 
 
 def _digest(value: object) -> str:

@@ -10,7 +10,7 @@ import polars as pl
 from matplotlib.figure import Figure
 
 from kcal_pipeline.core.keys import model_key
-from kcal_pipeline.estimation.registry import BASELINE
+from kcal_pipeline.estimation.registry import BASELINE, ESTIMATORS
 from kcal_pipeline.evaluation.registry import METRICS
 from kcal_pipeline.reporting import plots
 from kcal_pipeline.reporting.html import esc, html_table
@@ -113,9 +113,11 @@ def ace_accuracy_points(metrics: pl.DataFrame) -> pl.DataFrame:
     for column in need:
         if column not in wide.columns:
             wide = wide.with_columns(pl.lit(None, pl.Float64).alias(column))
+    families = {e: ESTIMATORS[e].family if e in ESTIMATORS else "other" for e in wide["estimator"].unique()}
     return wide.select(
         "model",
         "label",
+        pl.col("estimator").replace_strict(families, return_dtype=pl.String).alias("family"),
         *(
             pl.col(f"{v}_{m}").alias(f"{m}{suffix}")
             for m in (ACCURACY, CALIBRATION)
@@ -201,9 +203,11 @@ def cross_model_page(
         figure_section(
             "ace-accuracy",
             "ACE against accuracy",
-            "One point per model × main estimator (colour: estimator, marker: model): lower is better "
-            "calibrated, right is more accurate. Estimators that share Base's prediction share its "
-            "accuracy, so one model's points stand in a column; the intervals are in the next figure.",
+            "One point per model × main estimator (marker: the estimator's family, colour: the "
+            "estimator within it; each model's name above its highest point when there are at most "
+            f"{plots.MODEL_NAMES_UP_TO} models): lower is better calibrated, right is more accurate. "
+            "Estimators that share Base's prediction share its accuracy, so one model's points stand "
+            "in a column; the intervals, model by model, are in the next figure.",
             figures["ace-accuracy"],
         ),
         figure_section(

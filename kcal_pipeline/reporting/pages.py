@@ -49,9 +49,11 @@ from kcal_pipeline.reporting.selection import label, one_model
 
 NO_RELIABILITY = "No probability-valued main estimator has a reliability curve on the test split."
 NO_SELECTIVE = "No estimator has accuracy–rejection or risk–coverage curves on the test split."
+# The setting that scores the marker templates (the default template kinds are curated,question).
+MARKER_SETTING = "--template-kinds curated,marker_verbal,marker_numeric"
 NO_MARKERS = (
     "No epistemic-marker templates were scored in this store, so there is no marker effect to show: "
-    "kcal demo --template-kinds curated,question,marker_verbal,marker_numeric adds them."
+    f"kcal demo {MARKER_SETTING} adds them (add ,question to keep the question templates)."
 )
 NO_CONSISTENCY = (
     "The consistency table has no setup besides each estimator's headline prompt for the main "
@@ -59,8 +61,12 @@ NO_CONSISTENCY = (
     "curated template or --answer-space-k give it some."
 )
 NO_MARKER_VALUES = (
-    "Marker templates exist, but no marker estimator has a test-split accuracy or ACE on them for this "
-    "model (were they scored? see estimator_status)."
+    "The template catalog has marker templates, but this model has no test-split accuracy or ACE on "
+    "them: statements are built only from the template kinds of --template-kinds (default "
+    f"curated,question). kcal demo {MARKER_SETTING} scores the marker templates and fills this "
+    "section (add ,question to keep the question templates); where they were scored, "
+    'the estimator_status table (kcal sql "SELECT * FROM estimator_status") says why no marker '
+    "estimator ran."
 )
 NO_CONSISTENCY_VALUES = (
     "Every IoU_cons of the main estimators is undefined here (NaN: in each pair some setup accepted "

@@ -48,7 +48,9 @@ def reliability_figure(panels: Sequence[ReliabilityPanel]) -> Figure:
     """Small multiples, one per estimator: the bins as points (area ∝ n) joined by a line, the
     per-bin 95 % interval of the accuracy as a shaded band, and the diagonal of perfect calibration;
     the legend (band, ACE) under each panel, where it hides no bin."""
-    fig, axes = grid(len(panels), extra_height=0.6 * math.ceil(len(panels) / COLUMNS))
+    # 1.2 in per row below the square panels for the legend (and the lowest panels' x labels): with
+    # less, constrained layout centres the equal-aspect axes and a legend reaches the next row's title
+    fig, axes = grid(len(panels), extra_height=1.2 * math.ceil(len(panels) / COLUMNS))
     for ax, panel in zip(axes, panels, strict=True):
         b = panel.bins.sort("x")
         x, y = b["x"].to_numpy(), b["y"].to_numpy()
@@ -291,53 +293,66 @@ def sweep_figure(points: pl.DataFrame) -> Figure:
 # --- across models -------------------------------------------------------------------------------
 
 
+# Saturated colours that read on white (Okabe-Ito without its yellow, and three of Tol's dark
+# ones): the scatter's estimators of one family, each family with its own marker.
+READABLE_COLOURS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000",
+                    "#882255", "#332288")  # fmt: skip
+FAMILY_MARKERS = "osD^vP*Xh"
+MODEL_NAMES_UP_TO = 12  # more model names than this would hide the points; the next figure names them
+
+
+def estimator_styles(points: pl.DataFrame) -> dict[str, tuple[str, str]]:
+    """{label: (colour, marker)}: the marker says the family, the colour the estimator within it,
+    so no two estimators share both (a family of more than nine repeats a colour)."""
+    families = points["family"] if "family" in points.columns else pl.Series(["all"] * points.height)
+    pairs = pl.DataFrame({"label": points["label"], "family": families}).unique(maintain_order=True)
+    family_order = pairs["family"].unique(maintain_order=True).to_list()
+    styles, seen = {}, {}
+    for lab, family in pairs.iter_rows():
+        k = seen[family] = seen.get(family, -1) + 1
+        marker = FAMILY_MARKERS[family_order.index(family) % len(FAMILY_MARKERS)]
+        styles.setdefault(lab, (READABLE_COLOURS[k % len(READABLE_COLOURS)], marker))
+    return styles
+
+
 def ace_accuracy_figure(points: pl.DataFrame) -> Figure:
-    """ACE against accuracy, one point per model × estimator (colour: estimator, marker: model); the
+    """ACE against accuracy, one point per model × estimator (marker: family, colour: estimator
+    within it; each model's name above its highest point, up to MODEL_NAMES_UP_TO models); the
     axes span the points (estimators that share a prediction share an accuracy, so one model's
     points stand in a column). The intervals are in the page's tables and the next figure.
-    `points`: model, label, accuracy, ace."""
+    `points`: model, label, accuracy, ace (and family)."""
     fig = new_figure(10.0, 5.5)
     ax = fig.subplots()
-    labels = points["label"].unique(maintain_order=True).to_list()
-    models = points["model"].unique(maintain_order=True).to_list()
-    markers = "osD^vP*Xh<>p"
+    styles = estimator_styles(points)
     for row in points.iter_rows(named=True):
-        ax.scatter(
-            row["accuracy"],
-            row["ace"],
-            s=46,
-            alpha=0.85,
-            edgecolors="white",
-            linewidths=0.5,
-            color=colour(labels.index(row["label"]), len(labels)),
-            marker=markers[models.index(row["model"]) % len(markers)],
+        colour_, marker = styles[row["label"]]
+        ax.scatter(row["accuracy"], row["ace"], s=46, alpha=0.9, edgecolors="white", linewidths=0.5,
+                   color=colour_, marker=marker)  # fmt: skip
+    models = points["model"].unique(maintain_order=True).to_list()
+    if len(models) <= MODEL_NAMES_UP_TO:
+        for model in models:
+            top = points.filter(pl.col("model") == model).sort("ace", descending=True).row(0, named=True)
+            ax.annotate(model, (top["accuracy"], top["ace"]), xytext=(0, 7), textcoords="offset points",
+                        ha="center", fontsize=6.5, color="0.3")  # fmt: skip
+    legend = {"fontsize": 7, "title_fontsize": 8, "frameon": False}
+    if "family" in points.columns:
+        families = points["family"].unique(maintain_order=True).to_list()
+        markers = [FAMILY_MARKERS[k % len(FAMILY_MARKERS)] for k in range(len(families))]
+        handles = [
+            Line2D([], [], color="0.3", marker=m, ls="", label=f)
+            for f, m in zip(families, markers, strict=True)
+        ]
+        by_family = ax.legend(
+            handles=handles, title="family (marker)", loc="lower left", bbox_to_anchor=(1.02, 0.0), **legend
         )
-    legend_estimators = [
-        Line2D([], [], color=colour(k, len(labels)), marker="o", ls="", label=lab)
-        for k, lab in enumerate(labels)
-    ]
-    legend_models = [
-        Line2D([], [], color="0.3", marker=markers[k % len(markers)], ls="", label=m)
-        for k, m in enumerate(models)
-    ]
-    first = ax.legend(
-        handles=legend_estimators,
+        ax.add_artist(by_family)
+    # the estimators' (wider) legend last: the axes' own legend is the one the layout makes room for
+    ax.legend(
+        handles=[Line2D([], [], color=c, marker=m, ls="", label=lab) for lab, (c, m) in styles.items()],
         title="estimator",
         loc="upper left",
         bbox_to_anchor=(1.02, 1.0),
-        fontsize=7,
-        title_fontsize=8,
-        frameon=False,
-    )
-    ax.add_artist(first)
-    ax.legend(
-        handles=legend_models,
-        title="model",
-        loc="lower left",
-        bbox_to_anchor=(1.02, 0.0),
-        fontsize=7,
-        title_fontsize=8,
-        frameon=False,
+        **legend,
     )
     accuracy, ace = points["accuracy"].to_numpy(), points["ace"].to_numpy()
     pad = max(0.05, 0.1 * (accuracy.max() - accuracy.min()))

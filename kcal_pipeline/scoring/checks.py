@@ -22,11 +22,15 @@ def finite_log_likelihoods(scores: pl.DataFrame) -> CheckOutcome:
         bad[f"NaN {column}"] = scores.filter(value.is_nan()).select("statement_id", column)
         positive = ~value.is_nan() & (value > TOLERANCE)  # polars orders NaN above every number
         bad[f"+inf or positive {column}"] = scores.filter(positive).select("statement_id", column)
-    negative_infinity = {c: int((scores[c] == float("-inf")).sum()) for c in columns}
+    negative_infinity_counts = {c: int((scores[c] == float("-inf")).sum()) for c in columns}
     return outcome(
         bad,
         f"{scores.height} statements: every log-likelihood is finite or −inf, and ≤ 0",
-        {"statements": scores.height, "columns": list(columns), "-inf": negative_infinity},
+        {
+            "statements": scores.height,
+            "columns": list(columns),
+            "negative_infinity_counts": negative_infinity_counts,
+        },
     )
 
 

@@ -22,6 +22,7 @@ import polars as pl
 
 from kcal_pipeline.core.options import GenerationOptions
 from kcal_pipeline.core.progress import ProgressMeter
+from kcal_pipeline.scoring import generation, prompted
 from kcal_pipeline.scoring.checkpoints import discard_partition, partition_dir, score_in_chunks
 
 if TYPE_CHECKING:
@@ -52,9 +53,7 @@ def discard_checkpoints(home: Path, partition: Mapping[str, str]) -> None:
 
 def sampler_settings(options: GenerationOptions):
     """The sampler's settings (scoring/generation.py) for the user's generation options."""
-    from kcal_pipeline.scoring.generation import GenerationSettings
-
-    return GenerationSettings(
+    return generation.GenerationSettings(
         n_samples=options.n_samples,
         temperature=options.temperature,
         top_p=options.top_p,
@@ -92,9 +91,6 @@ def generate_partition(
     chunk_size: int = QUESTIONS_PER_CHUNK,
 ) -> PartitionGenerations:
     """The generations of one partition's questions (instance_id, question), in their order."""
-    from kcal_pipeline.scoring.generation import generate_answers
-    from kcal_pipeline.scoring.prompted import generate_prompted
-
     print_ = log or (lambda _: None)
     if questions.is_empty():
         raise ValueError(f"relation {relation!r}: no questions to ask (probe_instances is empty)")
@@ -117,12 +113,12 @@ def generate_partition(
 
             return report
 
-        answers = generate_answers(loaded, texts, keys, settings, progress=within(0))
+        answers = generation.generate_answers(loaded, texts, keys, settings, progress=within(0))
         if not options.prompted:
             return answers
-        prompted = generate_prompted(loaded, texts, keys, answers, settings, progress=within(1))
+        prompted_rows = prompted.generate_prompted(loaded, texts, keys, answers, settings, progress=within(1))
         # one row order whatever prompts ran: by question, then prompt, then sample
-        return _in_question_order(pl.concat([answers, prompted], how="vertical"), keys)
+        return _in_question_order(pl.concat([answers, prompted_rows], how="vertical"), keys)
 
     def after_chunk(done: int, total: int) -> None:
         position[0] = done

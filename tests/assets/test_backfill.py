@@ -109,3 +109,13 @@ def test_two_backfills_of_one_model_take_turns_on_the_scoring_pool_and_both_succ
     per_step = DagsterEventType.STEP_WORKER_STARTING
     assert not [r.run_id for r in backfill_runs if instance.all_logs(r.run_id, of_type=per_step)]
     assert pl.read_parquet(scores).equals(before)  # rescored: the same rows, none twice
+
+
+def test_a_models_backfill_leaves_the_on_demand_stages_out():
+    """A backfill scores, estimates and evaluates; open answers (minutes of sampling, MACE relations
+    only) run only when asked, so none of their assets is in it."""
+    from assets.backfill import backfill_partitions
+
+    assets = {pair.asset_key.to_user_string() for pair in backfill_partitions("m", ["P36", "mace-award"])}
+    assert {"statement_scores", "estimates", "metrics", "report"} <= assets
+    assert not assets & {"generations", "generation_estimates", "generation_metrics", "generated_templates"}

@@ -48,6 +48,28 @@ def test_the_jobs_are_the_groups_the_ui_lists_each_of_one_partitions_definition(
         assert jobs[name].tags["kcal/stage"] == name
 
 
+def test_what_runs_only_on_demand_says_so_and_names_a_command_the_cli_accepts():
+    """Issue 34 #14: a never-run optional job or asset must not look like a broken pipeline."""
+    import re
+    import shlex
+
+    from assets.cli import build_parser
+
+    jobs = {job.name: job for job in defs.resolve_all_job_defs()}
+    spec = next(s for s in defs.resolve_all_asset_specs() if s.key == AssetKey("generated_templates"))
+    descriptions = {name: jobs[name].description for name in [*ON_DEMAND, "kcal_scoring_celery"]}
+    descriptions["generated_templates"] = spec.description
+    for name, text in descriptions.items():
+        assert "Optional" in text, name
+        if name == "kcal_scoring_celery":
+            assert "deploy/celery/" in text
+            continue
+        commands = re.findall(r"`(kcal [^`]+)`", text)
+        assert commands, name
+        for command in commands:
+            build_parser().parse_args(shlex.split(command)[1:])  # exits (SystemExit) if not a command
+
+
 def test_a_group_that_mixes_partitions_definitions_is_refused():
     @asset(group_name="mixed", partitions_def=relation_partitions)
     def per_relation(): ...

@@ -103,7 +103,7 @@ def scores(ll_sum) -> pl.DataFrame:
 
 def test_log_likelihoods_are_finite_and_not_positive():
     ok = finite_log_likelihoods(scores([-3.0, -math.inf, -0.0, 5e-5]))  # −inf counted; 5e-5 is rounding
-    assert ok.passed and ok.details["-inf"]["ll_sum"] == 1
+    assert ok.passed and ok.details["negative_infinity_counts"]["ll_sum"] == 1
     out = finite_log_likelihoods(scores([math.nan, math.inf, 0.5, -2.0]))
     assert out.summary == "1 NaN ll_sum; 2 +inf or positive ll_sum"
     assert out.details["first NaN ll_sum"][0]["statement_id"] == "s0"
@@ -213,3 +213,24 @@ def test_interval_bounds_and_unknown_metrics_are_refused():
     assert metrics_within_their_ranges(metrics([0.5], metric="accuracy_typo")).summary == (
         "1 metrics not in the registry"
     )
+
+
+def test_check_metadata_has_tidy_keys_and_shows_details_as_tables_or_text_not_json():
+    """Issue 34 #7: the UI shows a check's details as readable values, under readable keys."""
+    from dagster import MarkdownMetadataValue
+
+    from assets.checks import _result
+
+    passed = _result(finite_log_likelihoods(scores([-3.0, -math.inf, -1.0, -2.0])))
+    assert all(key[0].isalpha() for key in passed.metadata), list(passed.metadata)
+    assert passed.metadata["statements"].value == 4
+    assert passed.metadata["columns"].value == "ll_sum, ll_mean, ll_answer_sum, ll_answer_mean"
+    counts = passed.metadata["negative_infinity_counts"]
+    assert isinstance(counts, MarkdownMetadataValue)
+    assert "| ll_sum | 1 |" in counts.value and "| ll_mean | 0 |" in counts.value
+
+    failed = _result(gold_among_options(INSTANCES.with_columns(gold_ids=pl.Series([["w|v"], ["x"]]))))
+    rows = failed.metadata["first gold objects not among the options"]
+    assert isinstance(rows, MarkdownMetadataValue)
+    lines = rows.value.splitlines()
+    assert lines[0] == "| instance_id | gold_id |" and lines[2] == "| a | w\\|v |"  # '|' in a cell escaped

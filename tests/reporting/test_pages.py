@@ -266,3 +266,53 @@ def test_a_page_that_fails_to_render_leaves_the_old_page(report_store, tmp_path)
         )
     assert target.read_text(encoding="utf-8") == "<p>old</p>"
     assert [p.name for p in target.parent.iterdir()] == ["report.html"]  # no temp file left
+
+
+def test_an_empty_marker_section_names_the_setting_that_fills_it_instead_of_asking():
+    """Issue 34 #11: the page said "were they scored?"; it now says which setting scores them."""
+    import shlex
+
+    from assets.cli import build_parser
+
+    for kinds in (["curated", "question"], ["curated", "marker_verbal"]):
+        sentence = pages._no_markers(pl.DataFrame({"kind": kinds}))
+        assert "?" not in sentence
+        assert f"kcal demo {pages.MARKER_SETTING}" in sentence
+    args = build_parser().parse_args(["demo", *shlex.split(pages.MARKER_SETTING)])
+    assert set(args.template_kinds) >= set(figure_data.MARKER_KINDS)  # the setting scores every marker kind
+
+
+def test_the_run_table_and_each_scored_partition_say_which_weights_ran(report_store, tmp_path):
+    """Issue 34 #9: weights file, quantization, dtype, revision, code version and date on the
+    report; the same weights and quantization lines, and the revision, on statement_scores."""
+    from dagster import AssetKey, DagsterInstance, MultiPartitionKey, materialize
+
+    from assets.definitions import all_assets
+    from resources import default_resources
+
+    text = report_path(report_store, KEY).read_text(encoding="utf-8")
+    run = dict(
+        re.findall(
+            r"<tr><th>([^<]*)</th><td>([^<]*)</td></tr>", text.split('id="run"')[1].split("</section>")[0]
+        )
+    )
+    assert {"weights", "quantization", "dtype", "revision", "code_version", "date"} <= set(run)
+    assert run["quantization"] == "4-bit Q4_1 GGUF, de-quantised to float32" and run["dtype"] == "float32"
+    assert "SmolLM2-135M-Instruct.Q4_1.gguf" in run["weights"] and run["code_version"]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC", run["date"])
+
+    home = tmp_path / "store"
+    shutil.copytree(report_store, home, ignore=shutil.ignore_patterns("dagster", "kcal.duckdb*", ".lock*"))
+    instance = DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("model", [KEY])
+    instance.add_dynamic_partitions("relation", ["P36"])
+    result = materialize(
+        all_assets,
+        selection=[AssetKey("statement_scores")],
+        partition_key=MultiPartitionKey({"model": KEY, "relation": "P36"}),
+        instance=instance,
+        resources=default_resources(home=str(home)),
+    )  # the scores are up to date: the model loads, nothing is rescored
+    meta = result.asset_materializations_for_node("statement_scores")[0].metadata
+    assert meta["quantization"].value == run["quantization"] and meta["weights"].value == run["weights"]
+    assert meta["model_revision"].value == run["revision"] and meta["rescored"].value is False

@@ -142,6 +142,28 @@ def test_reliability_figure_draws_points_band_and_legend():
     assert [t.get_text() for t in six[4].get_xticklabels()] == ["0", "0.25", "0.5", "0.75", "1"]
 
 
+@pytest.mark.parametrize(
+    ("count", "title"), [(5, "Base"), (8, "Base"), (8, "Template marginal + temperature scaling")]
+)
+def test_no_reliability_legend_overlaps_a_title_label_or_another_panel(count, title):
+    """Issue 34 #11: each panel's legend sits under it, clear of the next row's titles."""
+    bins = pl.DataFrame(
+        {"x": [0.2, 0.9], "y": [0.0, 1.0], "y_low": [0.0, 0.8], "y_high": [0.3, 1.0], "n": [3, 5]}
+    )
+    fig = plots.reliability_figure(
+        [plots.ReliabilityPanel(title, bins, "ACE 0.145 [0.090, 0.210], n = 1200")] * count
+    )
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    for k, ax in enumerate(fig.axes):
+        legend = ax.get_legend().get_window_extent(renderer)
+        for j, other in enumerate(fig.axes):
+            texts = [other.title, other.xaxis.label, other.yaxis.label, *other.get_xticklabels()]
+            boxes = [t.get_window_extent(renderer) for t in texts if t.get_visible() and t.get_text()]
+            boxes += [other.get_window_extent(renderer)] if j != k else []
+            assert not any(legend.overlaps(box) for box in boxes), (k, j)
+
+
 def test_selective_figure_gives_score_families_a_caption_for_accuracy_rejection():
     curves = pl.DataFrame(
         {
@@ -198,4 +220,45 @@ def test_heatmap_writes_every_value_and_a_dash_where_there_is_none():
     texts = [t.get_text() for t in fig.axes[0].texts]
     assert texts == ["+0.25", "—", "-0.50", "+0.00"]
     assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["P36", "all"]
+    canvas.assert_not_empty(fig)
+
+
+def test_the_ace_accuracy_scatter_uses_dark_colours_and_a_marker_per_family():
+    """Issue 34 #11: 19 estimators were 19 pale tab20 colours; now the marker says the family and
+    a saturated colour the estimator within it, so every estimator has its own pair."""
+    from matplotlib.colors import to_rgb
+    from matplotlib.legend import Legend
+
+    families = {"recalibration": 9, "multi_answer": 6, "single_template": 3, "template_marginal": 1}
+    estimators = [(f"{f} + a long estimator name {k}", f) for f, n in families.items() for k in range(n)]
+    points = pl.DataFrame(
+        [
+            {"model": m, "label": lab, "family": f, "accuracy": 0.5 + 0.1 * i, "ace": 0.01 * (j + 1)}
+            for i, m in enumerate(["m1", "m2"])
+            for j, (lab, f) in enumerate(estimators)
+        ]
+    )
+    styles = plots.estimator_styles(points)
+    assert len(styles) == 19 and len(set(styles.values())) == 19
+    for lab, f in estimators:
+        assert (
+            styles[lab][1] == styles[estimators[[e[1] for e in estimators].index(f)][0]][1]
+        )  # one marker a family
+    assert len({marker for _, marker in styles.values()}) == len(families)
+    for colour, _ in styles.values():
+        r, g, b = to_rgb(colour)
+        assert 0.2126 * r + 0.7152 * g + 0.0722 * b < 0.65, colour  # no pale colour on the white page
+    fig = plots.ace_accuracy_figure(points)
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.texts] == ["m1", "m2"]  # each model named above its points
+    legends = [a for a in ax.get_children() if isinstance(a, Legend)]
+    assert [[t.get_text() for t in legend.get_texts()] for legend in legends] == [
+        list(families),
+        list(styles),
+    ]
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    assert all(
+        fig.bbox.contains(*legend.get_window_extent(renderer).p1) for legend in legends
+    )  # none clipped
     canvas.assert_not_empty(fig)
