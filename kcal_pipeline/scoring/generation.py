@@ -34,6 +34,8 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
+from kcal_pipeline.core.options import GenerationOptions
+
 if TYPE_CHECKING:
     from kcal_pipeline.scoring.loaded_model import LoadedModel
 
@@ -64,15 +66,21 @@ Question = str | Sequence[Mapping[str, str]]
 ROWS_PER_CALL = 96
 
 
+def _default(field: str):
+    """A user setting's default, defined once in core/options.py (GenerationOptions)."""
+    return GenerationOptions.model_fields[field].default
+
+
 @dataclass(frozen=True)
 class GenerationSettings:
-    """How answers are drawn (defaults: MACE's N = 10 at temperature 1, top-p 1)."""
+    """How answers are drawn (defaults: the user settings', MACE's N = 10 at temperature 1, top-p
+    1); the sampler's own form of GenerationOptions, which also allows n_samples = 0 (greedy only)."""
 
-    n_samples: int = 10
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_new_tokens: int = 16
-    seed: int = 0
+    n_samples: int = _default("n_samples")
+    temperature: float = _default("temperature")
+    top_p: float = _default("top_p")
+    max_new_tokens: int = _default("max_new_tokens")
+    seed: int = _default("generation_seed")
 
     def __post_init__(self) -> None:
         checks = {
