@@ -134,12 +134,14 @@ def generation_estimates(
     keys = {"model_id": generations["model_id"][0], "relation_id": dims["relation"]}
     splits = probe_instances.select("instance_id", "split")
     result = estimate_generations(generations.drop("model_id", "relation_id"), indexes)
-    estimates = result.estimates.join(splits, on="instance_id", how="left").with_columns(
-        **{k: pl.lit(v) for k, v in keys.items()}
-    )
+
+    def keyed(frame: pl.DataFrame) -> pl.DataFrame:
+        return frame.with_columns(**{k: pl.lit(v) for k, v in keys.items()})
+
+    estimates = keyed(result.estimates.join(splits, on="instance_id", how="left"))
     answers = generations.filter(pl.col("prompt") == "answer").drop("model_id", "relation_id")
-    matches = with_matches(answers, indexes).with_columns(**{k: pl.lit(v) for k, v in keys.items()})
-    status = result.status.with_columns(**{k: pl.lit(v) for k, v in keys.items()})
+    matches = keyed(with_matches(answers, indexes))
+    status = keyed(result.status)
     counts = matches.group_by("status").len().sort("status")
     yield Output(
         estimates,

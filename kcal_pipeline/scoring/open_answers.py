@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
@@ -23,7 +23,7 @@ import polars as pl
 from kcal_pipeline.core.options import GenerationOptions
 from kcal_pipeline.core.progress import ProgressMeter
 from kcal_pipeline.scoring import generation, prompted
-from kcal_pipeline.scoring.checkpoints import discard_partition, partition_dir, score_in_chunks
+from kcal_pipeline.scoring.checkpoints import partition_dir, score_in_chunks
 
 if TYPE_CHECKING:
     from kcal_pipeline.scoring.loaded_model import LoadedModel
@@ -44,11 +44,6 @@ class PartitionGenerations:
 def checkpoint_dir(home: Path, model_key: str, relation: str) -> Path:
     """KCAL_HOME/.checkpoints/generations/model=…/relation=…"""
     return partition_dir(home, TABLE, model_key, relation)
-
-
-def discard_checkpoints(home: Path, partition: Mapping[str, str]) -> None:
-    """Drop one partition's checkpoints, once its final file is stored (checkpoints.discard_partition)."""
-    discard_partition(home, TABLE, partition)
 
 
 def sampler_settings(options: GenerationOptions):

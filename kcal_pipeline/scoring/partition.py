@@ -7,7 +7,7 @@ gets the frame to store plus the metadata to show in the UI.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
@@ -16,7 +16,7 @@ import polars as pl
 
 from kcal_pipeline.core.progress import ProgressMeter
 from kcal_pipeline.core.storage import partition_path
-from kcal_pipeline.scoring.checkpoints import discard, discard_partition, partition_dir, score_in_chunks
+from kcal_pipeline.scoring.checkpoints import discard, partition_dir, score_in_chunks
 
 if TYPE_CHECKING:
     from kcal_pipeline.core.options import ScoringOptions
@@ -48,11 +48,6 @@ class PartitionScores:
 def checkpoint_dir(home: Path, model_key: str, relation: str) -> Path:
     """KCAL_HOME/.checkpoints/statement_scores/model=…/relation=…"""
     return partition_dir(home, TABLE, model_key, relation)
-
-
-def discard_checkpoints(home: Path, partition: Mapping[str, str]) -> None:
-    """Drop one partition's checkpoints, once its final file is stored (checkpoints.discard_partition)."""
-    discard_partition(home, TABLE, partition)
 
 
 def score_partition(
@@ -135,7 +130,7 @@ def score_partition(
         statements, score_chunk, directory, fp, chunk_size=chunk_size, on_chunk=after_chunk
     )
     elapsed = time.perf_counter() - started
-    # The checkpoints stay until the final file is stored: discard_checkpoints, after the write.
+    # The checkpoints stay until the final file is stored: the IO manager discards them after the write.
     if report.resumed:
         print_(f"{relation}: resumed {report.resumed} of {report.chunks} chunks from an interrupted run")
     frame = pl.concat(

@@ -10,6 +10,7 @@ import pytest
 
 from kcal_pipeline.core.options import GenerationOptions
 from kcal_pipeline.scoring import open_answers
+from kcal_pipeline.scoring.checkpoints import discard_partition
 from kcal_pipeline.scoring.models import DEFAULT_MODEL, load_model
 
 QUESTIONS = pl.DataFrame(
@@ -82,7 +83,7 @@ def test_changed_settings_discard_the_checkpoints(loaded, tmp_path):
     other = OPTIONS.model_copy(update={"generation_seed": 1})
     second = open_answers.generate_partition(loaded, QUESTIONS.head(1), other, tmp_path, "mace-award")
     assert second.metadata["fingerprint"] != marker and second.metadata["chunks_resumed"] == 0
-    open_answers.discard_checkpoints(tmp_path, {"model": loaded.key, "relation": "mace-award"})
+    discard_partition(tmp_path, open_answers.TABLE, {"model": loaded.key, "relation": "mace-award"})
     assert not directory.exists()
 
 

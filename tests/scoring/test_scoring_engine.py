@@ -15,6 +15,7 @@ from kcal_pipeline.core.storage import partition_path, write_parquet_atomic
 from kcal_pipeline.dataset.templates import fill
 from kcal_pipeline.scoring import engine as engine_mod
 from kcal_pipeline.scoring import partition as partition_mod
+from kcal_pipeline.scoring.checkpoints import discard_partition
 from kcal_pipeline.scoring.clm import ROLE_SUBJECT, SCHEMA, score_clm
 from kcal_pipeline.scoring.engine import (
     OPTIONAL_SCHEMA,
@@ -328,7 +329,7 @@ def test_a_crashed_partition_resumes_to_the_uninterrupted_result(loaded, tmp_pat
     checkpoints = partition_mod.checkpoint_dir(tmp_path / "home", loaded.key, "P36")
     assert checkpoints.exists()
     store(tmp_path / "home", resumed.frame, loaded.key)
-    partition_mod.discard_checkpoints(tmp_path / "home", {"model": loaded.key, "relation": "P36"})
+    discard_partition(tmp_path / "home", partition_mod.TABLE, {"model": loaded.key, "relation": "P36"})
     assert not checkpoints.exists()
 
 
