@@ -65,7 +65,11 @@ class Options(BaseModel):
 
 
 class ProbeOptions(Options):
-    """How the probe is built: instances, answer spaces, templates, splits."""
+    """How the probe is built: instances, answer spaces, templates, splits.
+
+    Every field changes results: each is a declared read (resources/settings.py) of every asset
+    that uses it, so changing one changes those assets' data versions (they and what reads them
+    rerun); tests/assets/test_options_property.py holds every field to that."""
 
     GROUP: ClassVar[str] = "probe"
 
@@ -194,7 +198,10 @@ class ProbeOptions(Options):
 
 
 class ScoringOptions(Options):
-    """How statements are scored. Every field but chunk_size is part of the scoring fingerprint."""
+    """How statements are scored. Every field but chunk_size is part of the scoring fingerprint
+    and a declared read of statement_scores, so changing one rescores. chunk_size (statements
+    per checkpoint) only cuts the work into resumable pieces: it changes no score, and it is the
+    one probe or scoring option that changes no result (NOT_IN_FINGERPRINT)."""
 
     GROUP: ClassVar[str] = "scoring"
     NOT_IN_FINGERPRINT: ClassVar[frozenset[str]] = frozenset({"chunk_size"})

@@ -170,9 +170,9 @@ FULL_ANSWER_SPACE = 0
 
 
 def headline_template_estimates(estimates: pl.DataFrame, templates: pl.DataFrame) -> pl.DataFrame:
-    """One answer per instance and estimator, in every split and answer space: template-grain rows
-    on each relation's headline template (the curated one of rank 0; variants share their parent's
-    rank, so the kind matters), plus every instance-grain row."""
+    """One answer per instance, estimator and reduction, in every split and answer space:
+    template-grain rows on each relation's headline template (the curated one of rank 0; variants
+    share their parent's rank, so the kind matters), plus every instance-grain row."""
     heads = templates.filter((pl.col("rank") == 0) & (pl.col("kind") == "curated")).select(
         "relation_id", "template_id"
     )
@@ -184,7 +184,9 @@ def headline_template_estimates(estimates: pl.DataFrame, templates: pl.DataFrame
 
 def headline_estimates(estimates: pl.DataFrame, templates: pl.DataFrame) -> pl.DataFrame:
     """What the headline numbers are computed on (sql/views/headline_estimates.sql is the same
-    selection): headline_template_estimates on the test split and full answer spaces."""
+    selection): headline_template_estimates on the test split and full answer spaces, one row per
+    instance, estimator and reduction (each number is then taken per reduction, or on each
+    estimator's headline reduction: headline_reductions)."""
     return headline_template_estimates(estimates, templates).filter(
         (pl.col("split") == HEADLINE_SPLIT) & (pl.col("answer_space_k") == FULL_ANSWER_SPACE)
     )
