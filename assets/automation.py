@@ -137,10 +137,26 @@ def with_automation(spec: AssetSpec) -> AssetSpec:
     return spec if condition is None else spec.replace_attributes(automation_condition=condition)
 
 
+# The job and asset pages of automated assets show Dagster's "Auto-materialize off" tag: the paused
+# flag of the instance-wide auto-materialize daemon that automation sensors replaced (off until
+# someone switches it on); with sensors (the instance default, auto_materialize.use_sensors) it
+# governs nothing. What automates them is this module's sensor, which says so in the UI.
+AUTOMATION_NOTE = (
+    "Automated by kcal_automation_sensor (Automation → Sensors, on by default), which evaluates "
+    "these assets' automation conditions every 30 s and requests runs of their missing or stale "
+    'partitions. The "Auto-materialize off" tag refers to the older instance-wide auto-materialize '
+    "switch, which does not govern this sensor."
+)
+
 automation_sensor = AutomationConditionSensorDefinition(
     "kcal_automation_sensor",
     target=AssetSelection.assets(*AUTOMATED),
     default_status=DefaultSensorStatus.RUNNING,
     minimum_interval_seconds=30,
-    description="Requests runs for missing or stale model partitions (assets/automation.py).",
+    description="Requests runs for missing or stale model partitions (assets/automation.py): "
+    "declarative automation, each asset's automation condition evaluated every 30 s by this sensor. "
+    'A tick that requests nothing shows as skipped with "No reason provided": Dagster gives this '
+    "kind of sensor's skipped ticks no reason; it means no partition was missing or stale (a tick's "
+    'evaluations list each condition). The "Auto-materialize off" tag on job and asset pages refers '
+    "to the older instance-wide auto-materialize switch, which does not govern this sensor.",
 )

@@ -4,8 +4,14 @@ Each check reads the partition just written (only the columns it needs) and runs
 library (kcal_pipeline/*/checks.py). `blocking=True`: when a check fails, the run's later steps
 (estimates after scores, the report after metrics, ...) do not run, and the UI shows the check's
 summary and first offending rows.
+
+A check runs after the materialization it checks is stored (a step of its own, downstream of the
+asset's), yet the UI's check page shows an earlier "Timestamp": Dagster records every check of a
+run as planned when the run is created, and that page shows the planned time. Each check's
+description says so (TIMESTAMP_NOTE).
 """
 
+import inspect
 import warnings
 from collections.abc import Mapping
 
@@ -36,6 +42,25 @@ from resources.parquet_io import partition_dims
 # Partitioned asset checks are marked preview in Dagster 1.13, yet they are how a check of a
 # partitioned asset checks the partition just written; the warning would fill every CLI run's output.
 warnings.filterwarnings("ignore", category=PreviewWarning, module="dagster._core.definitions.decorators")
+
+
+TIMESTAMP_NOTE = (
+    'The UI\'s "Timestamp" of this check is when its run was created (Dagster records the checks '
+    'of a run as planned then), so it precedes the "Target materialization": the check itself '
+    "runs after that materialization is stored, as the run's event log shows."
+)
+
+
+def blocking_check(asset: str, partitions_def):
+    """@asset_check, blocking, described by the function's docstring and TIMESTAMP_NOTE."""
+
+    def decorate(fn):
+        description = f"{inspect.cleandoc(fn.__doc__)}\n\n{TIMESTAMP_NOTE}"
+        return asset_check(
+            asset=asset, blocking=True, partitions_def=partitions_def, description=description
+        )(fn)
+
+    return decorate
 
 
 def _cell(value: object) -> str:
@@ -77,14 +102,14 @@ def _reader(context: AssetCheckExecutionContext, settings: ProbeSettings, partit
     return read, own
 
 
-@asset_check(asset="probe_instances", blocking=True, partitions_def=relation_partitions)
+@blocking_check(asset="probe_instances", partitions_def=relation_partitions)
 def gold_is_among_the_options(context: AssetCheckExecutionContext, probe_settings: ProbeSettings):
     """Every gold object is one of its instance's options, and every instance has a gold."""
     read, _ = _reader(context, probe_settings, relation_partitions)
     return _result(gold_among_options(read("probe_instances", ["instance_id", "gold_ids", "option_ids"])))
 
 
-@asset_check(asset="statements", blocking=True, partitions_def=relation_partitions)
+@blocking_check(asset="statements", partitions_def=relation_partitions)
 def statements_are_instances_by_templates_by_options(
     context: AssetCheckExecutionContext, probe_settings: ProbeSettings
 ):
@@ -97,14 +122,14 @@ def statements_are_instances_by_templates_by_options(
     return _result(statements_cover_the_probe(statements, instances))
 
 
-@asset_check(asset="statement_scores", blocking=True, partitions_def=model_relation_partitions)
+@blocking_check(asset="statement_scores", partitions_def=model_relation_partitions)
 def log_likelihoods_are_finite(context: AssetCheckExecutionContext, probe_settings: ProbeSettings):
     """No NaN, +inf or positive log-likelihood."""
     read, _ = _reader(context, probe_settings, model_relation_partitions)
     return _result(finite_log_likelihoods(read("statement_scores", ["statement_id", *LL_COLUMNS])))
 
 
-@asset_check(asset="statement_scores", blocking=True, partitions_def=model_relation_partitions)
+@blocking_check(asset="statement_scores", partitions_def=model_relation_partitions)
 def one_score_per_statement(context: AssetCheckExecutionContext, probe_settings: ProbeSettings):
     """As many score rows as the relation has statements, matched by id: none lost, none twice."""
     read, dims = _reader(context, probe_settings, model_relation_partitions)
@@ -112,7 +137,7 @@ def one_score_per_statement(context: AssetCheckExecutionContext, probe_settings:
     return _result(scores_match_statements(read("statement_scores", ["statement_id"]), statements))
 
 
-@asset_check(asset="estimates", blocking=True, partitions_def=model_relation_partitions)
+@blocking_check(asset="estimates", partitions_def=model_relation_partitions)
 def probabilities_are_in_the_unit_interval(
     context: AssetCheckExecutionContext, probe_settings: ProbeSettings
 ):
@@ -122,7 +147,7 @@ def probabilities_are_in_the_unit_interval(
     return _result(probabilities_in_unit_interval(read("estimates", columns)))
 
 
-@asset_check(asset="estimates", blocking=True, partitions_def=model_relation_partitions)
+@blocking_check(asset="estimates", partitions_def=model_relation_partitions)
 def every_estimator_ran_or_says_why_not(context: AssetCheckExecutionContext, probe_settings: ProbeSettings):
     """Every registered estimator whose inputs exist has its rows; the others a skip reason."""
     read, _ = _reader(context, probe_settings, model_relation_partitions)
@@ -130,7 +155,7 @@ def every_estimator_ran_or_says_why_not(context: AssetCheckExecutionContext, pro
     return _result(estimator_coverage(status, read("estimates", ["estimator", "reduction"])))
 
 
-@asset_check(asset="metrics", blocking=True, partitions_def=model_partitions)
+@blocking_check(asset="metrics", partitions_def=model_partitions)
 def metrics_are_within_their_ranges(context: AssetCheckExecutionContext, probe_settings: ProbeSettings):
     """Every value and interval bound within its metric's declared range."""
     read, _ = _reader(context, probe_settings, model_partitions)
@@ -148,7 +173,7 @@ def metrics_are_within_their_ranges(context: AssetCheckExecutionContext, probe_s
     return _result(metrics_within_their_ranges(read("metrics", columns)))
 
 
-@asset_check(asset="generations", blocking=True, partitions_def=model_relation_partitions)
+@blocking_check(asset="generations", partitions_def=model_relation_partitions)
 def every_question_answered_with_finite_log_probs(
     context: AssetCheckExecutionContext,
     probe_settings: ProbeSettings,
@@ -163,7 +188,7 @@ def every_question_answered_with_finite_log_probs(
     )
 
 
-@asset_check(asset="generation_matches", blocking=True, partitions_def=model_relation_partitions)
+@blocking_check(asset="generation_matches", partitions_def=model_relation_partitions)
 def every_answer_is_matched_or_counted_unmatched(
     context: AssetCheckExecutionContext, probe_settings: ProbeSettings
 ):
@@ -177,7 +202,7 @@ def every_answer_is_matched_or_counted_unmatched(
     )
 
 
-@asset_check(asset="generation_estimates", blocking=True, partitions_def=model_relation_partitions)
+@blocking_check(asset="generation_estimates", partitions_def=model_relation_partitions)
 def generation_confidences_are_valid(context: AssetCheckExecutionContext, probe_settings: ProbeSettings):
     """Probabilities in [0, 1], no NaN; a missing confidence has its refusal reason."""
     read, _ = _reader(context, probe_settings, model_relation_partitions)

@@ -341,18 +341,26 @@ def cmd_models_remove(args) -> int:
 
 
 def cmd_ui(args) -> int:
-    """The Dagster UI on this store; Ctrl-C stops it with every process it started (assets/ui.py)."""
+    """The Dagster UI on this store, and its reports over http (KCAL_REPORTS_PORT); Ctrl-C stops it
+    with every process it started (assets/ui.py)."""
     from assets.ui import dagster_dev, serve
+    from kcal_pipeline.core.report_server import REPORTS_PORT_ENV, ReportServer, reports_dir, reports_port
 
     home = kcal_home(args.home)
     workspace = Path(args.workspace)
     if not workspace.is_file():
         raise FileNotFoundError(f"--workspace {workspace}: no such file (the repository's workspace.yaml)")
-    _sync(home)  # also writes DAGSTER_HOME's dagster.yaml where there is none, and sets DAGSTER_HOME
-    env = {**os.environ, "KCAL_HOME": str(home)}
-    url = f"http://{args.host}:{args.port or 3000}"
-    print(f"Dagster UI: {url} (DAGSTER_HOME {env['DAGSTER_HOME']}); Ctrl-C stops it")
-    return serve(dagster_dev(workspace, args.host, args.port), env=env)
+    reports = ReportServer(reports_dir(home), reports_port())  # a taken port: an error, before the UI starts
+    try:
+        _sync(home)  # also writes DAGSTER_HOME's dagster.yaml where there is none, and sets DAGSTER_HOME
+        # the runs the UI launches write report links to this port
+        env = {**os.environ, "KCAL_HOME": str(home), REPORTS_PORT_ENV: str(reports.port)}
+        url = f"http://{args.host}:{args.port or 3000}"
+        print(f"Dagster UI: {url} (DAGSTER_HOME {env['DAGSTER_HOME']}); Ctrl-C stops it")
+        print(f"Reports: {reports.url} (KCAL_HOME/reports; {REPORTS_PORT_ENV} sets the port)")
+        return serve(dagster_dev(workspace, args.host, args.port), env=env, alongside=[reports])
+    finally:
+        reports.stop()
 
 
 def _scale(text: str) -> float:
@@ -674,7 +682,13 @@ def build_parser() -> argparse.ArgumentParser:
     bf.add_argument("--timeout", type=float, default=0, help="with --wait: give up after this many seconds")
     bf.set_defaults(func=cmd_backfill)
 
-    u = sub.add_parser("ui", help="the Dagster UI (dagster dev) on this store; Ctrl-C stops all of it")
+    from kcal_pipeline.core.report_server import DEFAULT_REPORTS_PORT, REPORTS_PORT_ENV
+
+    u = sub.add_parser(
+        "ui",
+        help="the Dagster UI (dagster dev) on this store, and its reports over http on 127.0.0.1 "
+        f"(port: {REPORTS_PORT_ENV}, default {DEFAULT_REPORTS_PORT}); Ctrl-C stops all of it",
+    )
     u.add_argument("--host", default="127.0.0.1", help="webserver host (default: %(default)s)")
     u.add_argument("--port", type=int, help="webserver port (default: 3000)")
     u.add_argument("--workspace", default=str(WORKSPACE), help="workspace file (default: %(default)s)")

@@ -148,8 +148,9 @@ def probe_instances(
             "n_gold": MetadataValue.json(dict(instances.group_by("n_gold").len().sort("n_gold").iter_rows())),
             "dev": int((instances["split"] == "dev").sum()),
             "sweep_copies": MetadataValue.json(sweep_copies(instances)),
-            "seed": probe_settings.seed,
-            "n_negatives": probe_settings.n_negatives,
+            # settings, not measurements: text, so the UI's Plots toggle does not chart them
+            "seed": MetadataValue.text(str(probe_settings.seed)),
+            "n_negatives": MetadataValue.text(str(probe_settings.n_negatives)),
             "answer_space": MetadataValue.json(
                 dict(instances.group_by("answer_space").len().sort("answer_space").iter_rows())
             ),

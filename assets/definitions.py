@@ -17,6 +17,7 @@ from assets.jobs import stage_assets, stage_jobs
 from assets.schedules import nightly_evaluation
 from assets.sensors import model_registry_sensor
 from assets.sqlite_engines import speed_up_sqlite_storages
+from kcal_pipeline.evaluation.registry import METRICS
 from resources import default_resources
 from resources.settings import hide_declared_reads
 
@@ -34,11 +35,47 @@ EXTRA_KINDS = {
 }
 
 
+# Where a newcomer starts reading (the UI has no description for a code location or a group; the
+# stages' jobs say the same, assets/jobs.py DESCRIPTIONS). Plain text: the Catalog shows the first
+# line of a description unrendered.
+START_HERE = {
+    "report": "Start here for one model's results: this page shows the summary, the intervals "
+    "and the plots; `report` links the full HTML report (served over http by `kcal ui`).",
+    "cross_model_report": "Start here to compare models: the leaderboard, and `report` links "
+    "reports/index.html (served over http by `kcal ui`).",
+}
+# Asset names are the DuckDB tables users' SQL reads (`kcal sql`), so a long one stays long even
+# where the asset graph cuts it ("decisi…_thresholds"); its description says so.
+LONG_NAME = 16
+LONG_NAME_NOTE = "The asset graph may cut this name: it is the table `kcal sql` queries, so it stays."
+# The UI's search (Ctrl-K) matches names only (assets, groups, jobs, sensors, schedules), never
+# descriptions or tags; the asset selection box of the Catalog and the Lineage page also suggests
+# tags. So the assets that hold the metrics carry each metric family and headline metric as a
+# key-only tag: typing "accuracy" there offers `tag:accuracy`.
+METRIC_WORDS = sorted(
+    {m.family for m in METRICS.values()}
+    | {m.name for m in METRICS.values() if m.in_summary or m.headline or m.role}
+)
+METRIC_ASSETS = {"metrics", "metric_differences", "curves", "report", "cross_model_report"}
+
+
+def described(name: str, description: str | None) -> str:
+    """The asset's own description, with where to start and the note on long names."""
+    parts = [START_HERE.get(name), description, LONG_NAME_NOTE if len(name) >= LONG_NAME else None]
+    return "\n\n".join(p.strip() for p in parts if p)
+
+
 def with_catalog_attributes(spec: AssetSpec) -> AssetSpec:
-    """Owners and kinds (the asset graph's icons); the group (one per stage) and the description
-    come from each asset's definition."""
+    """Owners, kinds (the asset graph's icons), metric tags and the notes above; the group (one per
+    stage) and the description come from each asset's definition."""
     name = spec.key.to_user_string()
-    return spec.replace_attributes(owners=OWNERS, kinds=KINDS | EXTRA_KINDS.get(name, set()))
+    tags = {**spec.tags, **dict.fromkeys(METRIC_WORDS, "")} if name in METRIC_ASSETS else spec.tags
+    return spec.replace_attributes(
+        owners=OWNERS,
+        kinds=KINDS | EXTRA_KINDS.get(name, set()),
+        tags=tags,
+        description=described(name, spec.description),
+    )
 
 
 all_assets = map_asset_specs(

@@ -17,11 +17,10 @@ from dagster import (
 )
 
 from assets.partitions import model_partitions, one_dimension_of
-from assets.reporting import markdown_images
+from assets.reporting import markdown_images, metadata_table, report_link
 from kcal_pipeline.core.paths import kcal_home, report_path
 from kcal_pipeline.core.versions import code_version
-from kcal_pipeline.evaluation.families import family_comparison as compare_families
-from kcal_pipeline.evaluation.families import model_families
+from kcal_pipeline.evaluation.families import family_comparison_by_model, model_families_by_file
 from kcal_pipeline.evaluation.registry import METRICS
 from kcal_pipeline.evaluation.tables import (
     consistency_table,
@@ -31,7 +30,8 @@ from kcal_pipeline.evaluation.tables import (
     metrics_table,
     thresholds_table,
 )
-from kcal_pipeline.reporting.html import markdown_table, summary_table
+from kcal_pipeline.reporting.html import summary_table
+from kcal_pipeline.reporting.previews import narrow_intervals, narrow_summary
 from resources import ProbeSettings
 from resources.settings import reads
 
@@ -88,16 +88,17 @@ def metrics(
     run): the differences resample the rows the intervals resampled, so each estimator's resample
     values are computed once for both (tables.metrics_and_differences). Either alone still works."""
     selected = {key.to_user_string() for key in context.selected_asset_keys}
-    report = report_path(kcal_home(probe_settings.home or None), context.partition_key)
+    home = kcal_home(probe_settings.home or None)
+    report = report_path(home, context.partition_key)
     if {"metrics", "metric_differences"} <= selected:
         table, differences = metrics_and_differences(
             estimates, templates, relations, probe_instances, option_estimates
         )
-        yield Output(table, output_name="metrics", metadata=metrics_preview(table, report))
+        yield Output(table, output_name="metrics", metadata=metrics_preview(table, home, report))
         yield Output(differences, output_name="metric_differences")
     elif "metrics" in selected:
         table = metrics_table(estimates, templates, relations, probe_instances, option_estimates)
-        yield Output(table, output_name="metrics", metadata=metrics_preview(table, report))
+        yield Output(table, output_name="metrics", metadata=metrics_preview(table, home, report))
     else:
         yield Output(differences_table(estimates, templates), output_name="metric_differences")
 
@@ -121,15 +122,15 @@ def curves(context: AssetExecutionContext, estimates: pl.DataFrame, templates: p
     return table
 
 
-def metrics_preview(table: pl.DataFrame, report) -> dict:
-    """What the UI shows of a model's metrics: the summary and the intervals, and the report page
-    (written by the `report` asset)."""
+def metrics_preview(table: pl.DataFrame, home, report) -> dict:
+    """What the UI shows of a model's metrics: the summary and the intervals as the report asset
+    shows them (narrow tables), and the report page over http (written by the `report` asset)."""
     from kcal_pipeline.reporting.figure_data import intervals_table  # matplotlib: see assets/reporting.py
 
     return {
-        "summary": MetadataValue.md(markdown_table(summary_table(table))),
-        "intervals": MetadataValue.md(markdown_table(intervals_table(table))),
-        "report": MetadataValue.url(report.as_uri()),
+        "summary": metadata_table(narrow_summary(summary_table(table))),
+        "intervals": metadata_table(narrow_intervals(intervals_table(table))),
+        "report": report_link(home, report),
     }
 
 
@@ -164,11 +165,13 @@ def consistency(
 
 
 # Cross-model: every model's metrics, and the kind scoring resolved for each model (two columns of
-# every statement_scores file, not the scores).
+# every statement_scores file, not the scores); each file as a lazy scan (partition key → scan),
+# read a pair of models at a time, so time and memory grow linearly with the models.
 EVERY_MODEL = {
-    "metrics": AssetIn(partition_mapping=AllPartitionMapping()),
+    "metrics": AssetIn(partition_mapping=AllPartitionMapping(), metadata={"lazy": True}),
     "statement_scores": AssetIn(
-        partition_mapping=AllPartitionMapping(), metadata={"columns": ["model_id", "model_kind"]}
+        partition_mapping=AllPartitionMapping(),
+        metadata={"columns": ["model_id", "model_kind"], "lazy": True},
     ),
 }
 
@@ -180,12 +183,15 @@ EVERY_MODEL = {
     code_version=code_version("2", METRICS),  # 2: answer_space_draw
 )
 def family_comparison(
-    context: AssetExecutionContext, metrics: pl.DataFrame, statement_scores: pl.DataFrame
+    context: AssetExecutionContext,
+    metrics: dict[str, pl.LazyFrame],
+    statement_scores: dict[str, pl.LazyFrame],
 ) -> pl.DataFrame:
     """Causal vs masked models, paired by similar accuracy (Base, test split, all relations): every
     metric both models of a pair have, side by side, with masked − causal. Empty, with the reason
     logged, until a causal and a masked model both have metrics."""
-    result = compare_families(metrics, model_families(statement_scores))
+    families = model_families_by_file(statement_scores.values())
+    result = family_comparison_by_model(metrics.values(), families)
     for row in result.unpaired.iter_rows(named=True):
         context.log.info(f"{row['model_id']} ({row['family']}) is in no pair: {row['reason']}")
     if result.pairs.is_empty():

@@ -19,21 +19,31 @@ from dagster import AssetsDefinition, AssetSelection, define_asset_job
 from dagster._core.definitions.repository_definition.valid_definitions import SINGLETON_REPOSITORY_NAME
 from dagster._core.storage.tags import REPOSITORY_LABEL_TAG
 
+from assets.automation import AUTOMATION_NOTE
+from assets.run_tags import STAGE_TAG
+
 # The code location's name (workspace.yaml's location_name). A run started in-process (kcal demo)
-# carries it as the repository label, so the UI lists it under its job, like a run it launched.
+# carries it as the repository label, so the UI lists it under its job, like a run it launched, and
+# as its origin (assets/runner.py run_stage), so the Overview timeline places it.
 CODE_LOCATION = "kcal"
-IN_CODE_LOCATION = {REPOSITORY_LABEL_TAG: f"{SINGLETON_REPOSITORY_NAME}@{CODE_LOCATION}"}
+DEFINITIONS_MODULE = "assets.definitions"  # its module_name there
+REPOSITORY = SINGLETON_REPOSITORY_NAME  # a code location of one Definitions holds one repository, so named
+IN_CODE_LOCATION = {REPOSITORY_LABEL_TAG: f"{REPOSITORY}@{CODE_LOCATION}"}
 
 # What each stage is for, in the UI's words (a stage without an entry gets a plain description).
 DESCRIPTIONS = {
-    "dataset": "The relation catalog, templates, distractor pools, the data-quality table and the "
-    "estimator and metric catalogs.",
-    "facts": "Facts of one catalog relation from the SPARQL endpoint (or rules, or an import).",
-    "probe": "Instances and statements of one probe relation.",
-    "scoring": "Scores of one model × relation.",
-    "estimation": "Every estimator over one model × relation's scores.",
-    "evaluation": "Metrics, differences, curves, thresholds, consistency and the report of one model.",
-    "cross_model": "The family comparison and the cross-model leaderboard.",
+    "dataset": "Stage 1 of 7 (dataset → facts → probe → scoring → estimation → evaluation → "
+    "cross_model; `kcal demo` runs them all). The relation catalog, templates, distractor pools, "
+    "the data-quality table and the estimator and metric catalogs.",
+    "facts": "Stage 2 of 7. Facts of one catalog relation from the SPARQL endpoint (or rules, or an import).",
+    "probe": "Stage 3 of 7. Instances and statements of one probe relation.",
+    "scoring": "Stage 4 of 7. Scores of one model × relation (the LM's work: the slow stage).",
+    "estimation": "Stage 5 of 7. Every estimator over one model × relation's scores.",
+    "evaluation": "Stage 6 of 7. Metrics, differences, curves, thresholds, consistency and the "
+    "report of one model. Where to start reading results: the `report` asset (a model partition) "
+    "shows the summary, the intervals and the plots, and links the HTML report that `kcal ui` serves.",
+    "cross_model": "Stage 7 of 7. The family comparison and the cross-model leaderboard: "
+    "`cross_model_report` compares the models and links reports/index.html.",
     "paraphrases": "Optional, on demand: template paraphrases written by an instruct LM. Never run "
     "by `kcal demo` or the sensors; run it with `kcal dataset paraphrase` (or launch this job), then "
     "use them with `--template-kinds curated,generated`.",
@@ -76,14 +86,30 @@ def stage_partitions(assets: Iterable[AssetsDefinition]) -> dict[str, object]:
     return found
 
 
+def automated_stages(assets: Iterable[AssetsDefinition]) -> set[str]:
+    """The stages with an asset that has an automation condition: the ones whose job page shows
+    Dagster's "Auto-materialize" tag."""
+    return {
+        assets_def.group_names_by_key[key]
+        for assets_def in assets
+        for key in assets_def.keys
+        if assets_def.specs_by_key[key].automation_condition is not None
+    }
+
+
 def stage_jobs(assets: Iterable[AssetsDefinition]) -> list:
-    """One job per asset group, named after it and tagged `kcal/stage`."""
-    return [
-        define_asset_job(
-            stage,
-            selection=AssetSelection.groups(stage),
-            description=DESCRIPTIONS.get(stage, f"The assets of the {stage} stage."),
-            tags={"kcal/stage": stage},
+    """One job per asset group, named after it and tagged with its stage (a hidden tag,
+    assets/run_tags.py); the description of a stage with automated assets says what automates
+    them (AUTOMATION_NOTE)."""
+    assets = list(assets)
+    automated = automated_stages(assets)
+    jobs = []
+    for stage in stage_partitions(assets):
+        description = DESCRIPTIONS.get(stage, f"The assets of the {stage} stage.")
+        if stage in automated:
+            description = f"{description} {AUTOMATION_NOTE}"
+        job = define_asset_job(
+            stage, selection=AssetSelection.groups(stage), description=description, tags={STAGE_TAG: stage}
         )
-        for stage in stage_partitions(assets)
-    ]
+        jobs.append(job)
+    return jobs

@@ -2,18 +2,37 @@
 report.html with its figures), and one across every model in the cross_model stage (the
 leaderboard, and reports/index.html)."""
 
+import math
 from datetime import UTC, datetime
+from pathlib import Path
 
 import polars as pl
-from dagster import AllPartitionMapping, AssetExecutionContext, AssetIn, MetadataValue, asset
+from dagster import (
+    AllPartitionMapping,
+    AssetExecutionContext,
+    AssetIn,
+    MetadataValue,
+    TableColumn,
+    TableRecord,
+    TableSchema,
+    asset,
+)
 
 from assets.partitions import model_partitions
 from kcal_pipeline.core.paths import cross_model_report_path, kcal_home, model_cache_dir, report_path
+from kcal_pipeline.core.report_server import report_url
 from kcal_pipeline.core.storage import existing_partitions, partition_path, read_partition
 from kcal_pipeline.core.versions import code_version
 from kcal_pipeline.estimation.registry import ESTIMATORS
 from kcal_pipeline.evaluation.registry import METRICS
-from kcal_pipeline.reporting.html import markdown_table, summary_table, write_report
+from kcal_pipeline.reporting.html import summary_table, write_report
+from kcal_pipeline.reporting.previews import (
+    narrow_intervals,
+    narrow_leaderboard,
+    narrow_summary,
+    served_images,
+)
+from kcal_pipeline.reporting.selection import OVERALL_ROWS
 from kcal_pipeline.scoring.models.provenance import code_version as code_revision
 from kcal_pipeline.scoring.models.provenance import quantization, weights_file
 from kcal_pipeline.scoring.models.provenance import revision as model_revision
@@ -32,6 +51,34 @@ def markdown_images(figures: dict) -> str:
     from kcal_pipeline.reporting.canvas import png_data_uri
 
     return "\n\n".join(f"![{name}]({png_data_uri(fig, name)})" for name, fig in figures.items())
+
+
+# What the Dagster UI (1.13) shows without a click: markdown metadata shorter than this many
+# characters is rendered in place, longer markdown only behind [Show Markdown]; a table (TableMetadata)
+# always in place. A plot as a data: URI is tens of kB, so the previews are PNG files under reports/
+# shown through the report server (`kcal ui`): their markdown is a few short image links.
+INLINE_MARKDOWN_CHARS = 1000
+# The UI's "Plots" toggle charts numeric metadata across partitions: these assets add none (the
+# IO manager's `rows`, the table's size, is the only number on them).
+
+
+def report_link(home: Path, page: Path) -> MetadataValue:
+    """The page over http, served by `kcal ui` (a browser opens no file:// link from the UI)."""
+    return MetadataValue.url(report_url(home, page))
+
+
+def _cell(value: object) -> str | None:
+    """A table cell as text: numbers with 3 decimals, NaN and null empty (JSON has no NaN)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return f"{value:.3f}" if isinstance(value, float) else str(value)
+
+
+def metadata_table(frame: pl.DataFrame) -> MetadataValue:
+    """A few columns as a table the UI shows in place (a wide markdown table was clipped)."""
+    schema = TableSchema(columns=[TableColumn(name, "string") for name in frame.columns])
+    records = [TableRecord({k: _cell(v) for k, v in row.items()}) for row in frame.iter_rows(named=True)]
+    return MetadataValue.table(records, schema=schema)
 
 
 def _now() -> str:
@@ -111,12 +158,12 @@ def report(
     write_report(html_path, page)
     context.add_output_metadata(
         {
-            "report": MetadataValue.url(html_path.as_uri()),
+            "report": report_link(home, html_path),
             "report_path": MetadataValue.path(str(html_path)),
             "duckdb": MetadataValue.path(warehouse.path),
-            "summary": MetadataValue.md(markdown_table(summary)),
-            "intervals": MetadataValue.md(markdown_table(intervals_table(metrics))),
-            "plots": MetadataValue.md(markdown_images(preview_figures(metrics, curves))),
+            "summary": metadata_table(narrow_summary(summary)),
+            "intervals": metadata_table(narrow_intervals(intervals_table(metrics))),
+            "plots": MetadataValue.md(served_images(home, html_path, preview_figures(metrics, curves))),
         }
     )
     return summary.with_columns(model_id=pl.lit(entry.id))
@@ -124,7 +171,8 @@ def report(
 
 @asset(
     group_name="cross_model",
-    ins={"metrics": AssetIn(partition_mapping=AllPartitionMapping())},
+    # only the rows the page reads, filtered in each file's scan (not 1.2 M rows a model)
+    ins={"metrics": AssetIn(partition_mapping=AllPartitionMapping(), metadata={"where": OVERALL_ROWS})},
     code_version=code_version("1", ESTIMATORS, METRICS),
 )
 def cross_model_report(
@@ -133,23 +181,31 @@ def cross_model_report(
     """The leaderboard across every model (Base's accuracy and the best-calibrated estimator, with
     intervals); also writes reports/index.html: the leaderboard linking each model's report, ACE
     against accuracy, and the main estimators compared across models."""
-    from kcal_pipeline.reporting.cross_model import cross_model_figures, cross_model_page, leaderboard
+    from kcal_pipeline.reporting.cross_model import (
+        cross_model_figures,
+        cross_model_page,
+        leaderboard,
+        overall_headline,
+    )
 
     home = kcal_home(warehouse.home or None)
     html_path = cross_model_report_path(home)
-    board = leaderboard(metrics)
+    overall = overall_headline(metrics)  # the headline reduction, once
+    board = leaderboard(overall)
     models = metrics["model_id"].n_unique() if "model_id" in metrics.columns else 0
     meta = {"models": models, "code_version": code_revision(), "date": _now(), "KCAL_HOME": str(home),
             "duckdb": warehouse.path}  # fmt: skip
-    figures = cross_model_figures(metrics)
-    write_report(html_path, cross_model_page(metrics, meta, board, figures))
+    figures = cross_model_figures(overall)
+    write_report(html_path, cross_model_page(overall, meta, board, figures))
     previews = {k: v for k, v in figures.items() if k == "ace-accuracy" and not isinstance(v, str)}
     context.add_output_metadata(
         {
-            "report": MetadataValue.url(html_path.as_uri()),
+            "report": report_link(home, html_path),
             "report_path": MetadataValue.path(str(html_path)),
-            "leaderboard": MetadataValue.md(markdown_table(board)),
-            "plots": MetadataValue.md(markdown_images(previews) or "no model has metrics yet"),
+            "leaderboard": metadata_table(narrow_leaderboard(board)),
+            "plots": MetadataValue.md(
+                served_images(home, html_path, previews) if previews else "no model has metrics yet"
+            ),
         }
     )
     return board

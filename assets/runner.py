@@ -7,9 +7,11 @@ Parquet file records the data version the current code, settings and inputs woul
 affects, an interrupted partition (no final file) is never done, and done work is never redone.
 """
 
+import functools
 import os
 import socket
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import NamedTuple
@@ -25,12 +27,23 @@ from dagster import (
     MultiPartitionsDefinition,
     RunsFilter,
 )
+from dagster._core.remote_origin import RemoteJobOrigin, RemoteRepositoryOrigin
+from dagster._core.workspace.load import location_origin_from_module_name, location_origins_from_yaml_paths
 
 from assets.checks import ASSET_CHECKS
 from assets.definitions import STAGE_JOBS, all_assets, defs
 from assets.instance import get_instance, sync_model_partitions, sync_relation_partitions
-from assets.jobs import GENERATION_STAGES, IN_CODE_LOCATION, ON_DEMAND
+from assets.jobs import (
+    CODE_LOCATION,
+    DEFINITIONS_MODULE,
+    GENERATION_STAGES,
+    IN_CODE_LOCATION,
+    ON_DEMAND,
+    REPOSITORY,
+)
 from assets.partitions import catalog_relation_partitions, model_partitions, relation_partitions
+from assets.run_tags import LEGACY_RUNNER_TAGS, RUNNER_HOST_TAG, RUNNER_PID_TAG
+from assets.ui import WORKSPACE
 from kcal_pipeline.core.paths import model_cache_dir, registry_path
 from kcal_pipeline.core.storage import partition_path
 from kcal_pipeline.core.versions import data_version, input_versions, stored_version
@@ -267,7 +280,9 @@ def is_up_to_date(home: Path, asset: str, dims: dict, resources: dict) -> bool:
 
 
 def runner_tags() -> dict[str, str]:
-    return {"kcal/host": socket.gethostname(), "kcal/pid": str(os.getpid())}
+    """This process's host and pid, as hidden tags (assets/run_tags.py): bookkeeping for
+    fail_abandoned_runs, not something the runs list needs to show."""
+    return {RUNNER_HOST_TAG: socket.gethostname(), RUNNER_PID_TAG: str(os.getpid())}
 
 
 def _alive(pid: int) -> bool:
@@ -283,41 +298,81 @@ def _alive(pid: int) -> bool:
 def fail_abandoned_runs(instance: DagsterInstance) -> list[str]:
     """Mark failed the runs a killed kcal process left 'started' on this host (a SIGKILL gives it
     no chance to), so they neither show as running forever nor hold the scoring pool's slot that
-    the UI's queued runs wait for. Returns their run ids."""
-    stuck = instance.get_runs(
-        filters=RunsFilter(
-            statuses=[DagsterRunStatus.STARTED, DagsterRunStatus.STARTING],
-            tags={"kcal/host": socket.gethostname()},
+    the UI's queued runs wait for. Returns their run ids. Runs of an older kcal carry the tags
+    under their former visible names (LEGACY_RUNNER_TAGS): found the same way."""
+    abandoned = []
+    for host_tag, pid_tag in ((RUNNER_HOST_TAG, RUNNER_PID_TAG), *LEGACY_RUNNER_TAGS):
+        stuck = instance.get_runs(
+            filters=RunsFilter(
+                statuses=[DagsterRunStatus.STARTED, DagsterRunStatus.STARTING],
+                tags={host_tag: socket.gethostname()},
+            )
         )
-    )
-    pids = {run.run_id: run.tags.get("kcal/pid", "") for run in stuck}
-    abandoned = [run for run in stuck if pids[run.run_id].isdigit() and not _alive(int(pids[run.run_id]))]
-    for run in abandoned:
-        instance.report_run_failed(run, f"the kcal process (pid {run.tags['kcal/pid']}) that ran it is gone")
+        for run in stuck:
+            pid = run.tags.get(pid_tag, "")
+            if pid.isdigit() and not _alive(int(pid)):
+                instance.report_run_failed(run, f"the kcal process (pid {pid}) that ran it is gone")
+                abandoned.append(run)
     return [run.run_id for run in abandoned]
+
+
+@functools.cache
+def code_location_origin(workspace: Path = WORKSPACE) -> RemoteRepositoryOrigin:
+    """The repository of kcal's code location as the UI knows it: the origin Dagster derives from
+    workspace.yaml (the file `kcal ui` has `dagster dev` load), or, where kcal is installed without
+    the repository's workspace.yaml, the same location made from its module."""
+    if workspace.is_file():
+        locations = {
+            origin.location_name: origin for origin in location_origins_from_yaml_paths([str(workspace)])
+        }
+        location = locations[CODE_LOCATION]
+    else:
+        location = location_origin_from_module_name(DEFINITIONS_MODULE, None, None, CODE_LOCATION)
+    return RemoteRepositoryOrigin(location, REPOSITORY)
+
+
+@contextmanager
+def runs_from_code_location(instance: DagsterInstance, job_name: str) -> Iterator[None]:
+    """While it lasts, a run `instance` creates names `job_name` of kcal's code location as its
+    origin, as a run the UI launched does.
+
+    The UI's Overview timeline places a run by that origin (`Run.repositoryOrigin`, from the run's
+    remote_job_origin) and leaves out runs without one, which `execute_in_process` creates: it has
+    no workspace, takes no origin, and Dagster has no public way to give one. The smallest private
+    use: its one call of `DagsterInstance.create_run_for_job`, which accepts `remote_job_origin`,
+    gets it here, on this instance object only (tests/assets/test_run_origin.py notices a Dagster
+    that creates the run otherwise)."""
+    origin = RemoteJobOrigin(code_location_origin(), job_name)
+    instance.create_run_for_job = functools.partial(instance.create_run_for_job, remote_job_origin=origin)
+    try:
+        yield
+    finally:
+        del instance.create_run_for_job  # the class's method again
 
 
 def run_stage(
     instance: DagsterInstance, resources: dict, assets: Sequence[str], partition_key: str | None = None
 ) -> ExecuteInProcessResult:
     """Materialize `assets` (of one stage) as a run of their stage's job (assets/jobs.py), tagged
-    with the assets and this process, so the UI's runs list says what each CLI run did."""
+    with the assets and this process, so the UI's runs list says what each CLI run did, and with
+    the code location as its origin, so the Overview timeline shows it under its job."""
     definitions = Definitions(
         assets=all_assets, asset_checks=ASSET_CHECKS, jobs=STAGE_JOBS, resources=resources
     )
     job = definitions.resolve_job_def(STAGE_OF[assets[0]])
-    return job.execute_in_process(
-        run_config=QUIET_LOGS,
-        instance=instance,
-        partition_key=partition_key,
-        asset_selection=[AssetKey(a) for a in assets],
-        tags={
-            "kcal/source": "kcal (CLI)",
-            "kcal/assets": ", ".join(assets),
-            **runner_tags(),
-            **IN_CODE_LOCATION,
-        },
-    )
+    with runs_from_code_location(instance, job.name):
+        return job.execute_in_process(
+            run_config=QUIET_LOGS,
+            instance=instance,
+            partition_key=partition_key,
+            asset_selection=[AssetKey(a) for a in assets],
+            tags={
+                "kcal/source": "kcal (CLI)",
+                "kcal/assets": ", ".join(assets),
+                **runner_tags(),
+                **IN_CODE_LOCATION,
+            },
+        )
 
 
 def materialize_unpartitioned(home: Path, asset: str, settings: dict | None = None) -> None:

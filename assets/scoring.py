@@ -1,7 +1,7 @@
 """The scoring stage: log-likelihoods of every statement, per model × relation."""
 
 import polars as pl
-from dagster import AssetExecutionContext, asset
+from dagster import AssetExecutionContext, MetadataValue, asset
 
 from assets.instance import SCORING_POOL
 from assets.partitions import model_relation_partitions, one_dimension_of
@@ -11,6 +11,16 @@ from kcal_pipeline.scoring.models.provenance import weights_provenance
 from kcal_pipeline.scoring.partition import score_partition
 from resources import ModelProvider, ScoringSettings
 from resources.settings import reads, scoring_reads
+
+# The UI's "Plots" toggle charts every numeric metadata entry across partitions. Rates and sizes
+# (statements_per_s, tokens_per_s, statements, tokens) compare across partitions; how this run's work
+# went (chunks, chunks resumed from checkpoints, seconds) does not, so those are shown as text.
+RUN_COUNTERS = ("chunks", "chunks_resumed", "seconds")
+
+
+def plotted_fairly(metadata: dict) -> dict:
+    """The partition's metadata with the run's counters as text (not charted by the UI)."""
+    return {k: MetadataValue.text(str(v)) if k in RUN_COUNTERS else v for k, v in metadata.items()}
 
 
 @asset(
@@ -48,5 +58,7 @@ def statement_scores(
         stream=terminal_stream(),
     )  # the CLI's terminal, when `kcal demo` runs in one
     # which weights ran, in words (model_revision names the file only by its hash's origin)
-    context.add_output_metadata({**weights_provenance(entry, loaded.dtype), **result.metadata})
+    context.add_output_metadata(
+        {**weights_provenance(entry, loaded.dtype), **plotted_fairly(result.metadata)}
+    )
     return result.frame

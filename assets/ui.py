@@ -15,6 +15,16 @@ SIGTERM and SIGHUP itself: it sends SIGINT to the whole group (what a terminal's
 exited (a run worker) is ended the same way. A second Ctrl-C kills the group at once. Should the
 launcher itself be killed (SIGKILL), the kernel sends `dagster dev` SIGINT (Linux parent-death
 signal), so it still stops its services.
+
+Beside the UI, the launcher serves KCAL_HOME/reports over http (kcal_pipeline/core/report_server.py),
+in a thread of its own process: started once `dagster dev` is (no fork while it runs) and stopped
+when `dagster dev` has stopped; a killed launcher takes the thread, and its port, with it.
+
+`dagster dev` warns that `dg dev` supersedes it. `dg dev` needs another package (dagster-dg-cli,
+not installed with dagster 1.13) and a dg project layout (pyproject's [tool.dg], a `defs` module)
+where kcal has a workspace.yaml and one Definitions object. So kcal keeps `dagster dev`, and the
+launcher silences that one warning (-W matching its message: a category given to -W is imported at
+interpreter start-up, which fails for Dagster's).
 """
 
 from __future__ import annotations
@@ -26,6 +36,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 from kcal_pipeline.core.processes import signal_when_parent_dies
@@ -33,11 +44,14 @@ from kcal_pipeline.core.processes import signal_when_parent_dies
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 GRACE_S = 30.0  # dagster dev itself waits up to 60 s per service; a loaded 2-CPU machine needs ~5
 WORKSPACE = Path(__file__).resolve().parents[1] / "workspace.yaml"
+# dagster dev's SupersessionWarning (a FutureWarning), matched by the start of its message
+NO_SUPERSESSION_WARNING = "ignore:Function `dev_command` is superseded:FutureWarning"
 
 
 def dagster_dev(workspace: Path = WORKSPACE, host: str = "127.0.0.1", port: int | None = None) -> list[str]:
     """The `dagster dev` command line, run by this interpreter (the venv that has kcal)."""
-    command = [sys.executable, "-m", "dagster", "dev", "-w", str(workspace), "--host", host]
+    command = [sys.executable, "-W", NO_SUPERSESSION_WARNING, "-m", "dagster", "dev", "-w", str(workspace)]
+    command += ["--host", host]
     return command + (["--port", str(port)] if port else [])
 
 
@@ -88,18 +102,23 @@ def serve(
     env: Mapping[str, str] | None = None,
     grace: float = GRACE_S,
     log: Callable[[str], None] = lambda message: print(message, file=sys.stderr),
+    alongside: Sequence[AbstractContextManager] = (),
 ) -> int:
     """Run `command` (dagster dev) until it exits or a stop signal comes; returns its exit code, or
-    130 when it was stopped. No process of its group outlives this call."""
+    130 when it was stopped. No process of its group outlives this call. `alongside` (the report
+    server) are entered once the command has started and exited after its group has ended."""
     requests: list[int] = []
     previous = {s: signal.signal(s, lambda signum, frame: requests.append(signum)) for s in STOP_SIGNALS}
     mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # the child inherits the mask
     leader = None
+    companions = contextlib.ExitStack()
     try:
         env = None if env is None else dict(env)
         leader = subprocess.Popen(
             list(command), env=env, start_new_session=True, preexec_fn=signal_when_parent_dies(signal.SIGINT)
         )
+        for companion in alongside:
+            companions.enter_context(companion)
         stopping_since = None
         while leader.poll() is None:
             if requests and stopping_since is None:
@@ -118,6 +137,7 @@ def serve(
         if leader is not None:
             end_group(leader.pid, leader)
             leader.wait()
+        companions.close()
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         for signum, handler in previous.items():
             signal.signal(signum, handler)

@@ -63,10 +63,32 @@ def catalog_relations(requested: int) -> list[str]:
     return relation_ids()[:requested]
 
 
-class ScaleStore:
-    """Writes the store under `home` and grows it model by model (add_models)."""
+# Automated assets the synthetic store writes no file for: with `record_events`, their partitions
+# get a materialization event only, so the automation's tick sees a store with nothing to do.
+EVENT_ONLY_MODEL_TABLES = ("curves", "decision_thresholds", "report")
 
-    def __init__(self, home: Path, shape: StoreShape, log: Callable[[str], None] = lambda _: None):
+
+def model_kind(index: int) -> str:
+    """One model in five masked ("mlm": the fifth, tenth, ...), so family_comparison has M/5 pairs
+    to compare. A pair's table is every key both models have (≈ 1.2 M rows at the default sizes),
+    so the output itself grows with the pairs: a lab's few masked models among many causal ones."""
+    return "mlm" if index % 5 == 4 else "clm"
+
+
+class ScaleStore:
+    """Writes the store under `home` and grows it model by model (add_models). With
+    `record_events`, every partition written is also reported to the Dagster instance under
+    DAGSTER_HOME (assets.instance.get_instance) as a runless materialization carrying its data
+    version, and the dynamic partitions are registered, as if runs had made the store: what the
+    automation sensor and the UI's asset pages read."""
+
+    def __init__(
+        self,
+        home: Path,
+        shape: StoreShape,
+        log: Callable[[str], None] = lambda _: None,
+        record_events: bool = False,
+    ):
         from resources import default_resources
 
         self.home = Path(home)
@@ -81,6 +103,12 @@ class ScaleStore:
         self.estimates: dict[str, dict[str, pl.DataFrame]] = {}  # relation → table → first model's
         self.evaluation: dict[str, pl.DataFrame] = {}  # table → first model's
         self.models: list[str] = []
+        self.instance = None
+        if record_events:
+            from assets.instance import get_instance
+
+            self.instance = get_instance(self.home)
+        self.events_seconds = 0.0  # time spent reporting materializations (not writing files)
 
     # -- versions ---------------------------------------------------------------------------------
 
@@ -90,6 +118,30 @@ class ScaleStore:
 
         version = expected_version(self.home, table, dims, self.resources)
         write_parquet_atomic(frame, partition_path(self.home, table, dims), {DATA_VERSION_KEY: version})
+        self._record(table, dims, version)
+
+    def _record(self, table: str, dims: dict[str, str], version: str) -> None:
+        """The partition's materialization in the Dagster instance (with record_events)."""
+        if self.instance is None:
+            return
+        import time
+
+        from dagster import AssetMaterialization, MultiPartitionKey
+        from dagster._core.definitions.data_version import DATA_VERSION_TAG
+
+        started = time.perf_counter()
+        if {"model", "relation"} <= set(dims):
+            partition = str(MultiPartitionKey(dims))
+        else:
+            partition = dims.get("model") or dims.get("relation")
+        if "relation" in dims and "model" not in dims:
+            known = set(self.instance.get_dynamic_partitions("relation"))
+            if dims["relation"] not in known:
+                self.instance.add_dynamic_partitions("relation", [dims["relation"]])
+        self.instance.report_runless_asset_event(
+            AssetMaterialization(table, partition=partition, tags={DATA_VERSION_TAG: version})
+        )
+        self.events_seconds += time.perf_counter() - started
 
     # -- dataset ----------------------------------------------------------------------------------
 
@@ -177,12 +229,17 @@ class ScaleStore:
         registry = Registry(registry_path(self.home))
         added = []
         for _ in range(count):
-            entry = registry.add(ModelEntry(id=model_id(len(self.models)), kind="clm"))
+            index = len(self.models)
+            entry = registry.add(ModelEntry(id=model_id(index), kind=model_kind(index)))
             self.models.append(entry.key)
             added.append(entry)
+            if self.instance is not None:
+                self.instance.add_dynamic_partitions("model", [entry.key])
             for relation in self.relations:
                 self._write_partition(entry, relation)
             self._write_evaluation(entry)
+            for table in EVENT_ONLY_MODEL_TABLES:
+                self._record(table, {"model": entry.key}, f"scale-{table}-{entry.key}")
             self.log(f"wrote {entry.id}")
         self._write_cross_model()
         return [e.key for e in added]
@@ -194,7 +251,7 @@ class ScaleStore:
 
     def _write_partition(self, entry, relation: str) -> None:
         dims = {"model": entry.key, "relation": relation}
-        scores = self.scores(entry.id, relation)
+        scores = self.scores(entry.id, relation, entry.kind)
         self._write(scores, "statement_scores", dims)
         if relation not in self.estimates:  # the real estimation stage, once per relation
             self.estimates[relation] = estimate(scores, self.instances[relation], self.templates)
@@ -208,7 +265,7 @@ class ScaleStore:
         for table, frame in self.evaluation.items():
             self._write(perturbed(frame, entry.id, self.rng), table, dims)
 
-    def scores(self, model: str, relation: str) -> pl.DataFrame:
+    def scores(self, model: str, relation: str, kind: str = "clm") -> pl.DataFrame:
         """statement_scores of one partition: per-token log-probs summing to ll_sum; a model knows
         about half the instances (their gold options score ~2 nats higher under every template)."""
         from kcal_pipeline.scoring.partition import CARRIED, FINGERPRINT_COLUMN, KIND_COLUMN
@@ -236,7 +293,7 @@ class ScaleStore:
         offsets = np.concatenate([[0], np.cumsum(n_tokens)])
         frame = statements.select(CARRIED).with_columns(
             model_id=pl.lit(model),
-            **{KIND_COLUMN: pl.lit("clm")},
+            **{KIND_COLUMN: pl.lit(kind)},
             n_tokens=pl.Series(n_tokens, dtype=pl.Int32),
             ll_sum=pl.Series(ll_sum),
             ll_mean=pl.Series(ll_sum / n_tokens),
@@ -308,25 +365,48 @@ def evaluate(home: Path, key: str, resamples: int | None = None) -> dict[str, pl
     return {"metrics": metrics, "metric_differences": differences, "consistency": consistency}
 
 
-def cross_model_tables(home: Path) -> dict[str, pl.DataFrame]:
-    """cross_model_report (the leaderboard) and family_comparison over every model's metrics, the
-    latter with each model's kind from two columns of every statement_scores file (as the asset)."""
+def metrics_partitions(home: Path) -> list[dict[str, str]]:
+    """{'model': key} of every metrics file, in key order (as the IO manager maps them)."""
     from kcal_pipeline.core.storage import existing_partitions
-    from kcal_pipeline.evaluation.families import family_comparison, model_families
-    from kcal_pipeline.reporting.cross_model import leaderboard
 
-    metrics = pl.concat(
-        [pl.read_parquet(f) for f in existing_partitions(home, "metrics")], how="diagonal_relaxed"
+    return [{"model": f.parent.name.split("=", 1)[1]} for f in existing_partitions(home, "metrics")]
+
+
+def cross_model_report_inputs(home: Path) -> pl.DataFrame:
+    """What the cross_model_report asset's input reads: the OVERALL_ROWS of every metrics file,
+    with the IO manager's own reader (resources/parquet_io.py read_where)."""
+    from kcal_pipeline.reporting.selection import OVERALL_ROWS
+    from resources.parquet_io import read_where
+
+    return read_where(home, "metrics", metrics_partitions(home), OVERALL_ROWS)
+
+
+def family_comparison_inputs(home: Path) -> tuple[list[pl.LazyFrame], list[pl.LazyFrame]]:
+    """What the family_comparison asset's inputs are: one lazy scan per metrics file and one per
+    statement_scores file (model_id, model_kind), with the IO manager's scan_partition."""
+    from kcal_pipeline.core.storage import existing_partitions
+    from resources.parquet_io import scan_partition
+
+    scores = [
+        dict(part.split("=", 1) for part in f.parent.relative_to(home / "statement_scores").parts)
+        for f in existing_partitions(home, "statement_scores")
+    ]
+    return (
+        [scan_partition(home, "metrics", dims) for dims in metrics_partitions(home)],
+        [scan_partition(home, "statement_scores", dims, ["model_id", "model_kind"]) for dims in scores],
     )
-    kinds = pl.concat(
-        [
-            pl.read_parquet(f, columns=["model_id", "model_kind"])
-            for f in existing_partitions(home, "statement_scores")
-        ]
-    )
+
+
+def cross_model_tables(home: Path) -> dict[str, pl.DataFrame]:
+    """cross_model_report (the leaderboard) and family_comparison over every model, each read as
+    its asset reads it (the page's rows only; one metrics file at a time, a pair at a time)."""
+    from kcal_pipeline.evaluation.families import family_comparison_by_model, model_families_by_file
+    from kcal_pipeline.reporting.cross_model import leaderboard, overall_headline
+
+    metrics, scores = family_comparison_inputs(home)
     return {
-        "cross_model_report": leaderboard(metrics),
-        "family_comparison": family_comparison(metrics, model_families(kinds)).table,
+        "cross_model_report": leaderboard(overall_headline(cross_model_report_inputs(home))),
+        "family_comparison": family_comparison_by_model(metrics, model_families_by_file(scores)).table,
     }
 
 

@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/scale.py [--models 5,20,50] [--relations 60] [--home /tmp/scale]
                                     [--instances 100] [--templates 5] [--options 25] [--profile]
+                                    [--resamples B] [--steps REGEX] [--repeat N]
 
 Writes a seeded synthetic store (bench/_scale_store.py: the real catalog and schema, random but
 plausible scores, real estimation and evaluation outputs copied with perturbed confidences) and
@@ -12,22 +13,31 @@ peak memory does not hide in another's):
                independent of M)
   evaluation   metrics_and_differences (B = 1,000 bootstrap) of ONE model over every relation, as
                the metrics multi-asset calls it (once: independent of M)
-  cross_model  the cross_model_report asset's library calls over every model's metrics: reading
-               them, leaderboard, cross_model_figures, cross_model_page, write_report
-  family_comparison  reading every model's metrics and the model_id/model_kind columns of every
-               statement_scores file, the leaderboard and family_comparison (the cross_model stage's
-               tables)
+  cross_model  the cross_model_report asset's reads and library calls: the page's rows of every
+               model's metrics (the IO manager's `where` input filter, read_where), the headline
+               reduction once, leaderboard, cross_model_figures, cross_model_page, write_report
+  family_comparison  the family_comparison asset's: one lazy scan per metrics and per
+               statement_scores file (the IO manager's `lazy` input), model_families_by_file and
+               family_comparison_by_model (one model in five is masked: M/5 pairs)
   views        refresh_views on a store without kcal.duckdb (creates every view)
   sql:<name>   each named SQL report (`kcal sql --list`) through warehouse.query
   up_to_date   assets.runner.is_up_to_date for every partition written (model × relation, model
                and relation tables) — the runner's "nothing to do" check: each reads its file's
                recorded data version and every input file's footer (no data is read or hashed)
+  sensor_tick  the automation sensor's evaluation (evaluate_automation_conditions over the code
+               location's Definitions, as the daemon's tick) on the store's Dagster instance, where
+               the store writer reported every partition's materialization: the tick after a first
+               one (whose time the note gives); nothing is to do, so nothing is requested
+  ui:<page>    the GraphQL of the Dagster UI's asset pages for statement_scores (M × R partitions):
+               the catalog's partition counts, the asset page's partition health, one partition's
+               page, the event list — dagster_graphql's executor against workspace.yaml (the code
+               location's load and a first execution not timed)
 
 Peak memory is the child process's peak resident set (VmHWM: the whole process, imports
 included). R is capped at the catalog's relation count (the runner and the Dagster partitions only
-know catalog ids). --profile adds each step's cProfile top lines. Memory: the cross-model steps
-hold every model's metrics table (≈ 1.2 M rows, ≈ 300–450 MiB a model at the default sizes), so
-M = 50 needs ≈ 16–23 GiB; bench/README.md "Scale" has the numbers.
+know catalog ids). --profile adds each step's cProfile top lines. The cross-model steps read the
+page's rows, and one pair of models at a time: cross_model's memory stays near the imports' at any
+M, family_comparison's is its output (≈ 1.2 M rows a pair); bench/README.md "Scale" has the numbers.
 """
 
 from __future__ import annotations
@@ -40,6 +50,7 @@ import multiprocessing
 import os
 import platform
 import pstats
+import re
 import resource
 import shutil
 import subprocess
@@ -117,21 +128,25 @@ def step_evaluation(home: str, model: str, profile: bool):
 
 
 def step_cross_model(home: str, profile: bool):
-    import polars as pl
-
+    import resources.parquet_io  # noqa: F401  (the IO manager's reader: Dagster's import is not timed)
+    from bench._scale_store import cross_model_report_inputs
     from kcal_pipeline.core.paths import cross_model_report_path
-    from kcal_pipeline.core.storage import existing_partitions
-    from kcal_pipeline.reporting.cross_model import cross_model_figures, cross_model_page, leaderboard
+    from kcal_pipeline.reporting.cross_model import (
+        cross_model_figures,
+        cross_model_page,
+        leaderboard,
+        overall_headline,
+    )
     from kcal_pipeline.reporting.html import write_report
 
-    def work():
-        files = existing_partitions(Path(home), "metrics")
-        metrics = pl.concat([pl.read_parquet(f) for f in files], how="diagonal_relaxed")
-        board = leaderboard(metrics)
-        figures = cross_model_figures(metrics)
+    def work():  # as the cross_model_report asset: its input's rows, the headline reduction once
+        metrics = cross_model_report_inputs(Path(home))
+        overall = overall_headline(metrics)
+        board = leaderboard(overall)
+        figures = cross_model_figures(overall)
         meta = {"models": metrics["model_id"].n_unique(), "KCAL_HOME": home, "duckdb": ""}
-        write_report(cross_model_report_path(Path(home)), cross_model_page(metrics, meta, board, figures))
-        return f"{metrics.height:,} metric rows, {board.height} leaderboard rows"
+        write_report(cross_model_report_path(Path(home)), cross_model_page(overall, meta, board, figures))
+        return f"{metrics.height:,} metric rows read, {board.height} leaderboard rows"
 
     return _timed(work, profile)
 
@@ -158,9 +173,107 @@ def step_sql(home: str, name: str, profile: bool):
 
 
 def step_family_comparison(home: str, profile: bool):
-    from bench._scale_store import cross_model_tables
+    import resources.parquet_io  # noqa: F401  (the IO manager's reader: Dagster's import is not timed)
+    from bench._scale_store import family_comparison_inputs
+    from kcal_pipeline.evaluation.families import family_comparison_by_model, model_families_by_file
 
-    return _timed(lambda: f"{cross_model_tables(Path(home))['family_comparison'].height} rows", profile)
+    def work():  # as the family_comparison asset: one scan per file, a pair of models at a time
+        metrics, scores = family_comparison_inputs(Path(home))
+        result = family_comparison_by_model(metrics, model_families_by_file(scores))
+        return f"{result.pairs.height} pairs, {result.table.height:,} rows"
+
+    return _timed(work, profile)
+
+
+def step_sensor_tick(home: str, profile: bool):
+    """Two evaluations of the automation sensor's conditions (evaluate_automation_conditions over
+    the code location's Definitions, as the daemon's tick does) on the store's instance, where
+    every partition is materialized: the first tick (no cursor) and the next (its cursor)."""
+    import warnings
+
+    from dagster import evaluate_automation_conditions
+
+    from assets.automation import AUTOMATED
+    from assets.definitions import defs
+    from assets.instance import get_instance
+
+    instance = get_instance(Path(home))
+    first: dict = {}
+
+    def tick(cursor):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            result = evaluate_automation_conditions(defs, instance, cursor=cursor)
+        requested = sum(len(result.get_requested_partitions(key)) for key in AUTOMATED)
+        return result.cursor, requested
+
+    started = time.perf_counter()
+    first["cursor"], first["requested"] = tick(None)
+    first["seconds"] = time.perf_counter() - started
+
+    def work():
+        _, requested = tick(first["cursor"])
+        return (
+            f"{requested} partitions requested (first tick, no cursor: {first['seconds']:.2f} s, "
+            f"{first['requested']} requested)"
+        )
+
+    return _timed(work, profile)
+
+
+# The Dagster UI's asset pages, as GraphQL: the catalog's partition counts, statement_scores' page
+# (its partition keys and the health of every model × relation), one partition's page (its latest
+# materialization) and the asset's event list.
+UI_QUERIES = {
+    "ui:catalog": """query {
+  assetNodes { id assetKey { path }
+    partitionStats { numMaterialized numMaterializing numFailed numPartitions } }
+}""",
+    "ui:asset_page": """query($key: AssetKeyInput!) {
+  assetNodeOrError(assetKey: $key) { __typename ... on AssetNode { id
+    partitionKeysByDimension { name partitionKeys }
+    partitionStats { numMaterialized numPartitions }
+    assetPartitionStatuses { __typename
+      ... on MultiPartitionStatuses { primaryDimensionName
+        ranges { primaryDimStartKey primaryDimEndKey
+          secondaryDim { __typename ... on DefaultPartitionStatuses {
+            materializedPartitions failedPartitions materializingPartitions } } } }
+      ... on DefaultPartitionStatuses { materializedPartitions } } } }
+}""",
+    "ui:partition_page": """query($key: AssetKeyInput!, $partition: String!) {
+  assetOrError(assetKey: $key) { __typename ... on Asset {
+    assetMaterializations(partitions: [$partition], limit: 1) {
+      partition runId timestamp tags { key value } metadataEntries { label } } } }
+}""",
+    "ui:events": """query($key: AssetKeyInput!) {
+  assetOrError(assetKey: $key) { __typename ... on Asset {
+    assetMaterializations(limit: 100) { partition runId timestamp } } }
+}""",
+}
+
+
+def step_ui(home: str, name: str, partition: str, profile: bool):
+    """One of UI_QUERIES for statement_scores, through dagster_graphql's executor against the
+    workspace (workspace.yaml, its code location in a gRPC subprocess) on the store's instance; the
+    location's load and a first execution (a page opened in a running UI finds the workspace
+    loaded) are not timed."""
+    from dagster_graphql.test.utils import define_out_of_process_context, execute_dagster_graphql
+
+    from assets.instance import get_instance
+
+    instance = get_instance(Path(home))
+    workspace = str(Path(__file__).resolve().parent.parent / "workspace.yaml")
+    variables = {"key": {"path": ["statement_scores"]}, "partition": partition}
+    with define_out_of_process_context(workspace, None, instance) as context:
+        execute_dagster_graphql(context, UI_QUERIES[name], variables=variables)
+
+        def work():
+            result = execute_dagster_graphql(context, UI_QUERIES[name], variables=variables)
+            if result.errors:
+                return f"error: {str(result.errors[0])[:100]}"
+            return f"{len(str(result.data)):,} characters of JSON"
+
+        return _timed(work, profile)
 
 
 def step_up_to_date(home: str, models: list[str], relations: list[str], templates: int, profile: bool):
@@ -228,6 +341,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--templates", type=int, default=5)
     parser.add_argument("--options", type=int, default=25)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--resamples", type=int, default=None,
+        help="bootstrap B of the store's one real evaluation (default: the library's); the rows "
+        "written are the same, only their intervals differ",
+    )  # fmt: skip
+    parser.add_argument("--steps", default="", help="time only the steps whose name matches this regex")
+    parser.add_argument(
+        "--repeat", type=int, default=1,
+        help="run each step this many times (fresh processes) and keep the fastest: on a shared "
+        "machine one run's time is the machine's load as much as the step's",
+    )  # fmt: skip
     parser.add_argument("--profile", action="store_true", help="cProfile top lines of the growing steps")
     args = parser.parse_args(argv)
     sizes = [int(m) for m in args.models.split(",")]
@@ -237,9 +361,11 @@ def main(argv: list[str] | None = None) -> int:
     shutil.rmtree(home, ignore_errors=True)
     os.environ["KCAL_HOME"] = str(home)
     os.environ.setdefault("DAGSTER_HOME", str(home / ".dagster"))
-    shape = StoreShape(args.relations, args.instances, args.templates, args.options, args.seed)
+    shape = StoreShape(
+        args.relations, args.instances, args.templates, args.options, args.seed, args.resamples
+    )
     started = time.perf_counter()
-    store = ScaleStore(home, shape)
+    store = ScaleStore(home, shape, record_events=True)
     store.write_dataset()
     relations = store.relations
     capped = (
@@ -252,11 +378,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# R = {len(relations)} relations{capped}, {sizes_text} per relation; peak RSS: VmHWM")
     rows, once = [], False
     for m in sizes:
-        t0 = time.perf_counter()
+        t0, events = time.perf_counter(), store.events_seconds
         store.add_models(m - len(store.models))
         scores = sum(f.height for f in store.statements.values()) * m
         print(
-            f"# store M={m}: written in {time.perf_counter() - t0:.0f} s; {scores:,} statement scores",
+            f"# store M={m}: written in {time.perf_counter() - t0:.0f} s (of which reporting the "
+            f"materializations to Dagster {store.events_seconds - events:.0f} s); "
+            f"{scores:,} statement scores",
             flush=True,
         )
         steps = []
@@ -279,10 +407,18 @@ def main(argv: list[str] | None = None) -> int:
                 "up_to_date",
                 step_up_to_date,
                 (str(home), list(store.models), relations, shape.templates, args.profile),
-            )
+            ),
+            ("sensor_tick", step_sensor_tick, (str(home), args.profile)),
         ]
-        for name, fn, fn_args in steps:
-            seconds, peak, note, top = in_child(fn, *fn_args)
+        from dagster import MultiPartitionKey
+
+        last = str(MultiPartitionKey({"model": store.models[-1], "relation": relations[-1]}))
+        steps += [(name, step_ui, (str(home), name, last, args.profile)) for name in UI_QUERIES]
+        for name, fn, fn_args in [step for step in steps if re.search(args.steps, step[0])]:
+            runs = [in_child(fn, *fn_args) for _ in range(args.repeat)]
+            seconds, peak, note, top = min(runs, key=lambda run: run[0])
+            if args.repeat > 1:
+                note += f" (fastest of {args.repeat}: {', '.join(f'{run[0]:.2f}' for run in runs)} s)"
             rows.append((name, m, len(relations), seconds, peak, note))
             print(
                 f"{name:28s} M={m:<3d} R={len(relations):<3d} {seconds:9.2f} s {peak:8.0f} MiB  {note}",

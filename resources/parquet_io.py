@@ -17,7 +17,14 @@ from dagster import (
 from pydantic import PrivateAttr
 
 from kcal_pipeline.core.paths import kcal_home
-from kcal_pipeline.core.storage import partition_path, read_partitions, table_has_data, write_parquet_atomic
+from kcal_pipeline.core.storage import (
+    BadFileError,
+    partition_path,
+    read_partitions,
+    rebuild_hint,
+    table_has_data,
+    write_parquet_atomic,
+)
 from kcal_pipeline.core.versions import DATA_VERSION_KEY, data_version, input_versions
 from kcal_pipeline.core.warehouse import refresh_views
 from kcal_pipeline.dataset.relations import relation_label
@@ -51,9 +58,13 @@ class ParquetIOManager(ConfigurableIOManager):
     """Atomic writes (temp file + rename); an unchanged partition keeps its file untouched.
 
     Inputs load the upstream partitions Dagster maps to the step (one relation, or every
-    materialized relation of one model), concatenated in key order. An input declared with
-    `AssetIn(metadata={"columns": [...]})` reads only those columns (a cross-model step that needs
-    two columns of every statement_scores file reads just them).
+    materialized relation of one model), concatenated in key order. A cross-model step reads every
+    model, so its input metadata can keep it to what it uses:
+    `AssetIn(metadata={"columns": [...]})` reads only those columns;
+    `{"where": {"split": "test", ...}}` only the rows equal to those literal values (a predicate
+    pushed into the Parquet scan: no full table is held); `{"lazy": True}` loads nothing and hands
+    the step one polars LazyFrame per partition file (key → scan, in key order), so it reads the
+    files one at a time. The files count as read either way (the data version depends on them all).
     """
 
     home: str = ""
@@ -122,12 +133,14 @@ class ParquetIOManager(ConfigurableIOManager):
         home = kcal_home(self.home or None)
         step = context.step_context
         read = self._read.setdefault((step.run_id, step.step.key), [])
-        columns = (context.definition_metadata or {}).get("columns")
+        options = context.definition_metadata or {}
+        columns, where, lazy = options.get("columns"), options.get("where"), options.get("lazy", False)
         if not context.has_asset_partitions:
             read.append(partition_path(home, table_name(context)))
             return read_partitions(home, table_name(context), [{}], columns)
         pdef, table = context.asset_partitions_def, table_name(context)
-        dims = [partition_dims(pdef, k) for k in sorted(context.asset_partition_keys)]
+        keys = sorted(context.asset_partition_keys)
+        dims = [partition_dims(pdef, k) for k in keys]
         if len(dims) > 1:
             # A per-model step reads every relation of the model: it summarises the relations
             # that are materialized and says which are not, rather than refusing to run.
@@ -138,6 +151,82 @@ class ParquetIOManager(ConfigurableIOManager):
                     f"{table}: {len(missing)} of {len(dims)} upstream partitions are not "
                     f"materialized and are left out: {missing}"
                 )
+                keys = [k for k, d in zip(keys, dims, strict=True) if d in present]
                 dims = present
         read.extend(partition_path(home, table, d) for d in dims)
+        if lazy:
+            return {k: scan_partition(home, table, d, columns) for k, d in zip(keys, dims, strict=True)}
+        if where:
+            return read_where(home, table, dims, where, columns)
         return read_partitions(home, table, dims, columns)
+
+
+def scan_partition(
+    home: Path, table: str, dims: dict[str, str], columns: list[str] | None = None
+) -> pl.LazyFrame:
+    """One partition file as a lazy scan (only `columns` of it, those the file has, when given)."""
+    path = partition_path(home, table, dims)
+    scan = pl.scan_parquet(path)
+    if columns is not None:
+        present = pl.read_parquet_schema(path)
+        scan = scan.select([c for c in columns if c in present])
+    return scan
+
+
+def equal_to(where: dict, schema: dict, what: str) -> pl.Expr:
+    """The predicate `column == value` for every item of `where`: literal values only (str, int,
+    float, bool), on columns the file has; anything else is an error naming it."""
+    if not isinstance(where, dict) or not where:
+        raise ValueError(
+            f"{what}: input filter 'where' must be a non-empty mapping column → value, got {where!r}"
+        )
+    for column, value in where.items():
+        if column not in schema:
+            raise ValueError(
+                f"{what}: input filter on column {column!r}, which the file lacks (has {list(schema)})"
+            )
+        if not isinstance(value, bool | int | float | str):
+            raise ValueError(
+                f"{what}: input filter {column!r} = {value!r}: only str, int, float or bool literals"
+            )
+        if not _comparable(value, schema[column]):
+            raise ValueError(
+                f"{what}: input filter {column!r} = {value!r}: a {type(value).__name__} cannot equal "
+                f"the column's {schema[column]} values"
+            )
+    return pl.all_horizontal([pl.col(c) == pl.lit(v) for c, v in where.items()])
+
+
+def _comparable(value: bool | int | float | str, dtype: pl.DataType) -> bool:
+    if isinstance(value, bool):
+        return dtype == pl.Boolean
+    if isinstance(value, int | float):
+        return dtype.is_numeric()
+    return dtype in (pl.String, pl.Categorical) or isinstance(dtype, pl.Enum)
+
+
+def read_where(
+    home: Path, table: str, partitions: list[dict[str, str]], where: dict, columns: list[str] | None = None
+) -> pl.DataFrame:
+    """The rows of each partition whose columns equal `where`'s values (and only `columns` of them,
+    those the file has, when given), concatenated in the order given: the predicate is pushed into
+    each file's scan, so the step holds only the matching rows, one file read at a time."""
+    frames = []
+    for dims in partitions:
+        path = partition_path(home, table, dims)
+        if not path.exists():
+            raise FileNotFoundError(f"table {table!r} has no data for partition {dims}: {path} is missing")
+        try:
+            schema = pl.read_parquet_schema(path)
+            scan = pl.scan_parquet(path).filter(equal_to(where, schema, str(path)))
+            if columns is not None:
+                scan = scan.select([c for c in columns if c in schema])
+            frames.append(scan.collect())
+        except (OSError, pl.exceptions.PolarsError) as exc:
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise BadFileError(
+                f"{path}: not a readable Parquet file ({reason}); {rebuild_hint(table, dims)}"
+            ) from exc
+    if not frames:
+        raise ValueError(f"no partitions of table {table!r} requested")
+    return pl.concat(frames, how="diagonal_relaxed")

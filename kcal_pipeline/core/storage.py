@@ -95,8 +95,9 @@ def write_parquet_atomic(frame: pl.DataFrame, path: Path, metadata: dict[str, st
             tmp.unlink()
 
 
-def write_text_atomic(path: Path, text: str, mode: int = 0o644) -> Path:
-    """Write text beside the target and os.replace it: readers never see a half-written file.
+def write_bytes_atomic(path: Path, data: bytes, mode: int = 0o644) -> Path:
+    """Write bytes beside the target and os.replace it: readers (the report server too) never see
+    a half-written file.
 
     mkstemp creates 0600 files; `mode` widens that so e.g. a web server can serve a report.
     """
@@ -104,9 +105,9 @@ def write_text_atomic(path: Path, text: str, mode: int = 0o644) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        with os.fdopen(fd, "wb") as fh:
             os.fchmod(fh.fileno(), mode)
-            fh.write(text)
+            fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
@@ -115,6 +116,11 @@ def write_text_atomic(path: Path, text: str, mode: int = 0o644) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def write_text_atomic(path: Path, text: str, mode: int = 0o644) -> Path:
+    """write_bytes_atomic of UTF-8 text."""
+    return write_bytes_atomic(path, text.encode("utf-8"), mode)
 
 
 class BadFileError(ValueError):

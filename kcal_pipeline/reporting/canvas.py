@@ -128,12 +128,17 @@ def svg(fig: Figure, label: str) -> str:
     return f'{head} style="{style}" role="img" aria-label="{label}" class="figure">{rest}'
 
 
-def png_data_uri(fig: Figure, label: str, dpi: int = 100) -> str:
-    """The figure as a PNG data: URI (checked first), e.g. for Dagster's markdown metadata."""
+def png_bytes(fig: Figure, label: str, dpi: int = 100) -> bytes:
+    """The figure as PNG (checked first: an empty figure is an error naming `label`)."""
     assert_not_empty(fig, label)
     buffer = io.BytesIO()
     _save(fig, buffer, format="png", dpi=dpi)
-    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+    return buffer.getvalue()
+
+
+def png_data_uri(fig: Figure, label: str, dpi: int = 100) -> str:
+    """The figure as a PNG data: URI, e.g. for Dagster's markdown metadata."""
+    return "data:image/png;base64," + base64.b64encode(png_bytes(fig, label, dpi)).decode("ascii")
 
 
 def grid(count: int, columns: int = COLUMNS, panel: float = PANEL_INCHES, extra_height: float = 0.0):

@@ -18,12 +18,21 @@ from kcal_pipeline.reporting.sections import Section, figure_section, page, run_
 from kcal_pipeline.reporting.selection import (
     ACCURACY,
     CALIBRATION,
+    OVERALL_ROWS,
     PROPER_SCORE,
     RANKING,
     headline,
     label,
     main_estimators,
 )
+
+
+def overall_headline(metrics: pl.DataFrame) -> pl.DataFrame:
+    """The headline rows over all relations (OVERALL_ROWS under each estimator's headline
+    reduction): all the page uses. Idempotent, so a caller computes it once on the full table and
+    passes the result to leaderboard, cross_model_figures and cross_model_page."""
+    return headline(metrics.filter(pl.col("scope") == OVERALL_ROWS["scope"]))
+
 
 # The columns of sql/queries/leaderboard.sql: named after the metrics of the report roles.
 LEADERBOARD_SCHEMA = {
@@ -47,7 +56,7 @@ def leaderboard(metrics: pl.DataFrame) -> pl.DataFrame:
     with its interval, and the best-calibrated estimator, the probability-valued one with the
     lowest ACE among those that answer as many headline instances as Base (ties: the first name),
     with its ACE interval, Brier and AUROC, and Base's ACE to read the gain against."""
-    overall = headline(metrics).filter(pl.col("scope") == "all")
+    overall = overall_headline(metrics)
     rows = []
     for (model,), own in overall.group_by("model_id", maintain_order=True):
         base = own.filter((pl.col("estimator") == BASELINE) & (pl.col("metric") == ACCURACY))
@@ -82,7 +91,7 @@ def leaderboard(metrics: pl.DataFrame) -> pl.DataFrame:
 
 def _overall_points(metrics: pl.DataFrame, names: Iterable[str]) -> pl.DataFrame:
     """model, estimator, label, metric, value, ci_low, ci_high of the main estimators, scope all."""
-    overall = headline(metrics).filter((pl.col("scope") == "all") & pl.col("metric").is_in(list(names)))
+    overall = overall_headline(metrics).filter(pl.col("metric").is_in(list(names)))
     main = main_estimators(overall["estimator"].unique().to_list())
     order = {e: k for k, e in enumerate(main)}
     return (
@@ -135,6 +144,7 @@ NO_MODELS = "No model has metrics on the test split yet: run kcal demo (or mater
 
 
 def cross_model_figures(metrics: pl.DataFrame) -> dict[str, Figure | str]:
+    metrics = overall_headline(metrics)  # once for both figures
     points = ace_accuracy_points(metrics)
     compared = _overall_points(metrics, [m for m, _ in COMPARED_METRICS]).filter(pl.col("value").is_finite())
     shown = [(m, title) for m, title in COMPARED_METRICS if m in set(compared["metric"].to_list())]

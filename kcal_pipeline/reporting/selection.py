@@ -24,6 +24,9 @@ PROPER_SCORE = metric_for("proper_score")
 RANKING = metric_for("ranking")
 CONFIDENCE_LEVEL = metric_for("confidence_level")
 INTERVAL_METRICS = tuple((m, METRICS[m].label) for m in (ACCURACY, CALIBRATION, PROPER_SCORE, RANKING))
+# The only metrics rows the page across models reads (the headline selection over all relations,
+# before each estimator's headline reduction): its asset reads just these from every model's file.
+OVERALL_ROWS = {"split": HEADLINE_SPLIT, "answer_space_k": FULL_ANSWER_SPACE, "scope": "all"}
 
 
 def main_estimators(present: Iterable[str]) -> list[str]:

@@ -11,6 +11,7 @@ import assets.runner as runner
 from assets.definitions import STAGE_ASSETS, all_assets, defs
 from assets.jobs import ON_DEMAND, stage_jobs, stage_partitions
 from assets.partitions import model_partitions, relation_partitions
+from assets.run_tags import STAGE_TAG
 from assets.runner import CROSS_MODEL, STAGE_OF, STAGES, RunContext, Step, derive_steps
 
 
@@ -45,7 +46,7 @@ def test_the_jobs_are_the_groups_the_ui_lists_each_of_one_partitions_definition(
         assert {k.to_user_string() for k in selected} == set(STAGE_ASSETS[name])
         specs = [s for s in defs.resolve_all_asset_specs() if s.key in selected]
         assert len({s.partitions_def for s in specs}) == 1, name
-        assert jobs[name].tags["kcal/stage"] == name
+        assert jobs[name].tags[STAGE_TAG] == name
 
 
 def test_what_runs_only_on_demand_says_so_and_names_a_command_the_cli_accepts():

@@ -109,7 +109,7 @@ def test_disk_full_keeps_checkpoints_and_old_file_and_the_next_run_resumes(home,
     assert resumed.success
     assert calls == []  # resumed from the checkpoints: no chunk rescored
     meta = resumed.asset_materializations_for_node("statement_scores")[0].metadata
-    assert (meta["chunks_resumed"].value, meta["chunks"].value) == (CHUNKS, CHUNKS)
+    assert (meta["chunks_resumed"].value, meta["chunks"].value) == (str(CHUNKS), str(CHUNKS))
     stored = pl.read_parquet(target)
     assert stored["statement_id"].to_list() == STATEMENTS["statement_id"].to_list()  # none duplicated
     assert not checkpoints.exists()  # dropped once the final file is stored

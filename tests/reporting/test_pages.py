@@ -5,6 +5,7 @@ the curves table, the cross-model leaderboard, the Dagster metadata, and atomic 
 
 import re
 import shutil
+import urllib.request
 from html.parser import HTMLParser
 
 import polars as pl
@@ -217,14 +218,22 @@ def test_the_leaderboard_is_the_argmin_of_ace_among_estimators_answering_every_i
     )
 
 
-def test_the_report_assets_metadata_shows_tables_plots_and_a_link(report_store, tmp_path):
+def test_the_report_assets_metadata_shows_tables_plots_and_a_link(report_store, tmp_path, monkeypatch):
+    """What the UI shows without a click (assets/reporting.py): narrow tables, plot images as short
+    markdown links to PNG files that `kcal ui`'s report server serves, and the page over http on
+    KCAL_REPORTS_PORT."""
     from dagster import AssetKey, DagsterInstance, materialize
 
     from assets.definitions import all_assets
+    from assets.reporting import INLINE_MARKDOWN_CHARS
+    from kcal_pipeline.core.report_server import ReportServer, reports_dir
     from resources import default_resources
+    from tests.ui.server import free_port
 
     home = tmp_path / "store"
     shutil.copytree(report_store, home, ignore=shutil.ignore_patterns("dagster", "kcal.duckdb*", ".lock*"))
+    port = free_port()
+    monkeypatch.setenv("KCAL_REPORTS_PORT", str(port))
     instance = DagsterInstance.ephemeral()
     instance.add_dynamic_partitions("model", [KEY])
     resources = default_resources(home=str(home))
@@ -233,23 +242,45 @@ def test_the_report_assets_metadata_shows_tables_plots_and_a_link(report_store, 
     )
     meta = result.asset_materializations_for_node("report")[0].metadata
     page = report_path(home, KEY)
-    assert meta["report"].value == page.as_uri() and meta["report_path"].value == str(page)
-    assert meta["summary"].value.splitlines()[0].startswith("| relation | instances | accuracy |")
-    assert "|---:|" in meta["summary"].value.splitlines()[1] or "---:" in meta["summary"].value
-    assert (
-        meta["intervals"].value.splitlines()[0]
-        == "| estimator | reduction | instances | accuracy | ACE | Brier | AUROC |"
-    )
-    images = re.findall(r"!\[(\w+)\]\(data:image/png;base64,([A-Za-z0-9+/=]+)\)", meta["plots"].value)
+    assert meta["report"].value == f"http://127.0.0.1:{port}/model={KEY}/report.html"
+    assert meta["report_path"].value == str(page)
+
+    def table(name: str) -> tuple[list[str], list[dict]]:
+        value = meta[name].value
+        return [c.name for c in value.schema.columns], [r.data for r in value.records]
+
+    columns, rows = table("summary")
+    assert columns == ["relation", "instances", "accuracy", "ace_base", "ace_margin"]
+    assert rows[-1]["relation"] == "all" and re.fullmatch(r"\d\.\d{3}", rows[-1]["accuracy"])
+    columns, rows = table("intervals")
+    assert columns == ["estimator", "n", "accuracy", "ACE"] and rows[0]["estimator"] == "Base"
+    assert all(re.fullmatch(r"\d\.\d{3} \[\d\.\d{3}, \d\.\d{3}\]|undefined", r["ACE"]) for r in rows)
+    plots_md = meta["plots"].value
+    assert len(plots_md) < INLINE_MARKDOWN_CHARS  # shown in place, not behind [Show Markdown]
+    images = re.findall(r"!\[([\w-]+)\]\((http://[^)]+)\)", plots_md)
     assert [name for name, _ in images] == ["reliability", "selective"]
-    assert all(len(data) < 400_000 for _, data in images)  # small: the run database keeps them
     result = materialize(
         all_assets, selection=[AssetKey("cross_model_report")], instance=instance, resources=resources
     )
     meta = result.asset_materializations_for_node("cross_model_report")[0].metadata
-    assert meta["report"].value == cross_model_report_path(home).as_uri()
-    assert meta["leaderboard"].value.splitlines()[0].startswith("| model_id | instances | accuracy |")
-    assert meta["plots"].value.startswith("![ace-accuracy](data:image/png;base64,")
+    assert meta["report"].value == f"http://127.0.0.1:{port}/index.html"
+    columns, rows = table("leaderboard")
+    assert columns == ["model_id", "instances", "accuracy", "best_calibrated", "ACE", "Base ACE"]
+    assert rows[0]["model_id"] == MODEL_ID
+    board_images = re.findall(r"!\[([\w-]+)\]\((http://[^)]+)\)", meta["plots"].value)
+    assert [name for name, _ in board_images] == ["ace-accuracy"]
+    # every link opens through the report server: the pages, and the plots as PNG images
+    with ReportServer(reports_dir(home), port):
+        for url in [
+            f"http://127.0.0.1:{port}/model={KEY}/report.html",
+            f"http://127.0.0.1:{port}/index.html",
+        ]:
+            with urllib.request.urlopen(url, timeout=10) as response:
+                assert b"<html" in response.read(200).lower()
+        for _, url in images + board_images:
+            with urllib.request.urlopen(url, timeout=10) as response:
+                assert response.headers["Content-Type"] == "image/png"
+                assert response.read().startswith(b"\x89PNG")
 
 
 def test_a_page_that_fails_to_render_leaves_the_old_page(report_store, tmp_path):

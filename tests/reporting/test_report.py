@@ -273,13 +273,18 @@ def test_the_reliability_diagrams_read_the_calibration_bins_and_the_metrics_ace(
     assert base.lines[1].get_xydata().tolist() == [list(r) for r in bins.select("x", "y").rows()]
 
 
-def test_write_report_is_atomic(tmp_path):
+def test_write_report_is_atomic(tmp_path, monkeypatch):
     target = tmp_path / "reports" / "index.html"
     assert write_report(target, "<p>one</p>") == target
     write_report(target, "<p>two</p>")
     assert target.read_text(encoding="utf-8") == "<p>two</p>"
-    with pytest.raises(TypeError, match=r"write\(\) argument must be str, not None"):
-        write_report(target, None)  # fails mid-write: the old page survives, no temp file is left
+
+    def disk_error(fd):  # the disk fails after the new page's bytes went to the temp file
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "fsync", disk_error)
+    with pytest.raises(OSError, match="Input/output error"):
+        write_report(target, "<p>three</p>")  # fails mid-write: the old page survives, no temp file is left
     assert target.read_text(encoding="utf-8") == "<p>two</p>"
     assert os.listdir(target.parent) == ["index.html"]
 

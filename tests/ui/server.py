@@ -1,10 +1,12 @@
-"""`kcal ui` for a test: started on a free 127.0.0.1 port over a temporary KCAL_HOME and
-DAGSTER_HOME, found up through its HTTP API, and proven stopped (every process it started gone)."""
+"""`kcal ui` for a test: started on a free 127.0.0.1 port (and its report server on another, through
+KCAL_REPORTS_PORT) over a temporary KCAL_HOME and DAGSTER_HOME, found up through its HTTP API, and
+proven stopped (every process it started gone, both ports closed)."""
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import http.client
 import json
 import os
 import signal
@@ -81,6 +83,7 @@ class UiServer:
     proc: subprocess.Popen
     port: int
     log: Path
+    reports_port: int
     pty_master: int | None = None
     sessions: set[int] = field(default_factory=set)  # seen by stop_and_check: kill_everything's scope
     _drain: threading.Thread | None = field(default=None, repr=False)
@@ -88,6 +91,19 @@ class UiServer:
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def reports_url(self) -> str:
+        return f"http://127.0.0.1:{self.reports_port}"
+
+    def reports_status(self, path: str = "/") -> int:
+        """The report server's HTTP status for `path` (raises OSError when nothing listens)."""
+        connection = http.client.HTTPConnection("127.0.0.1", self.reports_port, timeout=10)
+        try:
+            connection.request("GET", path)
+            return connection.getresponse().status
+        finally:
+            connection.close()
 
     def log_tail(self, chars: int = 4000) -> str:
         return self.log.read_text(errors="replace")[-chars:] if self.log.exists() else ""
@@ -160,7 +176,10 @@ def start_ui(
     `log`); DAGSTER_HOME is `dagster_home`. fast_daemon: the daemon's backfill loop every 2 s
     (tests/ui/fast_daemon)."""
     port = free_port()
+    while (reports_port := free_port()) == port:
+        pass
     env = {**os.environ, "DAGSTER_HOME": str(dagster_home), "PYTHONUNBUFFERED": "1"}
+    env["KCAL_REPORTS_PORT"] = str(reports_port)
     if fast_daemon:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(FAST_DAEMON), env.get("PYTHONPATH")]))
     env.pop("KCAL_HOME", None)
@@ -172,13 +191,13 @@ def start_ui(
                 command, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True, preexec_fn=preexec,
             )  # fmt: skip
-        return UiServer(proc, port, log)
+        return UiServer(proc, port, log, reports_port)
     master, slave = os.openpty()
     proc = subprocess.Popen(
         command, env=env, stdin=slave, stdout=slave, stderr=slave, start_new_session=True, preexec_fn=preexec
     )
     os.close(slave)
-    server = UiServer(proc, port, log, pty_master=master)
+    server = UiServer(proc, port, log, reports_port, pty_master=master)
 
     def drain() -> None:  # the pty's output into the log (a full pty would block the server)
         with log.open("ab") as out:
@@ -199,7 +218,7 @@ def start_ui(
 
 def stop_and_check(server: UiServer, send, bound: float = STOP_BOUND_S, exit_code: int = 130) -> float:
     """Stop the server with `send()` and assert that every process it started is gone within
-    `bound` s (and its port closed); returns the seconds it took."""
+    `bound` s (and its ports closed: the UI's and the report server's); returns the seconds it took."""
     tree = process_tree(server.proc.pid)
     # dagster dev (its own session, made by the launcher) with its webserver, daemon, code server
     sessions = {int(f[3]) for pid in tree if (f := _stat(pid))}
@@ -218,8 +237,9 @@ def stop_and_check(server: UiServer, send, bound: float = STOP_BOUND_S, exit_cod
     alive = [(pid, cmdline(pid)) for pid in left]
     assert not left, f"alive {took:.1f} s after the stop: {alive}\n{server.log_tail()}"
     assert server.proc.wait(timeout=5) == exit_code, server.log_tail()
-    with socket.socket() as sock:
-        assert sock.connect_ex(("127.0.0.1", server.port)) != 0, "the webserver's port still accepts"
+    for port, what in ((server.port, "the webserver"), (server.reports_port, "the report server")):
+        with socket.socket() as sock:
+            assert sock.connect_ex(("127.0.0.1", port)) != 0, f"{what}'s port still accepts"
     if server.pty_master is not None:
         with contextlib.suppress(OSError):
             os.close(server.pty_master)

@@ -2,13 +2,21 @@
 Chromium (Debian's, driven by Playwright) opens the asset graph and statement_scores, launches a
 backfill of two scoring partitions from the Materialize dialog, and the backfill succeeds: the
 Parquet files appear under KCAL_HOME, the DuckDB views see their rows, and the UI shows the
-partitions' metadata. Then the UI stops, with every process it started.
+partitions' metadata. Then the rest of the pipeline runs in this process, as `kcal demo` would
+(estimation, evaluation, the report, the cross-model page), and the browser checks what issue 34
+asked of the UI: the report asset's page shows its plot images without a click (edge 3); its
+`report` link opens the HTML report over http, from `kcal ui`'s report server (edge 4); on that
+report every ACE value lies within its 95 % interval (edge 6) and the Run table names the weights
+file, quantization, dtype, revision, code version and date (edge 9); the Catalog's selection box
+offers `tag:accuracy` for "accuracy" (edge 13); and Overview → Timeline shows the probe's CLI runs
+(edge 1). Then the UI stops, with every process it started.
 
 The probe: the embedded SmolLM2, relations P36 and P30, 4 instances, 1 template, 5 options each
-(the dataset stages are materialized in-process before the server starts; nothing is scored). The
-automation sensor (`kcal_automation_sensor`, RUNNING by default) would score these missing
-partitions itself and race the UI's backfill, so it is stopped in the temporary instance first
-(`dagster sensor stop`); the test then asserts that the backfill's two runs are the only runs.
+(the dataset stages are materialized in-process as the CLI runs them, before the server starts;
+nothing is scored). The automation sensor (`kcal_automation_sensor`, RUNNING by default) would
+score these missing partitions itself and race the UI's backfill, so it is stopped in the
+temporary instance first (`dagster sensor stop`); the test then asserts that the backfill's two
+runs are the only runs.
 
 Screenshots go to $KCAL_TEST_ARTIFACTS (else the test's tmp_path/artifacts); their paths are
 printed. Without a chromium binary the test skips, naming it and how to install it."""
@@ -26,6 +34,8 @@ import polars as pl
 import pytest
 
 from assets.definitions import STAGE_ASSETS
+from kcal_pipeline.core.paths import report_path
+from kcal_pipeline.core.report_server import REPORTS_PORT_ENV, report_url
 from kcal_pipeline.core.storage import partition_path
 from kcal_pipeline.core.warehouse import query
 from kcal_pipeline.scoring.models import DEFAULT_MODEL
@@ -59,11 +69,9 @@ def artifacts_dir(tmp_path: Path) -> Path:
 
 def build_probe(home: Path) -> None:
     """The dataset stages for RELATIONS (facts of those relations only), in this process, on the
-    instance under DAGSTER_HOME; the probe's relations and the model become partitions."""
-    from dagster import AssetKey, materialize
-
-    from assets.definitions import all_assets
-    from assets.runner import QUIET_LOGS, get_instance, sync_model_partitions, sync_relation_partitions
+    instance under DAGSTER_HOME, each a run of its stage's job as the CLI starts it (run_stage);
+    the probe's relations and the model become partitions."""
+    from assets.runner import get_instance, run_stage, sync_model_partitions, sync_relation_partitions
     from resources import default_resources
 
     instance = get_instance(home)
@@ -72,16 +80,7 @@ def build_probe(home: Path) -> None:
     resources = default_resources(home=str(home), **PROBE)
 
     def run(assets: list[str], partition: str | None = None) -> None:
-        selection = [AssetKey(a) for a in assets]
-        result = materialize(
-            all_assets,
-            selection=selection,
-            partition_key=partition,
-            instance=instance,
-            resources=resources,
-            run_config=QUIET_LOGS,
-        )
-        assert result.success
+        assert run_stage(instance, resources, assets, partition).success
 
     run(["relations", "templates"])
     for relation in RELATIONS:
@@ -99,6 +98,87 @@ def stop_automation_sensor(home: Path, dagster_home: Path) -> None:
         cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert done.returncode == 0 and "Stopped sensor kcal_automation_sensor" in done.stdout, done.stderr
+
+
+def evaluate_the_probe(home: Path) -> None:
+    """The model's estimates on both scored relations, then its evaluation stage (metrics, curves,
+    report, ...), each a run of its stage's job as the CLI starts it. (`kcal demo`'s run_missing
+    would also build the data-quality table from every catalog relation's facts: minutes more.)"""
+    from assets.runner import get_instance, run_stage
+    from resources import default_resources
+
+    instance, resources = get_instance(home), default_resources(home=str(home), **PROBE)
+    for relation in RELATIONS:
+        assert run_stage(instance, resources, list(STAGE_ASSETS["estimation"]), f"{MODEL}|{relation}").success
+    assert run_stage(instance, resources, list(STAGE_ASSETS["evaluation"]), MODEL).success
+
+
+def check_the_report_in_the_ui(page, server: UiServer, home: Path, shot) -> None:
+    """Edges 3, 4, 6 and 9 of issue 34 on the report asset's page and the report it links."""
+    from playwright.sync_api import expect
+
+    # Edge 3: the plots on the asset's page without a click, images the report server sends.
+    page.goto(f"{server.url}/assets/report")
+    plots = page.locator(f"img[src^='{server.reports_url}/model={MODEL}/plots/']")
+    expect(plots.first).to_be_visible()
+    assert plots.count() >= 2  # the reliability diagrams and the selective curves
+    for index in range(plots.count()):
+        plots.nth(index).scroll_into_view_if_needed()
+        page.wait_for_function(
+            "img => img.complete && img.naturalWidth > 0", arg=plots.nth(index).element_handle()
+        )
+    expect(page.get_by_text("[Show Markdown]")).to_have_count(0)  # nothing of the report behind a click
+    shot("08_report_asset_plots")
+
+    # Edge 4: its `report` link opens the report over http (a new tab, as the UI opens links).
+    url = report_url(home, report_path(home, MODEL), server.reports_port)
+    with page.context.expect_page() as opened:
+        page.locator(f"a[href='{url}']").first.click()
+    report = opened.value
+    report.wait_for_load_state()
+    assert report.url == url
+    expect(report.locator("h1")).to_contain_text("kcal calibration report")
+
+    # Edge 6: every ACE on the report lies within its own 95 % interval.
+    table = report.locator("#intervals table")
+    column = table.locator("thead th").all_inner_texts().index("ACE")
+    cells = [row.locator("td").nth(column).inner_text() for row in table.locator("tbody tr").all()]
+    assert cells, "no intervals on the report"
+    for cell in cells:
+        value, low, high = map(float, re.fullmatch(r"(\S+) \[(\S+), (\S+)\]", cell).groups())
+        assert low <= value <= high, f"ACE {cell}: the point lies outside its interval"
+
+    # Edge 9: which weights ran, how, and when, in the report's Run table.
+    names, values = (report.locator(f"#run {cell}").all_inner_texts() for cell in ("th", "td"))
+    run = dict(zip(names, values, strict=True))
+    for key in ("weights", "quantization", "dtype", "revision", "code_version", "date"):
+        assert run.get(key, "").strip(), (key, run)
+    shot("09_report_over_http", report)
+    report.close()
+
+
+def check_the_metric_words(page, server: UiServer, shot) -> None:
+    """Edge 13 of issue 34: the Catalog's selection box offers the metric assets' tags for a metric
+    word (the global search matches names only)."""
+    from playwright.sync_api import expect
+
+    page.goto(f"{server.url}/assets")
+    page.locator(".CodeMirror").first.click()  # the selection box: a CodeMirror editor, no <input>
+    page.keyboard.type("accuracy")
+    expect(page.get_by_text("tag:accuracy").first).to_be_visible()
+    shot("10_catalog_accuracy")
+    page.keyboard.press("Escape")
+
+
+def check_the_timeline(page, server: UiServer, shot) -> None:
+    """Edge 1 of issue 34: Overview → Timeline shows the runs the CLI started (the probe's)."""
+    from playwright.sync_api import expect
+
+    page.goto(f"{server.url}/overview/activity/timeline")
+    for job in ("dataset", "facts", "probe"):  # only run_stage (the CLI) runs these jobs here
+        expect(page.get_by_text(job, exact=True).first).to_be_visible()
+    expect(page.get_by_text("No runs or scheduled ticks in this time period")).to_have_count(0)
+    shot("11_timeline")
 
 
 BACKFILL = """query ($id: String!) { partitionBackfillOrError(backfillId: $id) {
@@ -132,16 +212,22 @@ def test_a_backfill_of_two_scoring_partitions_launched_from_the_ui(tmp_path, mon
     try:
         server.wait_until_up()
         clock["up"] = time.monotonic()
-        with sync_playwright() as playwright:
-            browser = playwright.chromium.launch(executable_path=chromium)
-            page = browser.new_page(viewport={"width": 1800, "height": 1000}, device_scale_factor=1.5)
+
+        def new_page(playwright):
+            page = playwright.chromium.launch(executable_path=chromium).new_page(
+                viewport={"width": 1800, "height": 1000}, device_scale_factor=1.5
+            )
             page.set_default_timeout(UI_TIMEOUT_MS)
             expect.set_options(timeout=UI_TIMEOUT_MS)
+            return page
 
-            def shot(name: str) -> None:
-                time.sleep(1.5)  # let the last poll's data render
-                saved.append(shots / f"{name}.png")
-                page.screenshot(path=saved[-1])
+        def shot(name: str, of=None) -> None:
+            time.sleep(1.5)  # let the last poll's data render
+            saved.append(shots / f"{name}.png")
+            (of or page).screenshot(path=saved[-1])
+
+        with sync_playwright() as playwright:
+            page = new_page(playwright)
 
             def asset_graph(name: str) -> None:
                 """The whole graph, every group expanded, top to bottom (the UI keeps these settings
@@ -215,7 +301,21 @@ def test_a_backfill_of_two_scoring_partitions_launched_from_the_ui(tmp_path, mon
                 expect(page.get_by_text(key, exact=True).first).to_be_visible()
             shot("06_latest_materialization")
             asset_graph("07_asset_graph_after")  # statement_scores now materialized
-            browser.close()
+            page.context.browser.close()
+
+        # The model's estimation and evaluation, as the CLI runs them after the UI's backfill (with
+        # no browser open: Dagster's in-process runs and Playwright's event loop share this thread).
+        # Its report links point to this UI's report server (its KCAL_REPORTS_PORT).
+        monkeypatch.setenv(REPORTS_PORT_ENV, str(server.reports_port))
+        evaluate_the_probe(home)
+        clock["evaluated"] = time.monotonic()
+        with sync_playwright() as playwright:
+            page = new_page(playwright)
+            check_the_report_in_the_ui(page, server, home, shot)
+            check_the_metric_words(page, server, shot)
+            check_the_timeline(page, server, shot)  # edge 1 (helper UA's change to assets/runner.py)
+            page.context.browser.close()
+        clock["report_checked"] = time.monotonic()
 
         # The files and the DuckDB views: every statement scored once, in both partitions.
         for relation in RELATIONS:

@@ -7,7 +7,9 @@ the kernel sends to the foreground process group), `kill -INT` on the top pid on
 to a UI started the way scripts start servers (`cmd &` without job control: SIGINT ignored, the
 case plain `dagster dev` cannot be stopped in), and SIGKILL on the launcher (dagster dev gets its
 parent-death signal). Each case asserts the whole tree, collected before the stop (and the
-sessions it ran in, which catches orphans), is gone within 20 s."""
+sessions it ran in, which catches orphans), is gone within 20 s, and that the report server (a
+thread of the launcher, on KCAL_REPORTS_PORT) answered while the UI ran and is gone with it.
+`dagster dev`'s SupersessionWarning is silenced (assets/ui.py): the log has none."""
 
 import os
 import signal
@@ -38,6 +40,7 @@ def test_the_ui_stops_with_every_process_it_started(tmp_path, how):
     )
     try:
         up = server.wait_until_up()
+        assert server.reports_status("/") == 404  # answering: the empty store has no reports yet
         if how.startswith("ctrl-c"):
             send = lambda: os.write(server.pty_master, b"\x03")  # noqa: E731
         elif how.startswith("kill -INT"):
@@ -50,5 +53,8 @@ def test_the_ui_stops_with_every_process_it_started(tmp_path, how):
         took = stop_and_check(server, send, exit_code=-signal.SIGKILL if killed else 130)
         print(f"{how}: up after {up:.1f} s, every process gone {took:.1f} s after the stop")
         assert killed or "stopping the Dagster UI" in server.log_tail()
+        log = server.log.read_text(errors="replace")
+        assert f"Reports: http://127.0.0.1:{server.reports_port}/" in log
+        assert "SupersessionWarning" not in log and "dg dev" not in log
     finally:
         server.kill_everything()

@@ -243,6 +243,10 @@ def _entry_from_table(table: object, where: str) -> ModelEntry:
         raise ModelConfigError(f"{where} ({table['id']!r}): {e}") from None
 
 
+# Registry.load's last parse per file: (inode, size, mtime_ns) → entries by id (frozen entries).
+_PARSED: dict[Path, tuple[tuple[int, int, int], dict[str, ModelEntry]]] = {}
+
+
 class Registry:
     """The models.toml file: an array of [[model]] tables, created with DEFAULT_MODEL on first use."""
 
@@ -250,9 +254,21 @@ class Registry:
         self.path = Path(path)
 
     def load(self) -> dict[str, ModelEntry]:
-        """Registered entries by id, in file order."""
+        """Registered entries by id, in file order. The parse is kept while the file is unchanged
+        (same inode, size and mtime; every write replaces the file): the runner resolves the
+        registry once per (model, relation) partition, so parsing each time cost O(M² R)."""
         if not self.path.exists():
             self._write([DEFAULT_MODEL])
+        stat = self.path.stat()
+        version = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+        cached = _PARSED.get(self.path.resolve())
+        if cached is not None and cached[0] == version:
+            return dict(cached[1])
+        entries = self._parse()
+        _PARSED[self.path.resolve()] = (version, entries)
+        return dict(entries)
+
+    def _parse(self) -> dict[str, ModelEntry]:
         try:
             data = tomllib.loads(self.path.read_text(encoding="utf-8"))
         except (UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
