@@ -52,8 +52,8 @@ def headline_frame(
     probe_instances: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """One answer per instance, estimator and reduction (each relation's headline template, or the
-    instance-grain answer; metrics group by reduction), with the attributes the breakdowns split on and the gold ids the
-    template-bias metrics read, where their tables are given."""
+    instance-grain answer; metrics group by reduction), with the attributes the breakdowns split on
+    and the gold ids the template-bias metrics read, where their tables are given."""
     frame = headline_template_estimates(estimates, templates)
     frame = attach_attributes(frame, relations=relations, instances=probe_instances)
     return frame if probe_instances is None else attach_gold_ids(frame, probe_instances)
