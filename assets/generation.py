@@ -31,7 +31,7 @@ from kcal_pipeline.core.storage import existing_partitions, read_partition
 from kcal_pipeline.core.versions import code_version
 from kcal_pipeline.dataset.instances.open_questions import answer_names, entity_aliases, open_questions
 from kcal_pipeline.dataset.relations import get_relation
-from kcal_pipeline.estimation.answer_matching import AnswerIndex, with_matches
+from kcal_pipeline.estimation.answer_matching import AnswerIndex
 from kcal_pipeline.estimation.generation import GENERATION_ESTIMATORS, estimate_generations
 from kcal_pipeline.evaluation.generation import coverage_metrics
 from kcal_pipeline.evaluation.generation import generation_metrics as metrics_of
@@ -139,8 +139,7 @@ def generation_estimates(
         return frame.with_columns(**{k: pl.lit(v) for k, v in keys.items()})
 
     estimates = keyed(result.estimates.join(splits, on="instance_id", how="left"))
-    answers = generations.filter(pl.col("prompt") == "answer").drop("model_id", "relation_id")
-    matches = keyed(with_matches(answers, indexes))
+    matches = keyed(result.matches)
     status = keyed(result.status)
     counts = matches.group_by("status").len().sort("status")
     yield Output(

@@ -358,29 +358,33 @@ def check_generations(generations: pl.DataFrame, indexes: Mapping[str, AnswerInd
 
 def read_generations(
     generations: pl.DataFrame, indexes: Mapping[str, AnswerIndex]
-) -> dict[str, pl.DataFrame]:
+) -> tuple[dict[str, pl.DataFrame], pl.DataFrame]:
     """Checked generations, per prompt present, read for the estimators: the "answer" prompt's rows
-    matched by their whole response (the `responses` frame), the prompted ones by prompted.read_prompt."""
+    matched by their whole response (the `responses` frame), the prompted ones by
+    prompted.read_prompt; and the answer rows with their match (with_matches: status, entity id,
+    cluster; empty without that prompt), matched once for the estimators and the matches table."""
     frame = check_generations(generations, indexes)
+    matched = with_matches(frame.filter(pl.col("prompt") == ANSWER), indexes)
     frames = {}
     for prompt in PROMPTS:
         rows = frame.filter(pl.col("prompt") == prompt)
         if rows.height:
             frames[prompt] = (
-                check_responses(with_matches(rows, indexes))
-                if prompt == ANSWER
-                else prompted.read_prompt(prompt, rows, indexes)
+                check_responses(matched) if prompt == ANSWER else prompted.read_prompt(prompt, rows, indexes)
             )
-    return frames
+    return frames, matched
 
 
 @dataclass(frozen=True)
 class GenerationResult:
     """`estimates`: one row per instance and estimator that ran (ESTIMATES_SCHEMA; refusals
-    included); `status`: one row per registered estimator (STATUS_SCHEMA), in registry order."""
+    included); `status`: one row per registered estimator (STATUS_SCHEMA), in registry order;
+    `matches`: the answer prompt's rows with their match (with_matches; none without that prompt),
+    matched once for the estimators and the generation_matches table alike."""
 
     estimates: pl.DataFrame
     status: pl.DataFrame
+    matches: pl.DataFrame
 
 
 def _refusal_rule(estimates: pl.DataFrame) -> pl.DataFrame:
@@ -410,7 +414,7 @@ def estimate_generations(generations: pl.DataFrame, indexes: Mapping[str, Answer
     """Every registered generation estimator whose prompts are present in `generations` (the
     generations contract), with `indexes` the AnswerIndex of every instance: the estimates and,
     per estimator, whether it ran, its answered and refused counts, and why it was skipped."""
-    frames = read_generations(generations, indexes)
+    frames, matches = read_generations(generations, indexes)
     estimates, status = [], []
     for spec in GENERATION_ESTIMATORS.values():
         row = {
@@ -444,4 +448,5 @@ def estimate_generations(generations: pl.DataFrame, indexes: Mapping[str, Answer
     return GenerationResult(
         estimates=pl.concat(estimates) if estimates else pl.DataFrame(schema=ESTIMATES_SCHEMA),
         status=pl.DataFrame(status, schema=STATUS_SCHEMA),
+        matches=matches,
     )

@@ -113,6 +113,19 @@ def test_the_entry_point_matches_the_responses_and_gives_the_same_estimates():
         assert_close(as_dict(got), expected)
 
 
+def test_the_entry_point_returns_each_answer_matched_once_for_the_matches_table():
+    """The matches the estimators used are the generation_matches table's rows: every answer row,
+    with its status, entity and cluster as ROWS give them; without answer rows, none."""
+    matches = estimate_generations(generations(), INDEXES).matches
+    rows = matches.iter_rows(named=True)
+    got = {(r["instance_id"], r["sample"]): (r["cluster"], r["correct"]) for r in rows}
+    assert got == {(row[0], row[1]): (row[5], row[6]) for row in ROWS}
+    assert set(matches["status"]) <= {"correct", "wrong_known_entity", "unmatched"}
+    assert matches.filter(pl.col("correct"))["status"].unique().to_list() == ["correct"]
+    no_answers = generations().with_columns(prompt=pl.lit("verb")).head(0)
+    assert estimate_generations(no_answers, INDEXES).matches.is_empty()
+
+
 def test_without_prompted_rows_the_prompted_estimators_are_skipped_and_say_why():
     status = estimate_generations(generations(), INDEXES).status
     ran = status.filter(pl.col("status") == "ran")
