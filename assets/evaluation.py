@@ -17,7 +17,7 @@ from dagster import (
 )
 
 from assets.partitions import model_partitions, one_dimension_of
-from assets.reporting import markdown_images, metadata_table, report_link
+from assets.reporting import metadata_table, report_link
 from kcal_pipeline.core.paths import kcal_home, report_path
 from kcal_pipeline.core.versions import code_version
 from kcal_pipeline.evaluation.families import family_comparison_by_model, model_families_by_file
@@ -31,7 +31,7 @@ from kcal_pipeline.evaluation.tables import (
     thresholds_table,
 )
 from kcal_pipeline.reporting.html import summary_table
-from kcal_pipeline.reporting.previews import narrow_intervals, narrow_summary
+from kcal_pipeline.reporting.previews import narrow_intervals, narrow_summary, served_images
 from resources import ProbeSettings
 from resources.settings import reads
 
@@ -110,15 +110,24 @@ def metrics(
     ins=ALL_RELATIONS,
     code_version=code_version("8", METRICS),
 )
-def curves(context: AssetExecutionContext, estimates: pl.DataFrame, templates: pl.DataFrame) -> pl.DataFrame:
+def curves(
+    context: AssetExecutionContext,
+    estimates: pl.DataFrame,
+    templates: pl.DataFrame,
+    probe_settings: ProbeSettings,
+) -> pl.DataFrame:
     """Reliability (each bin with its 95 % bootstrap band, on the metrics' resamples),
     accuracy–rejection, risk–coverage and ROC curves on the headline selection, per split and answer
     space."""
     from kcal_pipeline.reporting.pages import selective_preview  # matplotlib: see assets/reporting.py
 
     table = curves_table(estimates, templates)
-    plots = markdown_images(selective_preview(table))
-    context.add_output_metadata({"plots": MetadataValue.md(plots or "no selective curves (no test split)")})
+    figures = selective_preview(table)
+    # beside the model's report (its plots/ folder), served by `kcal ui`: short enough to show in place
+    home = kcal_home(probe_settings.home or None)
+    page = report_path(home, context.partition_key)
+    plots = served_images(home, page, figures) if figures else "no selective curves (no test split)"
+    context.add_output_metadata({"plots": MetadataValue.md(plots)})
     return table
 
 

@@ -46,13 +46,6 @@ GROUP = "evaluation"
 # assets that draw, not at the top, since every run, code server and UI process loads this module.
 
 
-def markdown_images(figures: dict) -> str:
-    """Markdown images with PNG data: URIs (100 dpi: a few tens of kB each in the run database)."""
-    from kcal_pipeline.reporting.canvas import png_data_uri
-
-    return "\n\n".join(f"![{name}]({png_data_uri(fig, name)})" for name, fig in figures.items())
-
-
 # What the Dagster UI (1.13) shows without a click: markdown metadata shorter than this many
 # characters is rendered in place, longer markdown only behind [Show Markdown]; a table (TableMetadata)
 # always in place. A plot as a data: URI is tens of kB, so the previews are PNG files under reports/

@@ -10,7 +10,6 @@ and do not count as data. The figures themselves are in plots.py.
 
 from __future__ import annotations
 
-import base64
 import io
 import math
 import re
@@ -134,11 +133,6 @@ def png_bytes(fig: Figure, label: str, dpi: int = 100) -> bytes:
     buffer = io.BytesIO()
     _save(fig, buffer, format="png", dpi=dpi)
     return buffer.getvalue()
-
-
-def png_data_uri(fig: Figure, label: str, dpi: int = 100) -> str:
-    """The figure as a PNG data: URI, e.g. for Dagster's markdown metadata."""
-    return "data:image/png;base64," + base64.b64encode(png_bytes(fig, label, dpi)).decode("ascii")
 
 
 def grid(count: int, columns: int = COLUMNS, panel: float = PANEL_INCHES, extra_height: float = 0.0):

@@ -302,7 +302,9 @@ def test_the_instance_shows_named_runs_passed_checks_and_no_partition_warnings(r
     assert summary_columns[:3] == ["relation", "instances", "accuracy"]
     assert metrics["report"].value == report_url(home, report_path(home, KEY))  # http: kcal ui serves it
     curves = instance.get_latest_materialization_event(AssetKey("curves")).asset_materialization.metadata
-    assert curves["plots"].value.startswith("![selective](data:image/png;base64,")
+    selective = report_path(home, KEY).parent / "plots" / "selective.png"  # served by kcal ui, shown in place
+    assert curves["plots"].value.startswith(f"![selective]({report_url(home, selective)})")
+    assert selective.read_bytes().startswith(b"\x89PNG")
 
 
 # Tags the runs of the test below: they share the module's store with the test of the CLI's runs.
