@@ -374,11 +374,11 @@ def metrics_partitions(home: Path) -> list[dict[str, str]]:
 
 def cross_model_report_inputs(home: Path) -> pl.DataFrame:
     """What the cross_model_report asset's input reads: the OVERALL_ROWS of every metrics file,
-    with the IO manager's own reader (resources/parquet_io.py read_where)."""
+    with the IO manager's own reader (core.storage read_partitions, where=...)."""
+    from kcal_pipeline.core.storage import read_partitions
     from kcal_pipeline.reporting.selection import OVERALL_ROWS
-    from resources.parquet_io import read_where
 
-    return read_where(home, "metrics", metrics_partitions(home), OVERALL_ROWS)
+    return read_partitions(home, "metrics", metrics_partitions(home), where=OVERALL_ROWS)
 
 
 def family_comparison_inputs(home: Path) -> tuple[list[pl.LazyFrame], list[pl.LazyFrame]]:

@@ -14,7 +14,7 @@ peak memory does not hide in another's):
   evaluation   metrics_and_differences (B = 1,000 bootstrap) of ONE model over every relation, as
                the metrics multi-asset calls it (once: independent of M)
   cross_model  the cross_model_report asset's reads and library calls: the page's rows of every
-               model's metrics (the IO manager's `where` input filter, read_where), the headline
+               model's metrics (the IO manager's `where` input filter, read_partitions), the headline
                reduction once, leaderboard, cross_model_figures, cross_model_page, write_report
   family_comparison  the family_comparison asset's: one lazy scan per metrics and per
                statement_scores file (the IO manager's `lazy` input), model_families_by_file and

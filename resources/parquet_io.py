@@ -18,10 +18,8 @@ from pydantic import PrivateAttr
 
 from kcal_pipeline.core.paths import kcal_home
 from kcal_pipeline.core.storage import (
-    BadFileError,
     partition_path,
     read_partitions,
-    rebuild_hint,
     table_has_data,
     write_parquet_atomic,
 )
@@ -156,9 +154,7 @@ class ParquetIOManager(ConfigurableIOManager):
         read.extend(partition_path(home, table, d) for d in dims)
         if lazy:
             return {k: scan_partition(home, table, d, columns) for k, d in zip(keys, dims, strict=True)}
-        if where:
-            return read_where(home, table, dims, where, columns)
-        return read_partitions(home, table, dims, columns)
+        return read_partitions(home, table, dims, columns, where)
 
 
 def scan_partition(
@@ -171,62 +167,3 @@ def scan_partition(
         present = pl.read_parquet_schema(path)
         scan = scan.select([c for c in columns if c in present])
     return scan
-
-
-def equal_to(where: dict, schema: dict, what: str) -> pl.Expr:
-    """The predicate `column == value` for every item of `where`: literal values only (str, int,
-    float, bool), on columns the file has; anything else is an error naming it."""
-    if not isinstance(where, dict) or not where:
-        raise ValueError(
-            f"{what}: input filter 'where' must be a non-empty mapping column → value, got {where!r}"
-        )
-    for column, value in where.items():
-        if column not in schema:
-            raise ValueError(
-                f"{what}: input filter on column {column!r}, which the file lacks (has {list(schema)})"
-            )
-        if not isinstance(value, bool | int | float | str):
-            raise ValueError(
-                f"{what}: input filter {column!r} = {value!r}: only str, int, float or bool literals"
-            )
-        if not _comparable(value, schema[column]):
-            raise ValueError(
-                f"{what}: input filter {column!r} = {value!r}: a {type(value).__name__} cannot equal "
-                f"the column's {schema[column]} values"
-            )
-    return pl.all_horizontal([pl.col(c) == pl.lit(v) for c, v in where.items()])
-
-
-def _comparable(value: bool | int | float | str, dtype: pl.DataType) -> bool:
-    if isinstance(value, bool):
-        return dtype == pl.Boolean
-    if isinstance(value, int | float):
-        return dtype.is_numeric()
-    return dtype in (pl.String, pl.Categorical) or isinstance(dtype, pl.Enum)
-
-
-def read_where(
-    home: Path, table: str, partitions: list[dict[str, str]], where: dict, columns: list[str] | None = None
-) -> pl.DataFrame:
-    """The rows of each partition whose columns equal `where`'s values (and only `columns` of them,
-    those the file has, when given), concatenated in the order given: the predicate is pushed into
-    each file's scan, so the step holds only the matching rows, one file read at a time."""
-    frames = []
-    for dims in partitions:
-        path = partition_path(home, table, dims)
-        if not path.exists():
-            raise FileNotFoundError(f"table {table!r} has no data for partition {dims}: {path} is missing")
-        try:
-            schema = pl.read_parquet_schema(path)
-            scan = pl.scan_parquet(path).filter(equal_to(where, schema, str(path)))
-            if columns is not None:
-                scan = scan.select([c for c in columns if c in schema])
-            frames.append(scan.collect())
-        except (OSError, pl.exceptions.PolarsError) as exc:
-            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise BadFileError(
-                f"{path}: not a readable Parquet file ({reason}); {rebuild_hint(table, dims)}"
-            ) from exc
-    if not frames:
-        raise ValueError(f"no partitions of table {table!r} requested")
-    return pl.concat(frames, how="diagonal_relaxed")

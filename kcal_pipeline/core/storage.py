@@ -157,37 +157,87 @@ def store_file_hint(home: Path, path: str | Path) -> str | None:
     return rebuild_hint(parts[0], dims)
 
 
-def read_parquet_named(path: Path, rebuild: str, columns: Sequence[str] | None = None) -> pl.DataFrame:
+def read_parquet_named(
+    path: Path, rebuild: str, columns: Sequence[str] | None = None, where: Mapping[str, object] | None = None
+) -> pl.DataFrame:
     """pl.read_parquet, except that a truncated or corrupted file is a BadFileError naming the file
     and saying how to rebuild it (`rebuild`). With `columns`, only those of them the file has: a
     reader that needs a few columns of a wide table reads only them, and a column older files
-    lack is left for the reader to report (a concat fills it with nulls)."""
+    lack is left for the reader to report (a concat fills it with nulls). With `where` (column →
+    literal value), only the rows equal to every value: the predicate is pushed into the file's
+    scan, so a reader of a few rows of a large table never holds the rest."""
     try:
-        if columns is None:
+        if columns is None and where is None:
             return pl.read_parquet(path)
         present = pl.read_parquet_schema(path)
-        return pl.read_parquet(path, columns=[c for c in columns if c in present])
+        scan = pl.scan_parquet(path)
+        if where is not None:
+            scan = scan.filter(equal_to(where, present, str(path)))
+        if columns is not None:
+            scan = scan.select([c for c in columns if c in present])
+        return scan.collect()
     except (OSError, pl.exceptions.PolarsError) as exc:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise BadFileError(f"{path}: not a readable Parquet file ({reason}); {rebuild}") from exc
 
 
+def equal_to(where: Mapping[str, object], schema: Mapping[str, pl.DataType], what: str) -> pl.Expr:
+    """The predicate `column == value` for every item of `where`: literal values only (str, int,
+    float, bool), on columns the file has; anything else is an error naming it."""
+    if not isinstance(where, Mapping) or not where:
+        raise ValueError(
+            f"{what}: input filter 'where' must be a non-empty mapping column → value, got {where!r}"
+        )
+    for column, value in where.items():
+        if column not in schema:
+            raise ValueError(
+                f"{what}: input filter on column {column!r}, which the file lacks (has {list(schema)})"
+            )
+        if not isinstance(value, bool | int | float | str):
+            raise ValueError(
+                f"{what}: input filter {column!r} = {value!r}: only str, int, float or bool literals"
+            )
+        if not _comparable(value, schema[column]):
+            raise ValueError(
+                f"{what}: input filter {column!r} = {value!r}: a {type(value).__name__} cannot equal "
+                f"the column's {schema[column]} values"
+            )
+    return pl.all_horizontal([pl.col(c) == pl.lit(v) for c, v in where.items()])
+
+
+def _comparable(value: bool | int | float | str, dtype: pl.DataType) -> bool:
+    if isinstance(value, bool):
+        return dtype == pl.Boolean
+    if isinstance(value, int | float):
+        return dtype.is_numeric()
+    return dtype in (pl.String, pl.Categorical) or isinstance(dtype, pl.Enum)
+
+
 def read_partition(
-    home: Path, table: str, partition: Mapping[str, str] | None = None, columns: Sequence[str] | None = None
+    home: Path,
+    table: str,
+    partition: Mapping[str, str] | None = None,
+    columns: Sequence[str] | None = None,
+    where: Mapping[str, object] | None = None,
 ) -> pl.DataFrame:
     path = partition_path(home, table, partition)
     if not path.exists():
-        where = ", ".join(f"{k}={v}" for k, v in (partition or {}).items()) or "unpartitioned"
-        raise FileNotFoundError(f"table {table!r} has no data for partition ({where}): {path} is missing")
-    return read_parquet_named(path, rebuild_hint(table, partition), columns)
+        at = ", ".join(f"{k}={v}" for k, v in (partition or {}).items()) or "unpartitioned"
+        raise FileNotFoundError(f"table {table!r} has no data for partition ({at}): {path} is missing")
+    return read_parquet_named(path, rebuild_hint(table, partition), columns, where)
 
 
 def read_partitions(
-    home: Path, table: str, partitions: Iterable[Mapping[str, str]], columns: Sequence[str] | None = None
+    home: Path,
+    table: str,
+    partitions: Iterable[Mapping[str, str]],
+    columns: Sequence[str] | None = None,
+    where: Mapping[str, object] | None = None,
 ) -> pl.DataFrame:
     """Concatenate several partitions (e.g. every relation of one model), in the order given;
-    with `columns`, only those (see read_parquet_named)."""
-    frames = [read_partition(home, table, p, columns) for p in partitions]
+    with `columns`, only those, with `where`, only the rows equal to its values (see
+    read_parquet_named: one file read at a time, the filter pushed into each)."""
+    frames = [read_partition(home, table, p, columns, where) for p in partitions]
     if not frames:
         raise ValueError(f"no partitions of table {table!r} requested")
     return pl.concat(frames, how="diagonal_relaxed")

@@ -1,6 +1,6 @@
 """The page across models reads only OVERALL_ROWS of every model's metrics file (the IO manager's
-`where` input filter, resources/parquet_io.py read_where): its leaderboard, figure data and page
-are the same as from every row of every model."""
+`where` input filter: core/storage.py read_partitions(where=...)): its leaderboard, figure data
+and page are the same as from every row of every model."""
 
 import itertools
 
@@ -9,7 +9,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from kcal_pipeline.core.storage import partition_path, write_parquet_atomic
+from kcal_pipeline.core.storage import partition_path, read_partitions, write_parquet_atomic
 from kcal_pipeline.evaluation.registry import OUTPUT_SCHEMA
 from kcal_pipeline.reporting.cross_model import (
     ace_accuracy_points,
@@ -19,7 +19,6 @@ from kcal_pipeline.reporting.cross_model import (
     overall_headline,
 )
 from kcal_pipeline.reporting.selection import ACCURACY, CALIBRATION, OVERALL_ROWS, PROPER_SCORE, RANKING
-from resources.parquet_io import read_where
 
 MODELS = ("m-a", "m-b", "m-c")
 # four main estimators (registry reductions: 'sum' first) and one the registry does not know
@@ -59,7 +58,7 @@ def store(tmp_path_factory):
 
 
 def filtered(home) -> pl.DataFrame:
-    return read_where(home, "metrics", [{"model": m} for m in MODELS], OVERALL_ROWS)
+    return read_partitions(home, "metrics", [{"model": m} for m in MODELS], where=OVERALL_ROWS)
 
 
 def test_only_the_overall_headline_rows_are_read(store):
@@ -97,13 +96,14 @@ def test_the_input_filter_names_a_column_the_file_lacks_or_a_value_that_is_not_a
     home, _ = store
     partitions = [{"model": MODELS[0]}]
     with pytest.raises(ValueError, match=r"input filter on column 'scope_kind', which the file lacks"):
-        read_where(home, "metrics", partitions, {"scope_kind": "all"})
+        read_partitions(home, "metrics", partitions, where={"scope_kind": "all"})
     with pytest.raises(ValueError, match=r"input filter 'split' = \['test'\]: only str, int, float or bool"):
-        read_where(home, "metrics", partitions, {"split": ["test"]})
+        read_partitions(home, "metrics", partitions, where={"split": ["test"]})
     with pytest.raises(ValueError, match=r"'answer_space_k' = '0': a str cannot equal the column's Int32"):
-        read_where(home, "metrics", partitions, {"answer_space_k": "0"})
+        read_partitions(home, "metrics", partitions, where={"answer_space_k": "0"})
     with pytest.raises(ValueError, match=r"'where' must be a non-empty mapping"):
-        read_where(home, "metrics", partitions, {})
+        read_partitions(home, "metrics", partitions, where={})
     # with `columns` as well: only those of the matching rows
-    two = read_where(home, "metrics", partitions, {"metric": ACCURACY, "split": "dev"}, ["model_id", "value"])
+    dev_accuracy = {"metric": ACCURACY, "split": "dev"}
+    two = read_partitions(home, "metrics", partitions, ["model_id", "value"], where=dev_accuracy)
     assert two.columns == ["model_id", "value"] and two.height == 80  # 5 × 2 × 2 × 4
