@@ -34,8 +34,8 @@ from kcal_pipeline.reporting.previews import (
 )
 from kcal_pipeline.reporting.selection import OVERALL_ROWS
 from kcal_pipeline.scoring.models.provenance import code_version as code_revision
-from kcal_pipeline.scoring.models.provenance import quantization, weights_file
 from kcal_pipeline.scoring.models.provenance import revision as model_revision
+from kcal_pipeline.scoring.models.provenance import weights_provenance
 from resources import DuckDBWarehouse, ModelProvider
 from resources.settings import reads
 
@@ -83,8 +83,7 @@ def run_provenance(entry, home) -> dict[str, str]:
     version and the date: the report's Run table."""
     dtype = entry.dtype if entry.dtype == "float32" else f"{entry.dtype} (float32 where it ran on CPU)"
     return {
-        "weights": weights_file(entry),
-        "quantization": quantization(entry, dtype),
+        **weights_provenance(entry, dtype),
         "dtype": dtype,
         "revision": model_revision(entry, model_cache_dir(home)),
         "code_version": code_revision(),
