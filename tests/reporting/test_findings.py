@@ -551,9 +551,10 @@ def test_an_empty_store_makes_every_claim_not_testable_and_the_document_says_why
     doc = render_findings(findings, [MODEL])
     for claim in CLAIMS.values():
         assert f"### {claim.title}" in doc
-        cells = [c.replace("|", "\\|") for c in (claim.paper.seed, claim.where, claim.title, MODEL)]
+        where = fd.document._where_cell(claim)
+        cells = [c.replace("|", "\\|") for c in (claim.paper.seed, where, claim.title)]
         assert "| " + " | ".join(cells) + " |" in doc  # a | inside a cell is escaped
-    assert doc.count("not testable on this store: ") >= 2 * len(findings)  # summary and section rows
+    assert doc.count("not testable here: ") >= 2 * len(findings)  # summary and section rows
 
 
 def test_a_pipe_in_a_cell_does_not_break_the_table():
@@ -589,16 +590,17 @@ def test_kcal_findings_on_the_real_store(report_store, tmp_path):
             line.startswith(
                 "| "
                 + " | ".join(
-                    c.replace("|", "\\|") for c in (claim.paper.seed, claim.where, claim.title, model_id)
+                    c.replace("|", "\\|")
+                    for c in (claim.paper.seed, fd.document._where_cell(claim), claim.title)
                 )
                 + " |"
             )
             for line in summary_rows
         )
     shown = {
-        re.sub(r"^\*\*(.*)\*\*( \(MDE [0-9.]+\))?$", r"\1", line.rstrip(" |").split(" | ")[7]).split(
-            " on this store"
-        )[0]
+        re.sub(
+            r"^(?:\*\*|_)(.*)(?:\*\*|_)( \(MDE [0-9.]+\))?$", r"\1", line.rstrip(" |").split(" | ")[-1]
+        ).split(" here: ")[0]
         for line in summary_rows
     }
     assert shown <= set(VERDICTS), shown
@@ -739,7 +741,9 @@ def test_holm_turns_two_borderline_verdicts_inconclusive_and_keeps_exact_ones():
     assert "Holm-adjusted p 0.078 over 2 comparisons" in a.note
     exact = Finding("c", MODEL, "x", FAILS, 0.3, 0.3, 0.3, 50)  # every resample equal: p = 0
     assert [f.verdict for f in fd.holm_family([exact, border])] == [FAILS, HOLDS]  # 0·2, 0.039·1
-    assert fd.holm_family([border]) == [border]  # one comparison: nothing to adjust
+    (alone,) = fd.holm_family([border])  # one comparison: nothing to adjust, p stays the raw p
+    assert alone.verdict == HOLDS and alone.m_holm == 1 and alone.p_holm == pytest.approx(0.0391, abs=1e-4)
+    assert dataclasses.replace(alone, p_holm=math.nan, m_holm=0) == border
 
 
 def test_the_markers_family_is_holm_adjusted_in_evaluate_claims():
@@ -765,7 +769,9 @@ def test_an_inconclusive_difference_shows_its_mde_and_where_the_papers_effect_li
     (f,) = evaluate_claims([t], ["margin_lowers_ace"])
     assert f.note.endswith("; the paper's effect -0.100 lies outside the interval")
     (held,) = evaluate_claims([store(differences=differences("margin", "ace", -0.05, -0.09, -0.01))])[:1]
-    assert held.verdict == HOLDS and math.isnan(held.mde) and held.note == ""
+    # a verdict keeps its note clean but still carries its MDE and where the paper's effect lies
+    assert held.verdict == HOLDS and held.mde == pytest.approx(mde) and held.note == ""
+    assert held.paper_inside is False  # -0.1 outside [-0.09, -0.01]
 
 
 def test_does_not_hold_is_said_as_such_in_the_section():

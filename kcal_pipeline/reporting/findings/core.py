@@ -16,8 +16,11 @@ the evaluation of every claim in verdicts.py.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
 
 import polars as pl
 
@@ -27,7 +30,10 @@ HOLDS = "holds"
 FAILS = "does not hold"
 INCONCLUSIVE = "inconclusive at this sample size"
 NOT_TESTABLE = "not testable"
-VERDICTS = (HOLDS, FAILS, INCONCLUSIVE, NOT_TESTABLE)
+DESCRIPTIVE = "descriptive, no verdict"  # a number reported beside the paper's, with no test
+VERDICTS = (HOLDS, FAILS, INCONCLUSIVE, NOT_TESTABLE, DESCRIPTIVE)
+# The full texts of the seed papers every citation is checked against (../shared/papers/).
+PAPERS_DIR = Path(__file__).resolve().parents[4] / "shared" / "papers"
 SEED = 0  # the resample seed, as the metrics tables use
 REDUCTION = "sum"  # the headline reduction every claim is read under (SCA has its own)
 # "far from 1" (consistency): every seed's IoU_cons below this; "close to 1": every seed's at or above.
@@ -79,7 +85,10 @@ class Finding:
     n: int | None = None
     numbers: str = ""
     note: str = ""
-    mde: float = math.nan  # an inconclusive difference's minimum detectable effect (_with_power)
+    mde: float = math.nan  # the minimum detectable effect of an interval row (_with_power)
+    p_holm: float = math.nan  # the Holm-adjusted p of an interval row (holm_family)
+    m_holm: int = 0  # how many comparisons that Holm adjustment ran over
+    paper_inside: bool | None = None  # the paper's effect inside kcal's interval (None: no effect stated)
 
     def __post_init__(self):
         if self.verdict not in VERDICTS:
@@ -94,42 +103,101 @@ ClaimFn = Callable[[StoreTables], list[Finding]]
 @dataclass(frozen=True)
 class Paper:
     """A seed paper: its number in the seed list (000 … 004; "kcal" for what kcal adds), the short
-    name the document's section carries, and the full citation."""
+    name the document's section carries, the full citation and `file`, its full text in
+    ../shared/papers/ that every citation of its claims is checked against ("" for kcal's own)."""
 
     seed: str
     short: str
     citation: str
+    file: str = ""
+
+
+def normalise_text(text: str) -> str:
+    """Whitespace runs (tabs of a table row, line breaks) as one space: how quotes are matched."""
+    return " ".join(text.split())
+
+
+@cache
+def paper_text(file: str) -> str:
+    """A paper's full text, whitespace-normalised; a missing file is an error naming it."""
+    path = PAPERS_DIR / file
+    if not path.is_file():
+        raise FileNotFoundError(f"paper file {file!r}: not found in {PAPERS_DIR}")
+    return normalise_text(path.read_text("utf-8"))
+
+
+@dataclass(frozen=True)
+class Citation:
+    """What a claim rests on in its paper: `section` (e.g. "§5.1", "App. C", "Abstract"), `locus`
+    the table or figure ("Table 1", "Fig. 4"; "" for running text) and `quote`, the sentence or the
+    table cells copied verbatim from the paper's file (whitespace may differ: tests match it
+    normalised). A table quote is a row as printed, e.g. "gpt2 0.295 0.157"."""
+
+    section: str
+    quote: str
+    locus: str = ""
+
+    def where(self) -> str:
+        return f"{self.section}, {self.locus}" if self.locus else self.section
+
+
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+
+
+def printed_numbers(text: str) -> list[str]:
+    """The numbers a text shows, without sign or unit ("−0.14" → "0.14", "80.5 %" → "80.5")."""
+    return _NUMBER.findall(text)
+
+
+def number_in(number: str, text: str) -> bool:
+    """Whether `number` occurs in `text` as a whole number (0.5 is not in 0.55 nor in 10.5)."""
+    return re.search(rf"(?<![\d.]){re.escape(number)}(?!\d|\.\d)", text) is not None
 
 
 @dataclass(frozen=True)
 class PaperNumber:
-    """What the paper reports for a claim, in the finding's metric and unit where it gives one:
-    `text` as the document shows it, `model` the model(s) it was measured on, `effect` the number
-    in the finding's unit (None where the paper states none): an inconclusive verdict says whether
-    it lies inside kcal's interval."""
+    """What the paper prints for a claim: `text` as the document shows it, every number in it
+    exactly as printed in one of the claim's quotes (a test checks), `model` and `setting` what it
+    was measured on, `effect` the number in the finding's unit where one follows from the printed
+    ones (None otherwise) and `derived` how (e.g. "0.157 − 0.295, gpt2"): a derived effect is
+    shown as derived, never as printed. `released` cites numbers from the authors' released code or
+    data by repository and path, shown beside and never as the paper's."""
 
     text: str
     model: str = ""
     effect: float | None = None
+    derived: str = ""
+    setting: str = ""
+    released: str = ""
 
     def shown(self) -> str:
-        return f"{self.text} ({self.model})" if self.model else self.text
+        about = ", ".join(x for x in (self.model, self.setting) if x)
+        out = f"{self.text} ({about})" if about else self.text
+        if self.effect is not None and self.derived:
+            out += f"; effect {fmt_signed(self.effect)} derived: {self.derived}"
+        if self.released:
+            out += f"; beside the paper, from the authors' release: {self.released}"
+        return out
 
 
 NO_NUMBER = PaperNumber("no number stated")
+FIGURE_ONLY = PaperNumber("figure only, no number printed")
 DIFFERENCE, CRITERION = "difference", "criterion"
+DESCRIPTIVE_KIND = "descriptive"  # rows with numbers and no verdict
+KINDS = (DIFFERENCE, CRITERION, DESCRIPTIVE_KIND)
 
 
 @dataclass(frozen=True)
 class Claim:
-    """One claim of a seed paper, as data: where it comes from (paper, table or figure), the
-    paper's setting and number, the comparison (`title`), the test (`rule`, a difference against 0
-    or a stated criterion: `kind`), its preconditions, the tables it reads and the profile `stage`
-    whose store decides it (kcal findings --build); `fn` computes its rows on one model."""
+    """One claim of a seed paper, as data: what it rests on in the paper (`sources`: section,
+    table or figure and a verbatim quote each; kcal's own claims name their literature in
+    `reference` instead), the paper's setting and number, the comparison (`title`), the test
+    (`rule`, a difference against 0, a stated criterion or descriptive: `kind`), its
+    preconditions, the tables it reads and the profile `stage` whose store decides it (kcal
+    findings --build); `fn` computes its rows on one model."""
 
     key: str
     paper: Paper
-    where: str
     title: str
     setting: str
     rule: str
@@ -139,6 +207,15 @@ class Claim:
     kind: str = DIFFERENCE
     number: PaperNumber = NO_NUMBER
     preconditions: tuple[str, ...] = ()
+    sources: tuple[Citation, ...] = ()
+    reference: str = ""
+
+    @property
+    def where(self) -> str:
+        """The sections, tables and figures the claim rests on ("§5.1, Table 1; App. C")."""
+        if self.sources:
+            return "; ".join(dict.fromkeys(c.where() for c in self.sources))
+        return self.reference
 
 
 CLAIMS: dict[str, Claim] = {}
@@ -155,27 +232,32 @@ def claim(
     key: str,
     *,
     paper: Paper,
-    where: str,
     title: str,
     setting: str,
     rule: str,
     reads: str,
+    sources: Sequence[Citation] = (),
+    reference: str = "",
     stage: str = "bear",
     kind: str = DIFFERENCE,
     number: PaperNumber = NO_NUMBER,
     preconditions: Sequence[str] = (),
 ):
-    """Register a claim; a second one under the same key, or an unknown kind, is a bug."""
+    """Register a claim; a second one under the same key, an unknown kind, or a claim with neither
+    a citation (a paper's claim) nor a reference (kcal's own) is a bug."""
 
     def add(fn: ClaimFn) -> ClaimFn:
         if key in CLAIMS:
             raise ValueError(f"claim {key!r} is already registered")
-        if kind not in (DIFFERENCE, CRITERION):
-            raise ValueError(f"claim {key!r}: kind {kind!r} is not one of {[DIFFERENCE, CRITERION]}")
+        if kind not in KINDS:
+            raise ValueError(f"claim {key!r}: kind {kind!r} is not one of {list(KINDS)}")
+        if not sources and not reference:
+            raise ValueError(f"claim {key!r}: give its sources (a paper's claim) or a reference (kcal's)")
         PAPERS.setdefault(paper.seed, paper)
         CLAIMS[key] = Claim(
-            key, paper, where, title, setting, rule, reads, fn, stage, kind, number, tuple(preconditions)
-        )
+            key, paper, title, setting, rule, reads, fn, stage, kind, number, tuple(preconditions),
+            tuple(sources), reference,
+        )  # fmt: skip
         return fn
 
     return add
@@ -207,6 +289,13 @@ def fmt(value: float | None, digits: int = 3) -> str:
     return f"{value:.{digits}f}"
 
 
+def fmt_signed(value: float | None, digits: int = 3) -> str:
+    """A difference with its sign ("+0.120", "−0.140"); NaN and None as 'n/a'."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    return f"{value:+.{digits}f}".replace("-", "−")
+
+
 def fmt_ci(value: float, low: float, high: float) -> str:
     return f"{fmt(value)} [{fmt(low)}, {fmt(high)}]"
 
@@ -218,6 +307,28 @@ def estimator_label(estimator: str) -> str:
 
 def not_testable(key: str, t: StoreTables, subject: str, why: str) -> list[Finding]:
     return [Finding(key, t.model_id, subject, NOT_TESTABLE, note=why)]
+
+
+def not_testable_here(key: str, t: StoreTables, subject: str, needs: str, command: str) -> list[Finding]:
+    """A claim kcal cannot test with what can be had here (other models, a dataset kcal lacks):
+    what it needs and the command that would test it."""
+    return not_testable(key, t, subject, f"needs {needs}; to test it: `{command}`")
+
+
+def descriptive_finding(
+    key: str,
+    t: StoreTables,
+    subject: str,
+    numbers: str,
+    value: float = math.nan,
+    low: float = math.nan,
+    high: float = math.nan,
+    n: int | None = None,
+    note: str = "",
+) -> Finding:
+    """Numbers shown beside the paper's with no verdict (a criterion that cannot fail here, or a
+    sensitivity table)."""
+    return Finding(key, t.model_id, subject, DESCRIPTIVE, value, low, high, n, numbers, note)  # fmt: skip
 
 
 def interval_finding(

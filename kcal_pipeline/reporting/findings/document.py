@@ -24,12 +24,14 @@ from kcal_pipeline.core.versions import stored_version
 from kcal_pipeline.evaluation.bootstrap import N_RESAMPLES
 from kcal_pipeline.evaluation.tables import BASELINE
 from kcal_pipeline.reporting.findings.core import (
+    DESCRIPTIVE,
     FAILS,
     HOLDS,
     INCONCLUSIVE,
     NOT_TESTABLE,
     SEED,
     VERDICTS,
+    Claim,
     Finding,
     StoreTables,
     fmt,
@@ -37,6 +39,7 @@ from kcal_pipeline.reporting.findings.core import (
 )
 from kcal_pipeline.reporting.findings.kissling import vote_levels
 from kcal_pipeline.reporting.findings.selections import FEW_DEV, estimators_in, headline_rows
+from kcal_pipeline.reporting.findings.verdicts import detects
 
 
 def _cell(text: object) -> str:
@@ -53,7 +56,9 @@ def _table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> list[str]
 def _shown_verdict(f: Finding) -> str:
     """The verdict as a cell: not testable with its failed precondition, inconclusive with its MDE."""
     if f.verdict == NOT_TESTABLE:
-        return f"{NOT_TESTABLE} on this store: {f.note}"
+        return f"{NOT_TESTABLE} here: {f.note}"
+    if f.verdict == DESCRIPTIVE:
+        return f"_{DESCRIPTIVE}_"
     if f.verdict == INCONCLUSIVE and not math.isnan(f.mde):
         return f"**{f.verdict}** (MDE {fmt(f.mde)})"
     return f"**{f.verdict}**"
@@ -210,6 +215,42 @@ def describe_sample(t: StoreTables) -> str:
     )
 
 
+def _where_cell(c: Claim) -> str:
+    """The paper's file and the sections, tables and figures a claim rests on (kcal's own claims:
+    their literature)."""
+    if c.sources and c.paper.file:
+        return f"`{c.paper.file}` {c.where}"
+    return c.where
+
+
+def _quotes(c: Claim) -> list[str]:
+    """The paper's own words behind a claim, one quoted line per citation."""
+    if not c.sources:
+        return []
+    return ["- **The paper says.**", *(f"  - {s.where()}: “{' '.join(s.quote.split())}”" for s in c.sources)]
+
+
+def _has_interval(f: Finding) -> bool:
+    return f.verdict not in (NOT_TESTABLE, DESCRIPTIVE) and not (
+        math.isnan(f.ci_low) or math.isnan(f.ci_high)
+    )
+
+
+def _holm_cell(f: Finding) -> str:
+    """The Holm-adjusted p and the number of comparisons it was adjusted over (m = 1: unadjusted)."""
+    if f.m_holm < 1 or math.isnan(f.p_holm):
+        return ""
+    return f"{f.p_holm:.3g} ({f.m_holm})"
+
+
+def _inside_cell(f: Finding, c: Claim) -> str:
+    if not _has_interval(f):
+        return ""
+    if f.paper_inside is None:
+        return "no effect printed" if c.number.effect is None else "n/a"
+    return "inside" if f.paper_inside else "outside"
+
+
 def _number_cell(f: Finding) -> str:
     """kcal's number with its interval, as the summary shows it (the first item of `numbers`)."""
     return f.numbers.split("; ")[0] if f.verdict != NOT_TESTABLE else ""
@@ -261,23 +302,32 @@ def render_findings(
         "",
     ]
     summary = []
+    one_model = len(models) == 1
     for c in claims:
         for i, f in enumerate(by_claim.get(c.key, [])):
             summary.append(
                 (
                     f"{c.paper.seed}",
-                    c.where,
+                    _where_cell(c),
                     c.title,
-                    f.model_id,
+                    *(() if one_model else (f.model_id,)),
                     f.subject,
                     c.number.shown() if i == 0 else "(as above)",  # one claim's rows share it
                     _number_cell(f),
+                    _holm_cell(f),
+                    _inside_cell(f, c),
+                    detects(f.mde, c.number.effect) if _has_interval(f) else "",
                     _shown_verdict(f),
                 )
             )
     lines += _table(
-        ["seed", "where", "claim", "model", "compared", "paper", "kcal [95 % interval]", "verdict"], summary
-    )
+        [
+            "seed", "where", "claim", *(() if one_model else ("model",)), "compared", "paper",
+            "kcal [95 % interval]", "Holm p (m)", "paper's effect in interval", "MDE detects it",
+            "verdict",
+        ],
+        summary,
+    )  # fmt: skip
     for paper in sorted({c.paper for c in claims}, key=lambda p: p.seed):
         lines += ["", f"## {paper.short}", "", f"{paper.citation}."]
         for c in (c for c in claims if c.paper == paper):
@@ -286,7 +336,8 @@ def render_findings(
                 "",
                 f"### {c.title}",
                 "",
-                f"- **Where.** {c.where}.",
+                f"- **Where.** {_where_cell(c)}.",
+                *_quotes(c),
                 f"- **The paper's setting.** {c.setting}",
                 f"- **The paper's number.** {c.number.shown()}.",
                 *([f"- **Preconditions.** {'; '.join(c.preconditions)}."] if c.preconditions else []),

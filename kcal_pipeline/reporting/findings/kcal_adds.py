@@ -38,7 +38,7 @@ KCAL = Paper("kcal", "What kcal adds", "kcal (not a claim of the seed papers)")
 
 @claim(
     "recalibration_lowers_ace",
-    where="temperature scaling (Guo et al. 2017), Platt scaling (Platt 1999), isotonic regression "
+    reference="temperature scaling (Guo et al. 2017), Platt scaling (Platt 1999), isotonic regression "
     "(Zadrozny & Elkan 2002)",
     title="Recalibrating Base on the dev split lowers its test ACE",
     paper=KCAL,
@@ -76,7 +76,8 @@ def recalibration_lowers_ace(t: StoreTables) -> list[Finding]:
 
 @claim(
     "model_beats_answer_prior",
-    where="null model: Base with the subject masked, as TemplateDiff masks it in Yoshikawa & Okazaki 2023",
+    reference="null model: Base with the subject masked, as TemplateDiff masks it in Yoshikawa & Okazaki "
+    "2023",
     stage="selective",
     title="The model reads the subject: Base is more accurate than the answer-prior null model",
     paper=KCAL,
@@ -110,7 +111,7 @@ def model_beats_answer_prior(t: StoreTables) -> list[Finding]:
 
 @claim(
     "ace_depends_on_bins",
-    where="ACE as in Nixon et al. 2019 with the seeds' 20 quantile bins",
+    reference="ACE as in Nixon et al. 2019 with the seeds' 20 quantile bins",
     kind=CRITERION,
     title=f"The bin count alone moves ACE by more than its 95 % interval spans "
     f"({min(BIN_SWEEP)}–{max(BIN_SWEEP)} bins)",

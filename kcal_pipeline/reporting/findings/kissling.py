@@ -48,6 +48,7 @@ KISSLING = Paper(
     "Kissling et al. 2026 (seed 000)",
     "Kissling, Merdjanovska & Akbik 2026, Self-Aware Knowledge Probing: Evaluating Language Models' "
     "Relational Knowledge through Confidence Calibration (arXiv 2601.18901)",
+    file="kissling-self-aware-knowledge-probing.txt",
 )
 KISSLING_SETTING = (
     "BEAR's closed-set probe (7,731 instances, 5 paraphrase templates per relation), ten causal LMs "
@@ -58,7 +59,7 @@ KISSLING_SETTING = (
 
 @claim(
     "margin_lowers_ace",
-    where="§4, Table 1 (intrinsic confidence); Fig. 4",
+    reference="§4, Table 1 (intrinsic confidence); Fig. 4",
     title="Margin is better calibrated than Base: ACE(Margin) − ACE(Base) < 0",
     paper=KISSLING,
     setting=KISSLING_SETTING
@@ -114,7 +115,7 @@ ONE_TEMPLATE = (
 
 @claim(
     "min_average_vs_vote2_brier",
-    where="§4, Table 1; App. C (Brier by aggregation)",
+    reference="§4, Table 1; App. C (Brier by aggregation)",
     title="Average^Min has a lower Brier score than the plurality vote: Brier(Min Average) − "
     "Brier(Vote(2) Average) < 0",
     paper=KISSLING,
@@ -156,7 +157,7 @@ def min_average_vs_vote2_brier(t: StoreTables) -> list[Finding]:
 
 @claim(
     "vote_trades_coverage_for_accuracy",
-    where="§4, Table 1 (Vote(k)); App. C (accuracy–rejection curves)",
+    reference="§4, Table 1 (Vote(k)); App. C (accuracy–rejection curves)",
     title="Vote(k) trades answers for accuracy: a higher k answers fewer instances, more of them correctly",
     paper=KISSLING,
     setting=KISSLING_SETTING + " Vote(k) abstains unless k templates agree: the more a model's templates "
@@ -226,7 +227,7 @@ def vote_trades_coverage_for_accuracy(t: StoreTables) -> list[Finding]:
 
 @claim(
     "markers_lower_accuracy_raise_ace",
-    where="§5, semantic grounding (markers heatmaps: Δaccuracy, ΔACE)",
+    reference="§5, semantic grounding (markers heatmaps: Δaccuracy, ΔACE)",
     stage="markers",
     title="Epistemic markers lower accuracy and raise ACE (marked template against its unmarked parent)",
     paper=KISSLING,

@@ -42,7 +42,7 @@ from kcal_pipeline.reporting.findings.selections import (
 
 @claim(
     "models_overconfident",
-    where="Abstract; §4",
+    reference="Abstract; §4",
     title="Base is overconfident: mean confidence − accuracy > 0",
     paper=KISSLING,
     setting=KISSLING_SETTING + " They found most models overconfident, the masked LMs most; a "
@@ -94,7 +94,7 @@ def _h_from(accuracy: np.ndarray, ace: np.ndarray) -> np.ndarray:
 
 @claim(
     "sum_best_reduction",
-    where="App. B (reductions)",
+    reference="App. B (reductions)",
     title="Sum is the best reduction of Base: H(Sum) − H(the best other reduction) > 0",
     paper=KISSLING,
     setting=KISSLING_SETTING + " They chose the reduction by H, the harmonic mean of accuracy and "
@@ -178,7 +178,7 @@ def _sweep_rows(t: StoreTables) -> pl.DataFrame:
 
 @claim(
     "more_options_lower_ace",
-    where="§5.4, Fig. 5",
+    reference="§5.4, Fig. 5",
     stage="sweep",
     title="More answer options lower ACE: ACE(Base, full answer space) − ACE(Base, smallest k) < 0",
     paper=KISSLING,
@@ -266,7 +266,7 @@ def _pearson(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 @claim(
     "ace_falls_with_accuracy",
-    where="Fig. 4",
+    reference="Fig. 4",
     title="ACE falls as accuracy grows: Pearson r(accuracy, ACE) of Base across relations < 0",
     paper=KISSLING,
     setting=KISSLING_SETTING + " Fig. 4 plots ACE against accuracy across models: within each family "

@@ -47,6 +47,7 @@ MACE = Paper(
     "MACE, Wang et al. 2026 (seed 003)",
     "Wang et al. 2026, Evaluating and Calibrating LLM Confidence on Questions with Multiple Correct "
     "Answers (MACE, arXiv 2602.07842)",
+    file="wang-mace-multiple-correct-answers.txt",
 )
 MACE_SETTING = (
     "12,000 open questions in six domains with 1, 2, 4 or 6 correct answers, 15 calibration methods, "
@@ -159,7 +160,7 @@ ABSTRACT_TREND = (
 
 @claim(
     "mace_accuracy_rises_with_golds",
-    where="abstract",
+    reference="abstract",
     stage="mace",
     title="Accuracy rises as the number of correct answers grows",
     paper=MACE,
@@ -176,7 +177,7 @@ def mace_accuracy_rises_with_golds(t: StoreTables) -> list[Finding]:
 
 @claim(
     "mace_confidence_falls_with_golds",
-    where="abstract",
+    reference="abstract",
     stage="mace",
     title="Confidence in the top answer falls as the number of correct answers grows",
     paper=MACE,
@@ -219,7 +220,7 @@ def _gold_set(counts) -> str:
 
 @claim(
     "mace_auroc_falls_with_mixed_golds",
-    where="§4, Fig. 3",
+    reference="§4, Fig. 3",
     stage="mace",
     title="AUROC falls as questions with more correct answers are mixed in",
     paper=MACE,
@@ -334,7 +335,7 @@ NO_SCA = (
 
 @claim(
     "sca_beats_others",
-    where="§5, Table 4",
+    reference="§5, Table 4",
     stage="mace",
     title="SCA discriminates best: AUROC(SCA) above every other confidence estimator's on MACE questions",
     paper=MACE,
@@ -412,7 +413,7 @@ def sca_beats_others(t: StoreTables) -> list[Finding]:
 
 @claim(
     "sca_tau0_as_good_as_tuned",
-    where="§5, Table 4",
+    reference="§5, Table 4",
     stage="mace",
     title="SCA with τ = 0 is as good as SCA with τ tuned on the dev split",
     paper=MACE,

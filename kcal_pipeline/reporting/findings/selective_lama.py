@@ -37,6 +37,7 @@ SELECTIVE_LAMA = Paper(
     "Selective-LAMA, Yoshikawa & Okazaki 2023 (seed 002)",
     "Yoshikawa & Okazaki 2023, Selective-LAMA: Selective Prediction for Confidence-Aware Evaluation of "
     "Language Models (Findings of EACL 2023)",
+    file="yoshikawa-selective-lama.txt",
 )
 ABSTRACT_ONLY = "no number available to kcal (only the abstract was accessible)"
 SELECTIVE_STAGE = (
@@ -47,7 +48,7 @@ SELECTIVE_STAGE = (
 
 @claim(
     "selective_lama_best_function",
-    where="Table 2; abstract",
+    reference="Table 2; abstract",
     stage="selective",
     number=PaperNumber(
         f'{ABSTRACT_ONLY}; the abstract: "simply relying on token probabilities is not always the best '
@@ -202,7 +203,7 @@ def curated_base_wide(t: StoreTables) -> tuple[pl.DataFrame, dict[str, list[str]
 
 @claim(
     "rcauc_less_template_biased",
-    where="Table 1; abstract",
+    reference="Table 1; abstract",
     title="The selective score (1 − AURC) varies less over a relation's templates than accuracy: "
     "CV(1 − AURC) − CV(accuracy) < 0",
     paper=SELECTIVE_LAMA,
@@ -287,7 +288,7 @@ def rcauc_less_template_biased(t: StoreTables) -> list[Finding]:
 
 @claim(
     "sent_reranking_worse_than_token",
-    where="Table 2",
+    reference="Table 2",
     stage="selective",
     title="Sent and Reranking rank answers worse than Token: AURC(Sent) − AURC(Token) > 0 and "
     "AURC(Reranking) − AURC(Token) > 0",

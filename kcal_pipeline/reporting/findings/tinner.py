@@ -40,6 +40,7 @@ TINNER = Paper(
     "Tinner 2024 (seed 001)",
     "Tinner 2024, master's thesis on calibrated knowledge probing with template paraphrases (cited by "
     "kcal's METHODS for the template marginal and sampled negatives)",
+    file="tinner-probabilistic-prompting-thesis.txt",
 )
 TINNER_NUMBER = PaperNumber("no number available to kcal (the thesis was not accessible)")
 TINNER_SETTING = (
@@ -98,7 +99,7 @@ PRECISION_RULE = (
 
 @claim(
     "few_facts_above_half_high_precision",
-    where="Fig. 5.3",
+    reference="Fig. 5.3",
     title="Few facts get P(o | r, s) > 0.5, but those are mostly right: precision at 0.5 − accuracy > 0",
     paper=TINNER,
     setting=TINNER_SETTING + " The template marginal averages each option's probability over the "
@@ -145,7 +146,7 @@ def few_facts_above_half_high_precision(t: StoreTables) -> list[Finding]:
 
 @claim(
     "aggregation_raises_precision",
-    where="Fig. 5.3, Table 5.1",
+    reference="Fig. 5.3, Table 5.1",
     title="Aggregating paraphrases raises precision at 0.5: template marginal − Base on the headline "
     "template > 0",
     paper=TINNER,
@@ -263,7 +264,7 @@ CONTEXT_RULE = (
 
 @claim(
     "demonstrations_raise_accuracy",
-    where="Table 6.1",
+    reference="Table 6.1",
     stage="context",
     title="Demonstrations (1 or 3 true facts of the relation before the statement) raise Base's accuracy",
     paper=TINNER,
@@ -291,7 +292,7 @@ def demonstrations_raise_accuracy(t: StoreTables) -> list[Finding]:
 
 @claim(
     "wrong_context_lowers_accuracy",
-    where="Table 6.4",
+    reference="Table 6.4",
     stage="context",
     title="A wrong demonstration (a false fact of the relation) lowers Base's accuracy",
     paper=TINNER,

@@ -17,6 +17,7 @@ import polars as pl
 from kcal_pipeline.evaluation.calibration import BINS, _bin_ids
 from kcal_pipeline.reporting.findings.core import (
     CLAIMS,
+    DESCRIPTIVE,
     DIFFERENCE,
     FAILS,
     HOLDS,
@@ -137,34 +138,51 @@ def ace_floor_note(t: StoreTables, estimator: str) -> str:
 
 
 def _with_power(f: Finding, paper_effect: float | None = None) -> Finding:
-    """An inconclusive difference with its minimum detectable effect, and whether the paper's
-    effect (where the claim gives one) lies inside the interval."""
-    if f.verdict != INCONCLUSIVE or math.isnan(f.ci_low) or math.isnan(f.ci_high):
+    """A row with an interval gets its minimum detectable effect and whether the paper's effect
+    (where the claim gives one) lies inside the interval; an inconclusive one says both in its note."""
+    if f.verdict in (NOT_TESTABLE, DESCRIPTIVE) or math.isnan(f.ci_low) or math.isnan(f.ci_high):
         return f
     mde = minimum_detectable_effect(sd_from_interval(f.ci_low, f.ci_high))
+    inside = None if paper_effect is None else bool(f.ci_low <= paper_effect <= f.ci_high)
+    if f.verdict != INCONCLUSIVE:
+        return replace(f, mde=mde, paper_inside=inside)
     note = f"MDE at n = {f.n}: {fmt(mde)} (80 % power, two-sided 5 %)"
     if paper_effect is not None:
-        where = "inside" if f.ci_low <= paper_effect <= f.ci_high else "outside"
-        note += f"; the paper's effect {fmt(paper_effect)} lies {where} the interval"
-    return replace(f, note=f"{f.note}; {note}" if f.note else note, mde=mde)
+        note += (
+            f"; the paper's effect {fmt(paper_effect)} lies {'inside' if inside else 'outside'} the interval"
+        )
+    return replace(f, note=f"{f.note}; {note}" if f.note else note, mde=mde, paper_inside=inside)
+
+
+def detects(mde: float, paper_effect: float | None) -> str:
+    """Whether this n could detect the paper's effect: |effect| ≥ MDE (80 % power, two-sided 5 %)."""
+    if paper_effect is None:
+        return "no effect printed"
+    if mde is None or math.isnan(mde):
+        return "n/a"
+    return "yes" if abs(paper_effect) >= mde else "no"
 
 
 def holm_family(findings: Sequence[Finding], alpha: float = ALPHA) -> list[Finding]:
-    """Holm–Bonferroni over one claim's comparisons on one model: a verdict that holds or does not
-    hold stays so only if its adjusted p (interval_p) is below `alpha`, else it becomes
-    inconclusive; Holm never upgrades an inconclusive one. Not-testable rows are not comparisons."""
-    tested = [i for i, f in enumerate(findings) if f.verdict != NOT_TESTABLE]
-    if len(tested) < 2:
-        return list(findings)
+    """Holm–Bonferroni over one claim's comparisons on one model: every row with an interval gets
+    its adjusted p (interval_p; m = 1 leaves it unadjusted) and m; a verdict that holds or does not
+    hold stays so only if that p is below `alpha`, else it becomes inconclusive; Holm never upgrades
+    an inconclusive one. Not-testable and descriptive rows are not comparisons."""
+    tested = [i for i, f in enumerate(findings) if f.verdict not in (NOT_TESTABLE, DESCRIPTIVE)]
     raw = [interval_p(findings[i].value, findings[i].ci_low, findings[i].ci_high) for i in tested]
     adjusted = dict(zip(tested, holm_adjusted(raw), strict=True))
     out = list(findings)
     for i, p in adjusted.items():
         f = findings[i]
+        if len(tested) < 2:
+            out[i] = replace(f, p_holm=p, m_holm=1)
+            continue
         keep = f.verdict in (HOLDS, FAILS) and not math.isnan(p) and p < alpha
         verdict = f.verdict if keep or f.verdict == INCONCLUSIVE else INCONCLUSIVE
         note = f"Holm-adjusted p {fmt(p)} over {len(tested)} comparisons"
-        out[i] = replace(f, verdict=verdict, note=f"{f.note}; {note}" if f.note else note)
+        out[i] = replace(
+            f, verdict=verdict, note=f"{f.note}; {note}" if f.note else note, p_holm=p, m_holm=len(tested)
+        )
     return out
 
 
@@ -194,6 +212,6 @@ def evaluate_claims(
         for t in models[spec.stage] if staged else models:
             rows = spec.fn(t)
             if spec.kind == DIFFERENCE:
-                rows = [_with_power(f, spec.number.effect) for f in holm_family(rows)]
-            out += rows
+                rows = holm_family(rows)
+            out += [_with_power(f, spec.number.effect) for f in rows]
     return out

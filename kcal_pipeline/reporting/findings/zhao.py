@@ -33,6 +33,7 @@ ZHAO = Paper(
     "Zhao et al. 2025 (seed 004)",
     "Zhao et al. 2025, Do We Know What LLMs Don't Know? A Study of Consistency in Knowledge Probing "
     "(arXiv 2505.21701)",
+    file="zhao-consistency-in-knowledge-probing.txt",
 )
 # Where the derived numbers come from: the authors' released per-question accept/reject decisions
 # (raoyuanzhao/Consistency-in-Knowledge-Probing), recomputed with their notebook's formulas.
@@ -42,7 +43,7 @@ ZHAO_1B = "Llama-3.2-1B-Instruct, MMLU, token-probability probe"
 
 @claim(
     "consistency_far_from_one",
-    where="§4, Fig. 2",
+    reference="§4, Fig. 2",
     stage="context",
     kind=CRITERION,
     title="A probe's accept/reject decisions are far from consistent under a typo or a one-shot "
@@ -142,7 +143,7 @@ NO_CONSISTENCY = "no consistency table: materialize it (kcal findings --build, s
 
 @claim(
     "cross_method_deccons_low",
-    where="§4, Fig. 3",
+    reference="§4, Fig. 3",
     stage="context",
     kind=CRITERION,
     title="Confidence methods disagree on which facts the model knows: the lowest cross-method DecCons "
@@ -256,7 +257,7 @@ def _one_draw(setup: str, seeds: list) -> str:
 
 @claim(
     "consistency_varies_over_draws",
-    where="seeds 4, 44, 99 (their draws)",
+    reference="seeds 4, 44, 99 (their draws)",
     stage="context",
     kind=CRITERION,
     title="Intra-method consistency depends on the random draw of the perturbation: one draw is not enough",
