@@ -579,7 +579,6 @@ def test_kcal_findings_on_the_real_store(report_store, tmp_path):
     assert "- kcal commit: " in header and "- Machine: " in header and "CPU cores" in header
     assert "relation clusters" in doc and not re.search(r"at 135M|a 135M model|SmolLM2-135M's size", doc)
     (key,) = [p.name.split("=", 1)[1] for p in (report_store / "metrics").iterdir()]
-    model_id = pl.read_parquet(report_store / "metrics" / f"model={key}" / "part.parquet")["model_id"][0]
     summary = doc.split("## Summary", 1)[1].split("\n## ", 1)[0]
     summary_rows = [
         line for line in summary.splitlines() if line.startswith("| ") and not line.startswith("| seed |")
