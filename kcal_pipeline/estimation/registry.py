@@ -166,6 +166,7 @@ SORT_KEYS = ("model_id", "relation_id", "instance_id", "template_id", "estimator
 # `#k<k>d<draw>` subsample copies are the option-count sweep, read beside them, never pooled with
 # them; answer_space_draw is 0 exactly where answer_space_k is, so one filter on k selects them).
 HEADLINE_SPLIT = "test"
+DEV_SPLIT = "dev"  # tunes thresholds and recalibration; where findings pick a comparator
 FULL_ANSWER_SPACE = 0
 
 

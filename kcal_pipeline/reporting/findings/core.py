@@ -55,13 +55,16 @@ class StoreTables:
     keeps the reductions Sum and Sum(A) only);
     `instances` is probe_instances' (relation_id, instance_id, n_gold), `relations` the relations
     table's (relation_id, domain), `fits` estimator_fits' (relation_id, estimator, reduction,
-    answer_space_k, parameter, value, n_dev): how many dev instances each recalibration saw."""
+    answer_space_k, parameter, value, n_dev): how many dev instances each recalibration saw;
+    `dev_estimates` the same rows as `estimates` on the dev split: where a claim picks something
+    (a comparator, a threshold), it picks on these, never on the test rows it then judges."""
 
     model_id: str
     metrics: pl.DataFrame = field(default_factory=pl.DataFrame)
     differences: pl.DataFrame = field(default_factory=pl.DataFrame)
     consistency: pl.DataFrame = field(default_factory=pl.DataFrame)
     estimates: pl.DataFrame = field(default_factory=pl.DataFrame)
+    dev_estimates: pl.DataFrame = field(default_factory=pl.DataFrame)
     templates: pl.DataFrame = field(default_factory=pl.DataFrame)
     instances: pl.DataFrame = field(default_factory=pl.DataFrame)
     relations: pl.DataFrame = field(default_factory=pl.DataFrame)

@@ -16,7 +16,7 @@ from kcal_pipeline.core.storage import (
     read_partitions,
     rebuild_hint,
 )
-from kcal_pipeline.estimation.registry import FULL_ANSWER_SPACE, HEADLINE_SPLIT, OUTPUT_SCHEMA
+from kcal_pipeline.estimation.registry import DEV_SPLIT, FULL_ANSWER_SPACE, HEADLINE_SPLIT, OUTPUT_SCHEMA
 from kcal_pipeline.evaluation.tables import BASELINE
 from kcal_pipeline.reporting.findings.core import FIT_COLUMNS, REDUCTION, StoreTables
 
@@ -56,7 +56,7 @@ CLAIMED_REDUCTIONS = (REDUCTION, "answer_sum")
 EVERY_SETTING_ESTIMATORS = (BASELINE,)
 
 
-def _claimed_estimates(home: Path, partition: dict[str, str]) -> pl.DataFrame:
+def _claimed_estimates(home: Path, partition: dict[str, str], split: str = HEADLINE_SPLIT) -> pl.DataFrame:
     """One estimates partition, only the rows the claims read (test split; full answer spaces
     and CLAIMED_REDUCTIONS, or Base under any reduction and answer space), filtered while scanning:
     a store with every template kind holds millions of estimate rows per model. A damaged file is
@@ -68,7 +68,7 @@ def _claimed_estimates(home: Path, partition: dict[str, str]) -> pl.DataFrame:
             pl.scan_parquet(path)
             .select([c for c in ESTIMATE_COLUMNS if c in present])
             .filter(
-                (pl.col("split") == HEADLINE_SPLIT)
+                (pl.col("split") == split)
                 & (
                     (
                         (pl.col("answer_space_k") == FULL_ANSWER_SPACE)
@@ -117,6 +117,11 @@ def read_store_tables(home: Path, models: Sequence[str] | None = None) -> list[S
             if parts
             else pl.DataFrame()
         )
+        dev_estimates = (
+            pl.concat([_claimed_estimates(home, p, DEV_SPLIT) for p in parts], how="diagonal_relaxed")
+            if parts
+            else pl.DataFrame()
+        )
         fit_parts = _relation_partitions(home, "estimator_fits", key)
         out.append(
             StoreTables(
@@ -128,6 +133,7 @@ def read_store_tables(home: Path, models: Sequence[str] | None = None) -> list[S
                 differences=_optional(home, "metric_differences", key),
                 consistency=_optional(home, "consistency", key),
                 estimates=estimates,
+                dev_estimates=dev_estimates,
                 templates=templates,
                 instances=instances,
                 relations=relations,
