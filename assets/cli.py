@@ -379,7 +379,7 @@ def cmd_findings_build(args) -> int:
     from kcal_pipeline.core.progress import share_terminal
     from kcal_pipeline.dataset.findings_profile import DEFAULT_BEAR, DEFAULT_KISSLING, profile_stages
 
-    root = Path(args.profile_dir).expanduser().resolve()
+    root = profile_root(args)
     bear = Path(args.bear).expanduser().resolve() if args.bear else DEFAULT_BEAR
     kissling = Path(args.bear_templates).expanduser().resolve() if args.bear_templates else DEFAULT_KISSLING
     stages = profile_stages(args.scale, bear_dir=bear, kissling=kissling)
@@ -405,11 +405,31 @@ def _findings_after_build(args, stage_homes: dict[str, Path]) -> int:
     if not stage_homes:
         print("kcal: error: no stage of the profile ran; no findings written", file=sys.stderr)
         return 2
-    args.build, args.profile = False, str(Path(args.profile_dir).expanduser().resolve())
+    args.build, args.profile = False, str(profile_root(args))
     return cmd_findings(args)
 
 
+def profile_root(args) -> Path:
+    """--profile-dir, or KCAL_HOME/findings: the profile's stage stores live with the user's store."""
+    if getattr(args, "profile_dir", None):
+        return Path(args.profile_dir).expanduser().resolve()
+    return kcal_home(args.home) / "findings"
+
+
+DIRTY_REFUSAL = (
+    "kcal: error: the checkout has uncommitted changes (kcal commit {commit}): findings are built and "
+    "written from a clean commit, so that the commit they name reproduces them; commit the changes, "
+    "or pass --allow-dirty (the document then says that no commit reproduces it)"
+)
+
+
 def cmd_findings(args) -> int:
+    from kcal_pipeline.reporting.findings import kcal_commit
+
+    commit = kcal_commit()
+    if commit.endswith("+changes") and not getattr(args, "allow_dirty", False):
+        print(DIRTY_REFUSAL.format(commit=commit), file=sys.stderr)
+        return 2
     if getattr(args, "build", False):
         return cmd_findings_build(args)
     # Reads the store only (no lock); the document is written atomically, wherever --out points.
@@ -451,7 +471,9 @@ def cmd_findings(args) -> int:
                 entries[m] = Registry(path).get(m)
             except (UnknownModelError, ModelConfigError):  # removed since, or a broken registry file
                 entries[m] = None
-    header = provenance(shown_home, models, entries, ["kcal", *getattr(args, "argv", [])]) + extra
+    header = (
+        provenance(shown_home, models, entries, ["kcal", *getattr(args, "argv", [])], commit=commit) + extra
+    )
     document = render_findings(findings, models, samples, header, regenerate=again)
     path = write_text_atomic(Path(args.out), document)
     counts = ", ".join(f"{sum(f.verdict == v for f in findings)} {v}" for v in VERDICTS)
@@ -643,9 +665,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     fd.add_argument(
         "--profile-dir",
-        default=".kcal-findings",
+        default=None,
         metavar="DIR",
-        help="with --build: the profile's root, a store per stage in DIR/<stage> (default: %(default)s)",
+        help="with --build: the profile's root, a store per stage in DIR/<stage> (default: "
+        "KCAL_HOME/findings)",
+    )
+    fd.add_argument(
+        "--allow-dirty",
+        action="store_true",
+        help="build or write findings from a checkout with uncommitted changes (refused by default: no "
+        "commit would reproduce them); the document then carries a warning",
     )
     fd.add_argument(
         "--scale",

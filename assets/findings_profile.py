@@ -10,17 +10,21 @@ in DIR/profile.json, which the findings header cites.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
+import platform
 import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
+from importlib import metadata
 from pathlib import Path
 
 import polars as pl
 
+from kcal_pipeline.core.options import ProbeOptions
 from kcal_pipeline.core.storage import write_text_atomic
-from kcal_pipeline.dataset.findings_profile import Stage
+from kcal_pipeline.dataset.findings_profile import Stage, split_settings
 from kcal_pipeline.reporting.findings import kcal_commit
 from kcal_pipeline.reporting.findings.store import PROFILE_FILE  # the file read_profile reads
 
@@ -79,6 +83,47 @@ def _same_stage(before: dict, entry: dict) -> bool:
     return same and all(before.get(k) is not None for k in ("started", "finished", "seconds"))
 
 
+def split_counts(home: Path, relations: Sequence[str]) -> dict[str, dict[str, int]]:
+    """Probe instances per relation and split ({relation: {"dev": n, "test": n}}), read from the
+    stage store's probe_instances: what each stage's claims rest on, recorded beside its build."""
+    files = [f for r in relations for f in sorted((home / "probe_instances").glob(f"relation={r}/*.parquet"))]
+    if not files:
+        return {}
+    counts = pl.scan_parquet(files).group_by("relation_id", "split").len().collect()
+    out: dict[str, dict[str, int]] = {}
+    for relation, split, n in counts.sort("relation_id", "split").iter_rows():
+        out.setdefault(relation, {})[split] = int(n)
+    return out
+
+
+def file_digest(path: Path | None) -> str | None:
+    """sha256 of a file, or of a folder's files (their relative paths and bytes, in name order): the
+    version of BEAR and of the template file a profile was built from."""
+    if path is None or not Path(path).exists():
+        return None
+    path = Path(path)
+    digest = hashlib.sha256()
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    for f in files:
+        digest.update(str(f.relative_to(path) if f != path else f.name).encode() + b"\0")
+        digest.update(f.read_bytes())
+    return digest.hexdigest()
+
+
+LIBRARIES = ("torch", "transformers", "dagster", "polars", "duckdb", "numpy")
+
+
+def library_versions() -> dict[str, str]:
+    """Python's and the numerical/pipeline libraries' versions a profile was built with."""
+    versions = {"python": platform.python_version()}
+    for name in LIBRARIES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = "not installed"
+    return versions
+
+
 def _minutes(seconds: float) -> str:
     return f"{int(seconds // 60)} min {seconds % 60:.0f} s"
 
@@ -109,7 +154,10 @@ def build_profile(
         "command": list(command),
         "kcal_commit": kcal_commit(),
         "bear": str(bear_dir) if bear_dir else None,
+        "bear_sha256": file_digest(bear_dir),
         "bear_templates": str(kissling) if kissling else None,
+        "bear_templates_sha256": file_digest(kissling),
+        "libraries": library_versions(),
         "model_cache": os.environ["KCAL_MODEL_CACHE"],
         "started": _utc_now(),
         "finished": None,
@@ -131,6 +179,8 @@ def build_profile(
             "source": stage.source,
             "relations": stage.probe_relations,
             "settings": dict(stage.settings),
+            "chosen": stage.chosen,
+            "seed": ProbeOptions(**split_settings(stage.settings)[0]).seed,
             "bear_templates": stage.bear_templates,
         }
         record["stages"].append(entry)
@@ -162,6 +212,7 @@ def build_profile(
             materialized=len(summary.materialized),
             skipped_up_to_date=len(summary.skipped),
             statements=statements,
+            instances=split_counts(home, stage.probe_relations),
             failed=[str(f) for f in summary.failed],
         )
         before = earlier.get(stage.name, {})

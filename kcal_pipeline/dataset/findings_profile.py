@@ -24,18 +24,27 @@ DEFAULT_BEAR = REPO.parent / "shared" / "data" / "bear"
 DEFAULT_KISSLING = REPO.parent / "shared" / "data" / "kissling-templates" / "metadata_relations.json"
 BEAR_PREFIX = "bear-"
 
-# Scale 1 targets (scale s multiplies them, rounding up).
+# Scale 1 targets (scale s multiplies them, rounding up). Every stage whose claims pool over
+# relations has at least MIN_CLUSTERS relations: the bootstrap resamples relations first, and with
+# 2-3 clusters its first stage has only 3-10 distinct draws (issue 51).
+MIN_CLUSTERS = 6
 BEAR_TEST_TARGET = 1000  # closed-set test instances behind Base/Margin and the aggregations
-MARKER_RELATIONS = 3  # the smallest answer spaces: 8 templates per instance stay cheap
-SWEEP_RELATIONS = 2  # relations with the full 25-option space, cut to k = 5, 10, 20
-CONTEXT_INSTANCES = 100  # per relation; 25 % dev = 25 dev instances behind each fitted threshold
+MARKER_RELATIONS = MIN_CLUSTERS  # the smallest answer spaces: 8 templates per instance stay cheap
+MARKER_INSTANCES = 100  # per relation (of BEAR's 144-153): 6 relations x 8 templates in ~8 min
+SWEEP_RELATIONS = MIN_CLUSTERS  # BEAR's 60-option 1:1 relations (60 instances each), as Fig. 5
+SWEEP_SPACE = 60  # Kissling §5.4: "sampling subsets of the 60 options in the 1:1 relations in BEAR"
+SWEEP_K = (5, 10, 20, 40)  # and the full 60
+SWEEP_DRAWS = 3  # Fig. 5: "Each point represents the mean over three repeated samplings"
+SELECTIVE_INSTANCES = 60  # per relation: 10 dropout passes and a subject mask are 12 forwards each
+CONTEXT_INSTANCES = 64  # per relation; 35 % dev = 22 dev instances behind each fitted threshold
+CONTEXT_DEV_FRACTION = 0.35
 MACE_INSTANCES = 120  # per MACE domain (a quarter per gold count); 25 % dev = 30
 # Embedded relations whose relation-wide answer space (25 options) is smaller than their distinct
-# objects (P37 106, P38 144), so unprobed subjects can demonstrate (docs/experiments.md "Context");
-# 193 and 197 subjects. P36 would qualify too, but its 60-option one-to-one space costs 2.4x the
-# statements.
-CONTEXT_RELATIONS = ("P37", "P38")
-SWEEP_SPACE = 25
+# objects, so unprobed subjects can demonstrate (docs/experiments.md "Context"): each of these gives
+# every one of 100 probed instances a 1-shot, 3-shot and wrong demonstration (checked on the
+# embedded snapshot: P103, P30, P101, P413, P449, P463 and P495 leave some or all out). P36 and
+# P1376 qualify too, but their 60-option one-to-one spaces cost 2.4x the statements.
+CONTEXT_RELATIONS = ("P37", "P38", "P17", "P19", "P27", "P1412")
 
 
 @dataclass(frozen=True)
@@ -53,6 +62,7 @@ class Stage:
     settings: Mapping[str, object] = field(default_factory=dict)
     bear_templates: Literal["kissling"] | None = None
     skipped: str | None = None
+    chosen: str = ""  # how its relations were chosen (the profile's provenance prints it)
 
     def __post_init__(self) -> None:
         if self.source not in ("bear", "embedded"):
@@ -147,13 +157,18 @@ def profile_stages(
     order = by_space_size(sizes)
     closed = {"dev_fraction": 0.2, "max_instances": 0, "template_kinds": ["curated"]}
 
-    def bear_stage(name, purpose, relations, settings, templates=None) -> Stage:
+    def bear_stage(name, purpose, relations, settings, templates=None, chosen="") -> Stage:
         reason = kissling_missing if templates else bear_missing
         if reason is not None:
-            return Stage(name, purpose, "bear", (), settings, templates, skipped=reason)
-        return Stage(name, purpose, "bear", tuple(relations), settings, templates)
+            return Stage(name, purpose, "bear", (), settings, templates, skipped=reason, chosen=chosen)
+        return Stage(name, purpose, "bear", tuple(relations), settings, templates, chosen=chosen)
 
-    smallest = order[: scaled(MARKER_RELATIONS, scale)]
+    smallest_rule = (
+        f"BEAR's {max(MIN_CLUSTERS, scaled(MARKER_RELATIONS, scale))} relations with the smallest "
+        "answer spaces (ties by relation id)"
+    )
+
+    smallest = order[: max(MIN_CLUSTERS, scaled(MARKER_RELATIONS, scale))]
     full_space = [r for r in order if sizes[r][0] == SWEEP_SPACE]
     return [
         bear_stage(
@@ -163,19 +178,35 @@ def profile_stages(
             select_bear_relations(sizes, BEAR_TEST_TARGET * scale, closed["dev_fraction"]),
             {**closed, "max_templates": 5, "answer_space": "relation"},
             "kissling",
+            f"BEAR's relations in ascending answer-space size (ties by id) until their test share "
+            f"reaches {scaled(BEAR_TEST_TARGET, scale):,} instances",
         ),
         bear_stage(
             "markers",
             "Kissling: verbal and numeric epistemic markers vs Base",
             smallest,
-            {**closed, "max_templates": 1, "template_kinds": ["curated", "marker_verbal", "marker_numeric"]},
+            {
+                **closed,
+                "max_templates": 1,
+                "max_instances": scaled(MARKER_INSTANCES, scale),
+                "template_kinds": ["curated", "marker_verbal", "marker_numeric"],
+            },
             "kissling",
+            smallest_rule,
         ),
         bear_stage(
             "sweep",
-            "Kissling: more options lower ACE (option-count sweep, k = 5, 10, 20)",
-            full_space[: scaled(SWEEP_RELATIONS, scale)],
-            {**closed, "max_templates": 1, "answer_space_k": [5, 10, 20], "answer_space_draws": 2},
+            "Kissling: more options lower ACE (option-count sweep on the 60-option 1:1 relations, "
+            f"k = {', '.join(map(str, SWEEP_K))} and 60, {SWEEP_DRAWS} draws)",
+            full_space[: max(MIN_CLUSTERS, scaled(SWEEP_RELATIONS, scale))],
+            {
+                **closed,
+                "max_templates": 1,
+                "answer_space_k": list(SWEEP_K),
+                "answer_space_draws": SWEEP_DRAWS,
+            },
+            chosen=f"the first {max(MIN_CLUSTERS, scaled(SWEEP_RELATIONS, scale))} of BEAR's "
+            f"{SWEEP_SPACE}-option one-to-one relations by relation id",
         ),
         Stage(
             "context",
@@ -195,8 +226,10 @@ def profile_stages(
                 "max_templates": 1,
                 "perturbation_seeds": [4, 44, 99],
                 "max_instances": scaled(CONTEXT_INSTANCES, scale),
-                "dev_fraction": 0.25,
+                "dev_fraction": CONTEXT_DEV_FRACTION,
             },
+            chosen="embedded relations whose 25-option answer space leaves every probed instance a "
+            "1-shot, 3-shot and wrong demonstration (see CONTEXT_RELATIONS)",
         ),
         Stage(
             "mace",
@@ -208,6 +241,7 @@ def profile_stages(
                 "max_instances": scaled(MACE_INSTANCES, scale),
                 "dev_fraction": 0.25,
             },
+            chosen="every MACE domain of the embedded catalog",
         ),
         # Last: its dropout passes are scored unpacked (training mode), the slowest statements of the
         # profile, so an over-long build has every other stage done first.
@@ -218,10 +252,12 @@ def profile_stages(
             {
                 **closed,
                 "max_templates": 1,
+                "max_instances": scaled(SELECTIVE_INSTANCES, scale),
                 "subject_mask": True,
                 "dropout": True,
                 "dropout_passes": 10,
                 "dropout_rate": 0.1,
             },
+            chosen=smallest_rule,
         ),
     ]

@@ -51,21 +51,25 @@ def test_stages_of_a_bear_directory_at_two_scales(tmp_path):
     assert [s.name for s in stages] == ["bear", "markers", "sweep", "context", "mace", "selective"]
     one = {s.name: s for s in stages}
     assert one["bear"].relations == ("P10", "P2", "P9", "P1")  # 220 × 0.8 = 176 >= 100 > 96
-    assert one["markers"].relations == ("P10",)  # ceil(3 × 0.1)
-    assert one["sweep"].relations == ("P1",)  # the 25-option relations by id, ceil(2 × 0.1)
-    assert one["selective"].relations == ("P10",) and one["selective"].settings["max_instances"] == 0
-    assert one["context"].settings["max_instances"] == 10
+    # every stage pooling over relations keeps >= 6 clusters at any scale (all there are, here)
+    assert one["markers"].relations == ("P10", "P2", "P9", "P1", "P7", "P3")
+    assert one["sweep"].relations == ("P3",)  # the 60-option relations by id: this BEAR has one
+    assert one["selective"].relations == one["markers"].relations
+    assert one["selective"].settings["max_instances"] == 6  # ceil(60 × 0.1)
+    assert one["markers"].settings["max_instances"] == 10  # ceil(100 × 0.1)
+    assert one["context"].settings["max_instances"] == 7  # ceil(64 × 0.1)
     assert one["mace"].settings["max_instances"] == 12
     two = {s.name: s for s in profile_stages(0.2, bear, kissling)}  # target 200
     assert two["bear"].relations == ("P10", "P2", "P9", "P1", "P7")  # 320 × 0.8 = 256 >= 200 > 176
-    assert two["markers"].relations == ("P10",)  # ceil(0.6)
-    assert two["sweep"].relations == ("P1",)  # ceil(0.4)
+    assert len(two["markers"].relations) == 6
+    assert two["sweep"].settings["answer_space_k"] == [5, 10, 20, 40]
+    assert two["sweep"].settings["answer_space_draws"] == 3
     assert {s.name: s.bear_templates for s in two.values()} == {
         "bear": "kissling", "markers": "kissling", "selective": None, "sweep": None,
         "context": None, "mace": None,
     }  # fmt: skip
     assert two["bear"].probe_relations[:2] == ["bear-P10", "bear-P2"]
-    assert two["context"].probe_relations == ["P37", "P38"]
+    assert two["context"].probe_relations == ["P37", "P38", "P17", "P19", "P27", "P1412"]
 
 
 @pytest.mark.skipif(not (DEFAULT_BEAR / "metadata_relations.json").is_file(), reason="no BEAR here")
@@ -74,8 +78,11 @@ def test_the_real_bear_at_scale_1_and_2():
     # answer spaces 5, 6, 6, 16, 17, 17, 21, 24, 25; 150+150+150+144+153+153+147+144+150 = 1,341
     # instances, × 0.8 = 1,072.8 >= 1,000 (without P103: 1,191 × 0.8 = 952.8)
     assert one["bear"].relations == ("P105", "P30", "P412", "P403", "P177", "P291", "P2632", "P4552", "P103")
-    assert one["markers"].relations == one["selective"].relations == ("P105", "P30", "P412")
-    assert one["sweep"].relations == ("P103", "P108")
+    # the six smallest answer spaces; the sweep on six of BEAR's fourteen 60-option 1:1 relations
+    assert one["markers"].relations == one["selective"].relations == (
+        "P105", "P30", "P412", "P403", "P177", "P291",
+    )  # fmt: skip
+    assert one["sweep"].relations == ("P115", "P1376", "P185", "P190", "P26", "P3373")
     assert one["bear"].settings == {
         "dev_fraction": 0.2, "max_instances": 0, "template_kinds": ["curated"], "max_templates": 5,
         "answer_space": "relation",
@@ -86,10 +93,11 @@ def test_the_real_bear_at_scale_1_and_2():
         *one["bear"].relations,
         "P108", "P127", "P1303", "P131", "P137", "P1412", "P1441", "P1532",
     )  # fmt: skip
-    assert two["markers"].relations == ("P105", "P30", "P412", "P403", "P177", "P291")
+    assert two["markers"].relations == (*one["markers"].relations, "P2632", "P4552", "P103", "P108",
+                                        "P127", "P1303")  # fmt: skip
     assert two["selective"].relations == two["markers"].relations
-    assert two["sweep"].relations == ("P103", "P108", "P127", "P1303")
-    assert two["context"].settings["max_instances"] == 200 and two["mace"].settings["max_instances"] == 240
+    assert len(two["sweep"].relations) == 12 and set(one["sweep"].relations) < set(two["sweep"].relations)
+    assert two["context"].settings["max_instances"] == 128 and two["mace"].settings["max_instances"] == 240
     assert DEFAULT_KISSLING.is_file() or one["bear"].skipped
 
 
@@ -107,7 +115,7 @@ def test_sizes_grow_with_scale(tmp_path):
         if previous is not None:
             assert all(size[n][0] >= previous[n][0] and size[n][1] >= previous[n][1] for n in size), scale
         previous = size
-    assert previous["context"] == (2, 500) and previous["bear"][0] == len(SIZES)
+    assert previous["context"] == (6, 320) and previous["bear"][0] == len(SIZES)
 
 
 def test_bear_absent_skips_its_stages_with_the_reason(tmp_path):
@@ -125,8 +133,8 @@ def test_bear_absent_skips_its_stages_with_the_reason(tmp_path):
         == f"Kissling templates not found at {tmp_path / 'k.json'} (give --bear-templates FILE)"
     )
     assert stages["markers"].skipped == stages["bear"].skipped
-    assert stages["selective"].skipped is None and stages["selective"].relations == ("P10", "P2", "P9")
-    assert stages["sweep"].relations == ("P1", "P7")
+    assert stages["selective"].skipped is None and len(stages["selective"].relations) == 6
+    assert stages["sweep"].relations == ("P3",)
 
 
 @pytest.mark.parametrize("bad", [0, -1, "x", "nan", "inf"])

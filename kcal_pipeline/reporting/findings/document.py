@@ -146,6 +146,11 @@ def store_data_version(home: Path) -> str:
     return f"{digest.hexdigest()[:20]} over {len(pairs)} partitions"
 
 
+DIRTY_WARNING = (
+    "**warning: written from uncommitted changes (--allow-dirty): no commit reproduces this document**"
+)
+
+
 def machine_description() -> str:
     """CPU cores and model, and the GPUs nvidia-smi lists (none without it)."""
     cpu = platform.processor() or platform.machine()
@@ -183,9 +188,10 @@ def provenance(
     default to this checkout, this machine and now (tests pin them)."""
     when = when or datetime.now(UTC)
     lines = [f"- Model {model_provenance(entries.get(m), m)}" for m in models]
+    commit = commit or kcal_commit()
     return [
         *lines,
-        f"- kcal commit: {commit or kcal_commit()}",
+        f"- kcal commit: {commit}" + (f" — {DIRTY_WARNING}" if commit.endswith("+changes") else ""),
         f"- Store: `{home}`, data version {store_data_version(home)}",
         f"- Command: `{shlex.join(command)}`",
         f"- Date: {when.strftime('%Y-%m-%d %H:%M UTC')}",
@@ -370,14 +376,26 @@ def _duration(seconds: object) -> str:
 
 def profile_lines(root: Path, record: Mapping) -> list[str]:
     """The provenance of a findings profile (kcal findings --build): how it was built (scale,
-    command, commit, total time) and per stage its purpose, relations, settings, statements, build
-    time and store data version, so every verdict can be traced to the store that decided it."""
+    command, commit, total time, BEAR's and the template file's hashes, library versions) and per
+    stage its purpose, how its relations were chosen, relations, settings, probe seed, dev and test
+    instances, statements, build time and store data version, so every verdict can be traced to the
+    store that decided it."""
     command = shlex.join(["kcal", *record.get("command", [])]) if record.get("command") else "not recorded"
+    built_at = record.get("kcal_commit") or "unknown"
+    dirty = f" — {DIRTY_WARNING}" if built_at.endswith("+changes") else ""
     lines = [
         f"- Findings profile `{root}` at scale {record.get('scale', '?')}: built by `{command}` "
-        f"(kcal commit {record.get('kcal_commit') or 'unknown'}), {record.get('started', '?')} to "
+        f"(kcal commit {built_at}{dirty}), {record.get('started', '?')} to "
         f"{record.get('finished') or 'unfinished'}, {_duration(record.get('seconds'))} on this machine",
     ]
+    for label, path, digest in (
+        ("BEAR", record.get("bear"), record.get("bear_sha256")),
+        ("Kissling templates", record.get("bear_templates"), record.get("bear_templates_sha256")),
+    ):
+        if path:
+            lines.append(f"- {label}: `{path}`, sha256 {digest or 'not recorded'}")
+    if record.get("libraries"):
+        lines.append("- Libraries: " + ", ".join(f"{k} {v}" for k, v in record["libraries"].items()))
     for entry in record.get("stages", []):
         name = entry.get("name", "?")
         if entry.get("skipped"):
@@ -385,12 +403,19 @@ def profile_lines(root: Path, record: Mapping) -> list[str]:
             continue
         settings = ", ".join(f"{k}={v}" for k, v in sorted(entry.get("settings", {}).items()))
         relations = entry.get("relations", [])
+        if not isinstance(entry.get("statements"), int):
+            purpose = entry.get("purpose", "")
+            lines.append(f"- Stage `{name}` ({purpose}): {', '.join(relations)}; {settings}; not finished")
+            continue
+        instances = entry.get("instances") or {}
+        dev = sum(v.get("dev", 0) for v in instances.values())
+        test = sum(v.get("test", 0) for v in instances.values())
+        counts = f"{dev:,} dev and {test:,} test instances" if instances else "instances not recorded"
+        chosen = f", chosen as {entry['chosen']}" if entry.get("chosen") else ""
         lines.append(
-            f"- Stage `{name}` ({entry.get('purpose', '')}): {len(relations)} relations "
-            f"({', '.join(relations)}); {settings}; {entry.get('statements', '?'):,} statements; built in "
+            f"- Stage `{name}` ({entry.get('purpose', '')}): {len(relations)} relations{chosen} "
+            f"({', '.join(relations)}); {settings}; probe seed {entry.get('seed', 'not recorded')}; "
+            f"{counts}; {entry['statements']:,} statements; built in "
             f"{_duration(entry.get('seconds'))}; data version {store_data_version(root / name)}"
-            if isinstance(entry.get("statements"), int)
-            else f"- Stage `{name}` ({entry.get('purpose', '')}): {', '.join(relations)}; {settings}; "
-            "not finished"
         )
     return lines
