@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import logging
 import os
 import select
@@ -438,11 +439,15 @@ def cmd_findings(args) -> int:
         VERDICTS,
         describe_sample,
         evaluate_claims,
+        findings_json,
+        model_provenance,
         profile_lines,
         provenance,
         read_profile,
         read_store_tables,
+        readme_paragraph,
         render_findings,
+        replace_readme_block,
     )
 
     if getattr(args, "profile", None):  # a findings profile: each claim reads its stage's store
@@ -476,6 +481,14 @@ def cmd_findings(args) -> int:
     )
     document = render_findings(findings, models, samples, header, regenerate=again)
     path = write_text_atomic(Path(args.out), document)
+    about = {"commit": commit, "model": "; ".join(model_provenance(entries.get(m), m) for m in models)}
+    data = findings_json(findings, models, about)
+    json_path = write_text_atomic(Path(args.out).with_suffix(".json"), data)
+    if getattr(args, "readme", None):
+        readme = Path(args.readme)
+        text = replace_readme_block(readme.read_text("utf-8"), readme_paragraph(json.loads(data)))
+        write_text_atomic(readme, text)
+        print(f'findings: {readme}\'s "What it finds" regenerated from {json_path}')
     counts = ", ".join(f"{sum(f.verdict == v for f in findings)} {v}" for v in VERDICTS)
     print(f"findings: {path} ({len(findings)} verdicts on {len(models)} model(s): {counts})")
     return 0
@@ -669,6 +682,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="with --build: the profile's root, a store per stage in DIR/<stage> (default: "
         "KCAL_HOME/findings)",
+    )
+    fd.add_argument(
+        "--readme",
+        metavar="FILE",
+        help='also regenerate FILE\'s "What it finds" block (between its findings markers) from the '
+        "findings written beside --out as JSON",
     )
     fd.add_argument(
         "--allow-dirty",

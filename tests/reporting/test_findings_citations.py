@@ -73,6 +73,9 @@ def test_numbers_are_matched_whole():
     assert not number_in("0.5", "0.55 and 10.5")
     assert not number_in("80", "80.5")
     assert number_in("80.5", "(80.5 vs 80.6)")
+    assert printed_numbers("Gap .470 vs Token .478") == ["0.470", "0.478"]  # tables print no leading 0
+    assert number_in("0.470", "Gap .470 .478") and number_in(".478", "Gap .470 .478")
+    assert not number_in("0.47", "Gap .470")
 
 
 def test_a_quote_not_in_the_paper_is_caught():

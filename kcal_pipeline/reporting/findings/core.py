@@ -53,8 +53,8 @@ class StoreTables:
 
     `estimates` holds what the claims read: the test split on full answer spaces (read_store_tables
     keeps the reductions Sum and Sum(A) only);
-    `instances` is probe_instances' (relation_id, instance_id, n_gold), `relations` the relations
-    table's (relation_id, domain), `fits` estimator_fits' (relation_id, estimator, reduction,
+    `instances` is probe_instances' (relation_id, instance_id, n_gold, n_options), `relations` the
+    relations table's (relation_id, domain), `fits` estimator_fits' (relation_id, estimator, reduction,
     answer_space_k, parameter, value, n_dev): how many dev instances each recalibration saw;
     `dev_estimates` the same rows as `estimates` on the dev split: where a claim picks something
     (a comparator, a threshold), it picks on these, never on the test rows it then judges."""
@@ -145,16 +145,24 @@ class Citation:
 
 
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
+_BARE_DECIMAL = re.compile(r"(?<![\d.])\.(\d)")  # ".470", as tables print it, is 0.470
+
+
+def _leading_zero(text: str) -> str:
+    return _BARE_DECIMAL.sub(r"0.\1", text)
 
 
 def printed_numbers(text: str) -> list[str]:
-    """The numbers a text shows, without sign or unit ("−0.14" → "0.14", "80.5 %" → "80.5")."""
-    return _NUMBER.findall(text)
+    """The numbers a text shows, without sign or unit ("−0.14" → "0.14", "80.5 %" → "80.5", ".470"
+    → "0.470")."""
+    return _NUMBER.findall(_leading_zero(text))
 
 
 def number_in(number: str, text: str) -> bool:
-    """Whether `number` occurs in `text` as a whole number (0.5 is not in 0.55 nor in 10.5)."""
-    return re.search(rf"(?<![\d.]){re.escape(number)}(?!\d|\.\d)", text) is not None
+    """Whether `number` occurs in `text` as a whole number (0.5 is not in 0.55 nor in 10.5; 0.470 is
+    in a table's ".470")."""
+    pattern = rf"(?<![\d.]){re.escape(_leading_zero(number))}(?!\d|\.\d)"
+    return re.search(pattern, _leading_zero(text)) is not None
 
 
 @dataclass(frozen=True)

@@ -298,9 +298,21 @@ def render_findings(
         "states its effect, whether that lies inside the interval. Several comparisons of one claim "
         "on one model are Holm–Bonferroni adjusted (p from each interval by the normal "
         "approximation); a verdict that does not survive becomes inconclusive. A claim that is not a "
-        "difference (a criterion) states its numeric criterion in its section. **Not testable on this "
-        "store** names the precondition that failed (e.g. fewer than "
-        f"{FEW_DEV} dev instances behind a fitted parameter, no masked model) and what would enable it.",
+        "difference (a criterion) states its numeric criterion in its section; a **descriptive** row "
+        "shows numbers beside the paper's with no verdict (a criterion that could not fail here, or a "
+        "sensitivity table). **Not testable here** names what failed (e.g. fewer than "
+        f"{FEW_DEV} dev instances behind a fitted parameter, or a claim about several models on a store "
+        "of one) and the command that would test it.",
+        "",
+        "**Reading the summary.** *where*: the paper's file in `../shared/papers/`, its section and table "
+        "or figure; each claim's section quotes the sentence or table cells it rests on (a test finds "
+        "every quote in its file, and every number shown as the paper's in a quote). *paper*: the "
+        "paper's number as printed, with its model and setting (an effect computed from printed numbers "
+        "says how; a figure without printed numbers says so). *Holm p (m)*: the row's two-sided p, "
+        "Holm-adjusted over the m comparisons of its claim on its model (m = 1: unadjusted). *paper's "
+        "effect in interval*: whether the effect the paper prints lies inside kcal's 95 % interval. "
+        "*MDE detects it*: whether this sample's minimum detectable effect (80 % power, two-sided 5 %) is "
+        "at most the paper's effect, i.e. whether kcal could have found it.",
         "",
         *(f"- {label}: {text}" for label, text in (samples or {}).items()),
         *([""] if samples else []),

@@ -1,4 +1,11 @@
-"""Claims of seed 003, Wang et al. 2026 (MACE): questions with several correct answers."""
+"""Claims of seed 003, Wang et al. 2026 (MACE): questions with several correct answers; the gold-count
+claims here, SCA's in mace_sca.py.
+
+kcal's MACE is a closed set: a question with n golds has n + 5 options (its golds and the stage's 5
+distractors), so chance accuracy n/(n + 5) and a know-nothing model's confidence 1/(n + 5) move with
+the gold count by themselves. Every gold-count claim is therefore read against chance or with the
+option count held fixed, and every gold count's statistic on one resample plan over all test
+questions (relations, then questions): the relation draw is shared, so domain differences cancel."""
 
 from __future__ import annotations
 
@@ -7,40 +14,24 @@ import math
 import numpy as np
 import polars as pl
 
-from kcal_pipeline.estimation.registry import ESTIMATORS
 from kcal_pipeline.evaluation.bootstrap import PAD, Resamples, batched_metrics
 from kcal_pipeline.evaluation.registry import METRICS
 from kcal_pipeline.evaluation.scopes import MACE_DOMAIN
 from kcal_pipeline.evaluation.tables import BASELINE
 from kcal_pipeline.reporting.findings.core import (
-    FAILS,
-    HOLDS,
-    INCONCLUSIVE,
-    REDUCTION,
-    SEED,
+    Citation,
     Finding,
     Paper,
     PaperNumber,
     StoreTables,
     claim,
-    difference_finding,
-    estimator_label,
     fmt,
     fmt_ci,
+    fmt_signed,
     interval_finding,
     not_testable,
 )
-from kcal_pipeline.reporting.findings.selections import (
-    bc_interval,
-    dev_size_note,
-    estimators_in,
-    few_dev_precondition,
-    fits_of,
-    headline_rows,
-    paired_difference,
-    relation_resamples,
-    resample_means,
-)
+from kcal_pipeline.reporting.findings.selections import bc_interval, headline_rows, relation_resamples
 
 MACE = Paper(
     "003",
@@ -50,28 +41,65 @@ MACE = Paper(
     file="wang-mace-multiple-correct-answers.txt",
 )
 MACE_SETTING = (
-    "12,000 open questions in six domains with 1, 2, 4 or 6 correct answers, 15 calibration methods, "
-    "four LLM families of 7B to 72B parameters (larger models were affected more). kcal's MACE is a "
-    "closed set (the golds plus 5 distractors) scored by likelihood, not by sampling."
+    "MACE: 12,000 open questions in six domains with 1, 2, 4 or 6 correct answers (500 per count and "
+    "domain), answers sampled and judged by GPT-4o, metrics macro-averaged over domains; §5 reports "
+    "LLaMA-3.1-70B-Instruct. kcal's MACE is a closed set (the golds plus 5 distractors, so n + 5 "
+    "options) scored by likelihood, not by sampling."
 )
-MACE_MODELS = "four LLM families, 7B–72B"
-ABSTRACT_ONLY = "no number available to kcal (only the abstract was accessible)"
+LLAMA_70B = "LLaMA-3.1-70B-Instruct"
+MACE_DISTRACTORS = 5  # the mace stage's n_negatives (ProbeOptions' default): n golds → n + 5 options
 NO_MACE = (
     "no MACE relation in this store: run kcal findings --build (stage mace), or kcal demo "
     "--relation mace-award (or another mace-* relation)"
 )
-# "τ = 0 is as good as a tuned τ": non-inferiority on AUROC (the paper's metric) with this margin.
-AUROC_MARGIN = 0.02
-MULTI_ANSWER_FAMILY = "multi_answer"  # SCA, SNCA, SFCA: scored under their own reduction
-MULTI_ANSWER_REDUCTION = "answer_sum"
-SCA = ("sca_tuned", "sca_tau0")
-# Not confidence estimators of the question asked: a marker reads another sentence, the answer
-# prior ignores the subject.
-NOT_COMPETING_FAMILIES = ("markers", "null_model")
 MACE_PRECONDITIONS = (
     "a MACE relation in the store (stage mace: the embedded MACE domains)",
     "test questions of at least two gold counts",
 )
+MACE_READS = (
+    "estimates (base, headline template, MACE relations, test split), probe_instances (n_gold), "
+    "relations (domain)"
+)
+CLIP = 1e-6  # confidence clipped to [CLIP, 1 − CLIP] before its log-odds
+
+# --- the paper's words ---------------------------------------------------------------------------
+TABLE3_HEAD = Citation("§5.1", "Method 1a 2a 4a 6a Accuracy 48.0 55.4 59.9 61.7", "Table 3")
+TABLE3_CONSIS = Citation("§5.1", "Consis 51.3 48.9 40.2 35.9", "Table 3")
+TABLE3_PERPLEXITY = Citation("§5.1", "Perplexity 77.6 76.4 73.0 71.0", "Table 3")
+ABSTRACT_TREND = Citation(
+    "Abstract",
+    "while accuracy increases with answer cardinality, estimated confidence consistently decreases, "
+    "causing severe miscalibration for questions with mixed answer counts",
+)
+TABLE4_HEAD = Citation("§6.1", "Method [1] [1,2] [1,2,4] [1,2,4,6]", "Table 4")
+TABLE4_PERPLEXITY = Citation("§6.1", "Perplexity 80.9 79.4 76.5 73.8", "Table 4")
+CHANCE_WHY = (
+    "chance-corrected accuracy (accuracy − chance)/(1 − chance), chance = n/(n + 5): 0 for a guesser "
+    "and constant for a model that knows a fixed share of the questions and guesses the rest, so the "
+    "rise of chance from 1/6 to 6/11 (0.379) cannot make it rise"
+)
+LOGODDS_WHY = (
+    "confidence as log-odds over the uniform share, logit(c) + log(K − 1) with K = n + 5 options: a "
+    "softmax that raises its top option by a logit margin d over the others gives c = e^d/(e^d + "
+    "K − 1) and this statistic d at every K, so the growth from 6 to 11 options cannot move it (no "
+    "subset at a fixed option count exists: K = n + 5 for every question); a model that splits its "
+    "probability over several golds lowers it"
+)
+
+
+def options(n_gold) -> np.ndarray:
+    return np.asarray(n_gold, dtype=np.float64) + MACE_DISTRACTORS
+
+
+def chance_accuracy(n_gold) -> np.ndarray:
+    return np.asarray(n_gold, dtype=np.float64) / options(n_gold)
+
+
+def uniform_log_odds(confidence, n_gold) -> np.ndarray:
+    """logit(c) + log(K − 1): 0 for the uniform share 1/K, d for a logit margin d at any K; rounded
+    to 1e-12, so that the float noise of an exact uniform share is 0, not a trend."""
+    c = np.clip(np.asarray(confidence, dtype=np.float64), CLIP, 1 - CLIP)
+    return np.round(np.log(c / (1 - c)) + np.log(options(n_gold) - 1), 12)
 
 
 def _mace_relations(t: StoreTables) -> list[str]:
@@ -80,119 +108,29 @@ def _mace_relations(t: StoreTables) -> list[str]:
     return sorted(t.relations.filter(pl.col("domain") == MACE_DOMAIN)["relation_id"].to_list())
 
 
-def _mace_groups(t: StoreTables) -> dict[int, pl.DataFrame] | str:
-    """Base on the headline template of the MACE relations' test questions, by gold count (sorted
-    by relation and instance, as resample plans need); or why there are none."""
+def with_gold(t: StoreTables, frame: pl.DataFrame) -> pl.DataFrame:
+    """The rows with their question's gold count, sorted by relation and instance (resample order)."""
+    gold = t.instances.select("relation_id", "instance_id", "n_gold")
+    return frame.join(gold, on=["relation_id", "instance_id"]).sort("relation_id", "instance_id")
+
+
+def _mace_base(t: StoreTables) -> pl.DataFrame | str:
+    """Base on the headline template of the MACE relations' test questions with their gold count;
+    or why there are none, or only one gold count."""
     head = headline_rows(t)
     if head.is_empty() or t.instances.is_empty():
         return NO_MACE
     rows = head.filter((pl.col("estimator") == BASELINE) & pl.col("relation_id").is_in(_mace_relations(t)))
     if rows.is_empty():
         return NO_MACE
-    rows = rows.join(
-        t.instances.select("relation_id", "instance_id", "n_gold"), on=["relation_id", "instance_id"]
-    )
-    groups = {int(n): g.sort("relation_id", "instance_id") for (n,), g in rows.group_by("n_gold") if g.height}
-    if len(groups) < 2:
+    rows = with_gold(t, rows)
+    counts = sorted(rows["n_gold"].unique().to_list())
+    if len(counts) < 2:
         return (
-            f"the MACE test questions have one gold count only ({sorted(groups)}): probe more "
-            "questions (--max-instances)"
+            f"the MACE test questions have one gold count only ({counts}): probe more questions "
+            "(--max-instances)"
         )
-    return dict(sorted(groups.items()))
-
-
-def _gold_count_trend(t: StoreTables, key: str, column: str, claimed: str, label: str) -> list[Finding]:
-    """`column`'s mean (accuracy: correct; confidence) per gold count, and the unpaired bootstrap
-    interval of (largest gold count − smallest): each group resampled on its own (relations, then
-    questions), the two independent."""
-    groups = _mace_groups(t)
-    subject = f"{label}: most golds − one gold"
-    if isinstance(groups, str):
-        return not_testable(key, t, subject, groups)
-    means, resampled = {}, {}
-    for n_gold, g in groups.items():
-        values = g[column].cast(pl.Float64).to_numpy()
-        res = relation_resamples(g["relation_id"].to_numpy(), SEED + n_gold)
-        means[n_gold] = float(values.mean())
-        resampled[n_gold] = resample_means(values, res)
-    lo, hi = min(groups), max(groups)
-    value = means[hi] - means[lo]
-    low, high = bc_interval(resampled[hi] - resampled[lo], value)
-    steps = np.diff([means[n] for n in groups])
-    monotone = bool((steps >= 0).all()) if claimed == "positive" else bool((steps <= 0).all())
-    per_n = ", ".join(f"{n}: {fmt(means[n])} (n = {groups[n].height})" for n in groups)
-    direction = "rises" if claimed == "positive" else "falls"
-    return [
-        interval_finding(
-            key,
-            t,
-            f"{label}: {hi} golds − {lo} gold{'s' if lo > 1 else ''}",
-            claimed,
-            value,
-            low,
-            high,
-            sum(g.height for g in groups.values()),
-            f"Δ{label}",
-            f"; by gold count {per_n}",
-            f"{label} {direction} at every step (monotone)"
-            if monotone
-            else f"not monotone: {label} does not {direction[:-1]} at every step",
-        )
-    ]
-
-
-MACE_READS = (
-    "estimates (base, headline template, MACE relations, test split), probe_instances (n_gold), "
-    "relations (domain)"
-)
-TREND_RULE = (
-    "Base on each MACE relation's headline template, test questions grouped by gold count. The "
-    "difference largest − smallest gold count with a 95 % interval from an unpaired bootstrap (each "
-    "group resampled on its own, relations then questions; different questions, so no pairing): "
-    "holds if the interval excludes 0 on the claimed side, does not hold if on the other, else "
-    "inconclusive. Whether the sequence over all gold counts is monotone is reported beside it."
-)
-ABSTRACT_TREND = (
-    '"while accuracy increases with answer cardinality, estimated confidence consistently decreases, '
-    'causing severe miscalibration for questions with mixed answer counts" (abstract)'
-)
-
-
-@claim(
-    "mace_accuracy_rises_with_golds",
-    reference="abstract",
-    stage="mace",
-    title="Accuracy rises as the number of correct answers grows",
-    paper=MACE,
-    setting=MACE_SETTING + " In a closed set, more golds among the options also raise chance accuracy "
-    "(n golds of n + 5 options), so a model near chance shows this rise mechanically.",
-    rule=TREND_RULE + " Claimed: > 0.",
-    reads=MACE_READS,
-    number=PaperNumber(f"{ABSTRACT_ONLY}; accuracy rises: {ABSTRACT_TREND}", MACE_MODELS),
-    preconditions=MACE_PRECONDITIONS,
-)
-def mace_accuracy_rises_with_golds(t: StoreTables) -> list[Finding]:
-    return _gold_count_trend(t, "mace_accuracy_rises_with_golds", "correct", "positive", "accuracy")
-
-
-@claim(
-    "mace_confidence_falls_with_golds",
-    reference="abstract",
-    stage="mace",
-    title="Confidence in the top answer falls as the number of correct answers grows",
-    paper=MACE,
-    setting=MACE_SETTING + " The fall needs a model that spreads its probability over the several "
-    "correct answers; a model that does not know them may not spread it, so the effect can be absent.",
-    rule=TREND_RULE + " Confidence = Base's mean confidence. Claimed: < 0.",
-    reads=MACE_READS,
-    number=PaperNumber(f"{ABSTRACT_ONLY}; confidence falls: {ABSTRACT_TREND}", MACE_MODELS),
-    preconditions=MACE_PRECONDITIONS,
-)
-def mace_confidence_falls_with_golds(t: StoreTables) -> list[Finding]:
-    return _gold_count_trend(t, "mace_confidence_falls_with_golds", "confidence", "negative", "confidence")
-
-
-# --- AUROC on mixed gold counts ------------------------------------------------------------------
+    return rows
 
 
 def restricted(resamples: Resamples, keep: np.ndarray) -> Resamples:
@@ -214,274 +152,311 @@ def restricted(resamples: Resamples, keep: np.ndarray) -> Resamples:
     return Resamples(packed.astype(np.int32), sizes.astype(np.int64))
 
 
+def restricted_means(values: np.ndarray, sub: Resamples) -> np.ndarray:
+    """The mean of values over each restricted resample's rows ([B]; NaN where it drew none)."""
+    inside = np.arange(sub.indices.shape[1]) < sub.sizes[:, None]
+    sums = np.where(inside, values[sub.indices], 0.0).sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return sums / sub.sizes
+
+
+def gold_means(values: np.ndarray, gold: np.ndarray, res: Resamples) -> dict[int, tuple[float, np.ndarray]]:
+    """Per gold count: the mean of values on its questions and on each resample's (one plan)."""
+    return {
+        int(n): (float(values[gold == n].mean()), restricted_means(values, restricted(res, gold == n)))
+        for n in np.unique(gold)
+    }
+
+
+def _monotone_note(points: list[float], label: str, claimed: str) -> str:
+    steps = np.diff(points)
+    rising = claimed == "positive"
+    if (steps >= 0).all() if rising else (steps <= 0).all():
+        return f"{label} {'rises' if rising else 'falls'} at every step (monotone)"
+    return f"not monotone: {label} does not {'rise' if rising else 'fall'} at every step"
+
+
+def _gold_subject(label: str, lo: int, hi: int) -> str:
+    return f"{label}: {hi} golds − {lo} gold{'s' if lo > 1 else ''}"
+
+
+TREND_RULE = (
+    "Base on each MACE relation's headline template, test questions grouped by gold count; one "
+    "resample plan over all of them (relations, then questions), each gold count's statistic read "
+    "on that resample's questions of that count, so the relation draw is shared. The difference "
+    "largest − smallest gold count with its 95 % bias-corrected interval: holds if it excludes 0 on "
+    "the claimed side, does not hold if on the other, else inconclusive. Whether the sequence over "
+    "all gold counts is monotone is reported beside it."
+)
+
+
+@claim(
+    "mace_accuracy_rises_with_golds",
+    sources=(
+        ABSTRACT_TREND,
+        Citation(
+            "§5.1",
+            "increasing the number of ground-truth answers leads to a steady improvement in accuracy, "
+            "suggesting that the questions become empirically easier",
+        ),
+        TABLE3_HEAD,
+    ),
+    stage="mace",
+    title="Accuracy rises with the number of correct answers, beyond what chance gives",
+    paper=MACE,
+    setting=MACE_SETTING + " In kcal's closed set chance accuracy rises with the gold count too (n of "
+    "n + 5 options: 1/6 → 6/11); the paper's open questions have no such floor.",
+    rule=TREND_RULE + f" Statistic: the {CHANCE_WHY}. Claimed: > 0. Each gold count's accuracy − "
+    "chance is shown with its interval.",
+    reads=MACE_READS,
+    number=PaperNumber(
+        "accuracy 48.0, 55.4, 59.9, 61.7 at 1a, 2a, 4a, 6a",
+        LLAMA_70B,
+        effect=0.137,
+        derived="(61.7 − 48.0)/100 (LLaMA-3.1-70B-Instruct, Table 3); open questions have chance ≈ 0, "
+        "so the rise is the rise of the chance-corrected accuracy",
+        setting="open questions, macro-average over six domains",
+    ),
+    preconditions=MACE_PRECONDITIONS,
+)
+def mace_accuracy_rises_with_golds(t: StoreTables) -> list[Finding]:
+    key, label = "mace_accuracy_rises_with_golds", "chance-corrected accuracy"
+    rows = _mace_base(t)
+    if isinstance(rows, str):
+        return not_testable(key, t, f"{label}: most golds − one gold", rows)
+    gold = rows["n_gold"].to_numpy()
+    res = relation_resamples(rows["relation_id"].to_numpy())
+    acc = gold_means(rows["correct"].cast(pl.Float64).to_numpy(), gold, res)
+    kappa, shown, below = {}, [], []
+    for n, (point, resampled) in acc.items():
+        chance = float(chance_accuracy(n))
+        kappa[n] = ((point - chance) / (1 - chance), (resampled - chance) / (1 - chance))
+        low, high = bc_interval(resampled - chance, point - chance)
+        shown.append(
+            f"{n}: accuracy {fmt(point)}, chance {fmt(chance)}, accuracy − chance "
+            f"{fmt_ci(point - chance, low, high)} (n = {int((gold == n).sum())})"
+        )
+        if not low > 0:
+            below.append(str(n))
+    lo, hi = min(acc), max(acc)
+    value = kappa[hi][0] - kappa[lo][0]
+    low, high = bc_interval(kappa[hi][1] - kappa[lo][1], value)
+    notes = [_monotone_note([kappa[n][0] for n in kappa], label, "positive")]
+    if below:
+        notes.append(f"accuracy not above chance (interval not above 0) at {', '.join(below)} gold(s)")
+    raw = acc[hi][0] - acc[lo][0]
+    by_chance = float(chance_accuracy(hi) - chance_accuracy(lo))
+    return [
+        interval_finding(
+            key, t, _gold_subject(label, lo, hi), "positive", value, low, high, rows.height,
+            f"Δ{label}", f"; raw Δaccuracy {fmt_signed(raw)}, chance alone "
+            f"{fmt_signed(by_chance)}; by gold count {'; '.join(shown)}",
+            "; ".join(notes),
+        )
+    ]  # fmt: skip
+
+
+@claim(
+    "mace_confidence_falls_with_golds",
+    sources=(
+        ABSTRACT_TREND,
+        Citation("§5.1", "reveals a consistent downward trend in confidence across most estimation methods"),
+        TABLE3_HEAD,
+        TABLE3_PERPLEXITY,
+        TABLE3_CONSIS,
+    ),
+    stage="mace",
+    title="Confidence falls with the number of correct answers, the option count held fixed",
+    paper=MACE,
+    setting=MACE_SETTING + " kcal reads Base, the top option's probability: the nearest to the paper's "
+    "Perplexity (the answer's generation probability). In kcal's closed set the option count grows "
+    "with the gold count (6 → 11), which lowers a softmax's top probability by itself.",
+    rule=TREND_RULE + f" Statistic: Base's mean {LOGODDS_WHY}. Claimed: < 0. Base's raw mean "
+    "confidence and the uniform share 1/K are shown per gold count.",
+    reads=MACE_READS,
+    number=PaperNumber(
+        "Perplexity 77.6, 76.4, 73.0, 71.0 and Consis 51.3, 48.9, 40.2, 35.9 at 1a, 2a, 4a, 6a",
+        LLAMA_70B,
+        setting="open questions, macro-average over six domains; confidence in %, not kcal's log-odds",
+    ),
+    preconditions=MACE_PRECONDITIONS,
+)
+def mace_confidence_falls_with_golds(t: StoreTables) -> list[Finding]:
+    key, label = "mace_confidence_falls_with_golds", "confidence log-odds over uniform"
+    rows = _mace_base(t)
+    if isinstance(rows, str):
+        return not_testable(key, t, f"{label}: most golds − one gold", rows)
+    gold = rows["n_gold"].to_numpy()
+    confidence = rows["confidence"].cast(pl.Float64).to_numpy()
+    res = relation_resamples(rows["relation_id"].to_numpy())
+    odds = gold_means(uniform_log_odds(confidence, gold), gold, res)
+    lo, hi = min(odds), max(odds)
+    value = odds[hi][0] - odds[lo][0]
+    low, high = bc_interval(odds[hi][1] - odds[lo][1], value)
+    shown = "; ".join(
+        f"{n}: log-odds {fmt(odds[n][0])}, confidence {fmt(float(confidence[gold == n].mean()))} "
+        f"(uniform 1/{int(options(n))} = {fmt(1 / float(options(n)))}; n = {int((gold == n).sum())})"
+        for n in odds
+    )
+    return [
+        interval_finding(
+            key, t, _gold_subject(label, lo, hi), "negative", value, low, high, rows.height, f"Δ{label}",
+            f"; by gold count {shown}", _monotone_note([odds[n][0] for n in odds], label, "negative"),
+        )
+    ]  # fmt: skip
+
+
+@claim(
+    "mace_overconfident_one_gold_overprudent_many",
+    sources=(
+        Citation(
+            "§5.1",
+            "On single-answer questions, consistent with prior studies, the estimated confidence exceeds "
+            "QA performance, indicating overconfidence. However, when the ground-truth answers become "
+            "more, the estimated confidence changes from overconfident to over-prudent.",
+        ),
+        Citation("§5.1", "Notably, consistency-based methods exhibit the best calibration performance"),
+        TABLE3_HEAD,
+        TABLE3_CONSIS,
+    ),
+    stage="mace",
+    title="Over-confident on one-gold questions, over-prudent (under-confident) on many-gold ones",
+    paper=MACE,
+    setting=MACE_SETTING + " The paper says it of its consistency-based methods. kcal reads Base (the "
+    "top option's probability), whose gap a know-nothing model puts at exactly 0 on one-gold questions; "
+    "a consistency share over a few templates has a floor above chance (templates agree by chance), "
+    "which would make the one-gold over-confidence mechanical.",
+    rule="Base on each MACE relation's headline template, test questions; per gold count n the mean of "
+    "confidence − correct (the calibration gap) minus the gap of a uniform guesser, (1 − n)/(n + 5) "
+    "(confidence 1/K, accuracy n/K; 0 at one gold): kcal's closed set makes even a guesser "
+    "under-confident on many-gold questions, since its probability is split over the golds. Two rows, "
+    "one resample plan (relations, then questions): the smallest gold count, claimed > 0 "
+    "(over-confident), and the largest, claimed < 0 (more over-prudent than a guesser); 95 % "
+    "bias-corrected intervals, Holm over the two. The raw gaps are shown beside.",
+    reads=MACE_READS,
+    number=PaperNumber(
+        "Consis 51.3 vs accuracy 48.0 at 1a; 35.9 vs 61.7 at 6a",
+        LLAMA_70B,
+        setting="open questions, macro-average over six domains (Consis: agreement of sampled answers)",
+    ),
+    preconditions=MACE_PRECONDITIONS,
+)
+def mace_overconfident_one_gold_overprudent_many(t: StoreTables) -> list[Finding]:
+    key = "mace_overconfident_one_gold_overprudent_many"
+    rows = _mace_base(t)
+    if isinstance(rows, str):
+        return not_testable(key, t, "confidence − accuracy by gold count", rows)
+    gold = rows["n_gold"].to_numpy()
+    gap = rows["confidence"].cast(pl.Float64).to_numpy() - rows["correct"].cast(pl.Float64).to_numpy()
+    res = relation_resamples(rows["relation_id"].to_numpy())
+    gaps = gold_means(gap, gold, res)
+    out = []
+    for n, claimed, word in (
+        (min(gaps), "positive", "over-confident"),
+        (max(gaps), "negative", "over-prudent"),
+    ):
+        point, resampled = gaps[n]
+        floor = float((1 - n) / options(n))
+        low, high = bc_interval(resampled - floor, point - floor)
+        out.append(
+            interval_finding(
+                key, t, f"Base confidence − accuracy − a guesser's, {n} gold{'s' if n > 1 else ''} ({word})",
+                claimed, point - floor, low, high, int((gold == n).sum()), "Δgap vs guesser",
+                f"; raw confidence − accuracy {fmt_signed(point)}, a uniform guesser's {fmt_signed(floor)}",
+            )
+        )  # fmt: skip
+    return out
+
+
+# --- AUROC on mixed gold counts ------------------------------------------------------------------
+
+
 def _gold_set(counts) -> str:
     return "{" + ",".join(str(n) for n in counts) + "}"
 
 
 @claim(
     "mace_auroc_falls_with_mixed_golds",
-    reference="§4, Fig. 3",
+    sources=(
+        Citation(
+            "§5.2",
+            "consistent downward trend in AUROC as questions become more heterogeneous in the number of "
+            "correct answers for most of the methods",
+            "Fig. 3",
+        ),
+        TABLE4_HEAD,
+        TABLE4_PERPLEXITY,
+    ),
     stage="mace",
     title="AUROC falls as questions with more correct answers are mixed in",
     paper=MACE,
-    setting=MACE_SETTING + " Their evaluation pools questions cumulatively, {1}, {1,2}, {1,2,4}, "
-    "{1,2,4,6}: confidence that falls with the gold count while accuracy rises ranks the many-gold "
-    "questions, often right, below the one-gold ones, so discrimination over the pooled set degrades.",
+    setting=MACE_SETTING + " Fig. 3 and Table 4 pool the questions cumulatively, [1], [1,2], [1,2,4], "
+    "[1,2,4,6]; §5.2 traces the fall to accuracy rising while confidence falls with the gold count. "
+    "Base is compared with Perplexity, the paper's method nearest to it.",
     rule="AUROC (the registry's auroc) of Base on each MACE relation's headline template, on the test "
     "questions of the cumulative gold-count sets (the smallest gold count, then each next one added). "
-    "Tested: AUROC(all gold counts) − AUROC(smallest gold count only), both computed on the same "
-    "resample of the pooled questions (relations, then questions, drawn with replacement; the "
-    "smallest-count statistic on the resample's rows of that count), 95 % bias-corrected interval: "
-    "holds if it lies below 0, does not hold if above, else inconclusive. Each cumulative set's AUROC "
-    "is shown with its interval.",
+    "The confidence is read with the option count held fixed, as log-odds over the uniform share (as "
+    "mace_confidence_falls_with_golds reads it; within one gold count it ranks as the raw confidence "
+    "does): on the raw confidence a know-nothing model's AUROC falls by itself, its confidence 1/K "
+    "falling and its chance accuracy n/K rising with the gold count. Tested: AUROC(all gold counts) − "
+    "AUROC(smallest gold count only), both computed on the same resample of the pooled questions "
+    "(relations, then questions, drawn with replacement; the smallest-count statistic on the "
+    "resample's rows of that count), 95 % bias-corrected interval: holds if it lies below 0, does not "
+    "hold if above, else inconclusive. Each cumulative set's AUROC is shown with its interval, and the "
+    "same on Base's raw confidence beside it.",
     reads=MACE_READS,
     number=PaperNumber(
-        f"{ABSTRACT_ONLY}; AUROC degrades: severe miscalibration for questions with mixed answer "
-        "counts (abstract)",
-        MACE_MODELS,
+        "Perplexity AUROC 80.9, 79.4, 76.5, 73.8 on [1], [1,2], [1,2,4], [1,2,4,6]",
+        LLAMA_70B,
+        effect=-0.071,
+        derived="(73.8 − 80.9)/100, Perplexity, LLaMA-3.1-70B-Instruct, Table 4",
+        setting="open questions, test split (80 %), macro-average over six domains",
     ),
     preconditions=MACE_PRECONDITIONS,
 )
 def mace_auroc_falls_with_mixed_golds(t: StoreTables) -> list[Finding]:
     key = "mace_auroc_falls_with_mixed_golds"
-    groups = _mace_groups(t)
-    if isinstance(groups, str):
-        return not_testable(key, t, "AUROC(all gold counts) − AUROC(one gold)", groups)
-    pooled = pl.concat(list(groups.values())).sort("relation_id", "instance_id")
-    c = pooled["confidence"].cast(pl.Float64).to_numpy()
+    pooled = _mace_base(t)
+    if isinstance(pooled, str):
+        return not_testable(key, t, "AUROC(all gold counts) − AUROC(one gold)", pooled)
     y = pooled["correct"].cast(pl.Boolean).to_numpy()
     gold = pooled["n_gold"].to_numpy()
+    raw = pooled["confidence"].cast(pl.Float64).to_numpy()
+    odds = uniform_log_odds(raw, gold)
     res = relation_resamples(pooled["relation_id"].to_numpy())
-    counts = list(groups)
-    points, resampled, shown = [], [], []
-    for k in range(1, len(counts) + 1):
-        keep = np.isin(gold, counts[:k])
-        point = float(METRICS["auroc"](c[keep], y[keep]))
-        values = batched_metrics(["auroc"], c, y, restricted(res, keep))["auroc"]
-        points.append(point)
-        resampled.append(values)
-        low, high = bc_interval(values, point)
-        shown.append(f"{_gold_set(counts[:k])} {fmt_ci(point, low, high)} (n = {int(keep.sum())})")
-    value = points[-1] - points[0]
-    low, high = bc_interval(resampled[-1] - resampled[0], value)
+    counts = sorted(int(n) for n in np.unique(gold))
+    sets = [np.isin(gold, counts[:k]) for k in range(1, len(counts) + 1)]
+    names = [_gold_set(counts[:k]) for k in range(1, len(counts) + 1)]
+    points = {"held": [], "raw": []}
+    resampled = {"held": [], "raw": []}
+    for keep in sets:
+        for which, score, kind in (("held", odds, "score"), ("raw", raw, "probability")):
+            points[which].append(float(METRICS["auroc"](score[keep], y[keep], kind)))
+            resampled[which].append(batched_metrics(["auroc"], score, y, restricted(res, keep))["auroc"])
+    shown = []
+    for which in ("held", "raw"):
+        cells = []
+        for name, keep, point, values in zip(names, sets, points[which], resampled[which], strict=True):
+            cells.append(f"{name} {fmt_ci(point, *bc_interval(values, point))} (n = {int(keep.sum())})")
+        shown.append(", ".join(cells))
+    value = points["held"][-1] - points["held"][0]
+    low, high = bc_interval(resampled["held"][-1] - resampled["held"][0], value)
     if math.isnan(value):
         low = high = math.nan  # one class in a set: AUROC undefined there, nothing to test
-    steps = np.diff(points)
+    plain = points["raw"][-1] - points["raw"][0]
+    plain_ci = bc_interval(resampled["raw"][-1] - resampled["raw"][0], plain)
     notes = []
-    if np.isnan(points).any():
+    if np.isnan(points["held"]).any():
         notes.append("AUROC undefined where a set has only right or only wrong answers")
-    elif (steps <= 0).all():
-        notes.append("AUROC falls at every step (monotone)")
     else:
-        notes.append("not monotone: AUROC does not fall at every step")
+        notes.append(_monotone_note(points["held"], "AUROC", "negative"))
     if counts[0] != 1:
         notes.append(f"no one-gold question: the smallest gold count is {counts[0]}")
     return [
         interval_finding(
-            key,
-            t,
-            f"AUROC{_gold_set(counts)} − AUROC{_gold_set(counts[:1])}",
-            "negative",
-            value,
-            low,
-            high,
-            pooled.height,
-            "ΔAUROC",
-            f"; AUROC by cumulative gold-count set: {', '.join(shown)}",
+            key, t, f"AUROC{names[-1]} − AUROC{names[0]}, option count held fixed", "negative", value, low,
+            high, pooled.height, "ΔAUROC", f"; AUROC by cumulative gold-count set: {shown[0]}; on Base's "
+            f"raw confidence (as the paper reads its methods): ΔAUROC {fmt_ci(plain, *plain_ci)}, {shown[1]}",
             "; ".join(notes),
         )
-    ]
-
-
-# --- SCA -----------------------------------------------------------------------------------------
-
-
-def _mace_estimates(t: StoreTables) -> pl.DataFrame | str:
-    """Every confidence estimator's headline-selection rows on the MACE relations' test questions,
-    one reduction per estimator (SCA, SNCA, SFCA their own answer_sum; the others the headline
-    Sum), the reduction relabelled to one value so that paired differences join them; or why none."""
-    mace = _mace_relations(t)
-    if not mace:
-        return NO_MACE
-    head = headline_rows(t, reduction=None)
-    if head.is_empty():
-        return NO_MACE
-    multi = [n for n, s in ESTIMATORS.items() if s.family == MULTI_ANSWER_FAMILY]
-    excluded = [n for n, s in ESTIMATORS.items() if s.family in NOT_COMPETING_FAMILIES]
-    own = pl.col("estimator").is_in(multi)
-    rows = head.filter(
-        pl.col("relation_id").is_in(mace)
-        & ~pl.col("estimator").is_in(excluded)
-        & pl.when(own)
-        .then(pl.col("reduction") == MULTI_ANSWER_REDUCTION)
-        .otherwise(pl.col("reduction") == REDUCTION)
-    )
-    if rows.is_empty():
-        return NO_MACE
-    return rows.with_columns(reduction=pl.lit(REDUCTION))
-
-
-def _mace_fits(t: StoreTables) -> pl.DataFrame:
-    if t.fits.is_empty():
-        return t.fits
-    return t.fits.filter(pl.col("relation_id").is_in(_mace_relations(t)))
-
-
-NO_SCA = (
-    "no SCA estimates on a MACE relation: SCA needs answer-conditional question templates (kcal "
-    "findings --build, stage mace; or kcal demo --relation mace-award --template-kinds curated,question)"
-)
-
-
-@claim(
-    "sca_beats_others",
-    reference="§5, Table 4",
-    stage="mace",
-    title="SCA discriminates best: AUROC(SCA) above every other confidence estimator's on MACE questions",
-    paper=MACE,
-    setting=MACE_SETTING + " SCA sums the absolute probabilities of the answers above τ, so several "
-    "correct answers add up instead of competing.",
-    rule="AUROC of SCA (τ tuned; τ = 0 where no tuned SCA is scored or its τ was fitted on fewer than "
-    "20 dev questions) and of every other confidence estimator scored on the same MACE test questions "
-    "(the headline template's and the instance-grain ones: Base, Margin, the template marginal, "
-    "SNCA, SFCA, recalibrations, …; not the markers, which read another sentence, nor the answer "
-    "prior, which ignores the subject; a fitted one only if its fits saw ≥ 20 dev questions; each on "
-    "its own prediction). Paired bootstrap (relations, then questions) of AUROC(SCA) − AUROC(the best "
-    "other), the best chosen on the point estimate: holds if the 95 % interval lies above 0, does not "
-    "hold if below, else inconclusive.",
-    reads="estimates (headline selection on the MACE relations, test split, full answer spaces; "
-    "reduction answer_sum for SCA/SNCA/SFCA, sum for the others), estimator_fits (n_dev), relations",
-    number=PaperNumber(
-        f'{ABSTRACT_ONLY}; "SCA achieves state-of-the-art calibration performance under mixed-answer '
-        'settings" (abstract)',
-        MACE_MODELS,
-    ),
-    preconditions=(
-        "a MACE relation in the store (stage mace)",
-        "SCA scored (question templates)",
-        "a second confidence estimator on the same questions",
-    ),
-)
-def sca_beats_others(t: StoreTables) -> list[Finding]:
-    key, subject = "sca_beats_others", "AUROC(SCA) − AUROC(the best other estimator)"
-    rows = _mace_estimates(t)
-    if isinstance(rows, str):
-        return not_testable(key, t, subject, rows)
-    present = estimators_in(rows)
-    fits = _mace_fits(t)
-    notes = []
-    sca = "sca_tuned" if "sca_tuned" in present else "sca_tau0"
-    if sca == "sca_tuned" and (failed := few_dev_precondition(fits, sca, MULTI_ANSWER_REDUCTION)):
-        sca = "sca_tau0"
-        notes.append(f"SCA at τ = 0: the tuned τ is not used ({failed})")
-    if sca not in present:
-        return not_testable(key, t, subject, NO_SCA)
-    questions = rows.filter(pl.col("estimator") == sca).select("relation_id", "instance_id")
-    scored, partial, unfit = {}, [], []
-    for name in sorted(present - set(SCA)):
-        spec = ESTIMATORS.get(name)
-        reduction = MULTI_ANSWER_REDUCTION if spec and spec.family == MULTI_ANSWER_FAMILY else REDUCTION
-        if few_dev_precondition(fits, name, reduction):
-            unfit.append(estimator_label(name))
-            continue
-        g = rows.filter(pl.col("estimator") == name).join(questions, on=["relation_id", "instance_id"])
-        if g.height < questions.height:
-            partial.append(f"{estimator_label(name)} (n = {g.height})")
-            continue
-        kind = g["output_kind"][0] if "output_kind" in g.columns else "probability"
-        auroc = float(METRICS["auroc"](g["confidence"].to_numpy(), g["correct"].to_numpy(), kind))
-        if not math.isnan(auroc):
-            scored[name] = auroc
-    if unfit:
-        notes.append(f"left out, fitted on fewer than 20 dev questions: {', '.join(unfit)}")
-    if partial:
-        notes.append(f"left out, defined on fewer questions than SCA: {', '.join(partial)}")
-    if not scored:
-        return not_testable(
-            key, t, subject, "no other confidence estimator with a defined AUROC on SCA's questions"
-            + (f" ({'; '.join(notes)})" if notes else "")
-        )  # fmt: skip
-    best = max(scored, key=lambda n: (scored[n], n))
-    d = paired_difference(rows, sca, best, ["auroc"])["auroc"]
-    ranking = ", ".join(
-        f"{estimator_label(n)} {fmt(v)}" for n, v in sorted(scored.items(), key=lambda kv: (-kv[1], kv[0]))
-    )
-    subject = f"AUROC({estimator_label(sca)}) − AUROC({estimator_label(best)})"
-    ranking = f"; AUROC of the others: {ranking}"
-    return [difference_finding(key, t, subject, d, "positive", "AUROC", ranking, "; ".join(notes))]
-
-
-@claim(
-    "sca_tau0_as_good_as_tuned",
-    reference="§5, Table 4",
-    stage="mace",
-    title="SCA with τ = 0 is as good as SCA with τ tuned on the dev split",
-    paper=MACE,
-    setting=MACE_SETTING + " The claim is about the threshold, not the model: it can be tested at any "
-    "size, given enough dev questions to tune τ on.",
-    rule=f"Non-inferiority on AUROC (the paper's metric), margin {AUROC_MARGIN}, on the MACE relations' "
-    "test questions only: paired bootstrap (relations, then questions) of AUROC(SCA τ = 0) − "
-    f"AUROC(SCA tuned); holds if the 95 % interval's lower end is ≥ −{AUROC_MARGIN} (τ = 0 loses at "
-    f"most {AUROC_MARGIN}), does not hold if its upper end is < −{AUROC_MARGIN} (tuning clearly helps), "
-    "else inconclusive. Not testable where τ was tuned on fewer than 20 dev questions. ΔBrier (the "
-    "criterion τ is tuned on) is shown beside it.",
-    reads="estimates (sca_tau0, sca_tuned: instance grain, reduction answer_sum, MACE relations, test "
-    "split, full answer spaces), estimator_fits (τ, n_dev), relations (domain)",
-    number=PaperNumber(f"{ABSTRACT_ONLY}; no statement on τ found", MACE_MODELS),
-    preconditions=(
-        "a MACE relation in the store (stage mace)",
-        "SCA τ = 0 and τ tuned scored (question templates, a dev split)",
-        "τ tuned on ≥ 20 dev questions per relation",
-    ),
-)
-def sca_tau0_as_good_as_tuned(t: StoreTables) -> list[Finding]:
-    key, subject = "sca_tau0_as_good_as_tuned", "AUROC(SCA τ = 0) − AUROC(SCA tuned)"
-    rows = _mace_estimates(t)
-    if isinstance(rows, str):
-        return not_testable(key, t, subject, rows)
-    present = estimators_in(rows)
-    if not set(SCA) <= present:
-        why = (
-            NO_SCA
-            if "sca_tau0" not in present
-            else "no SCA (τ tuned) on a MACE relation: it needs a dev split (--dev-fraction > 0)"
-        )
-        return not_testable(key, t, subject, why)
-    d = paired_difference(rows, "sca_tau0", "sca_tuned", ["auroc", "brier"])
-    a = d["auroc"]
-    if math.isnan(a["ci_low"]) or math.isnan(a["ci_high"]):
-        verdict = INCONCLUSIVE
-    elif a["ci_low"] >= -AUROC_MARGIN:
-        verdict = HOLDS
-    elif a["ci_high"] < -AUROC_MARGIN:
-        verdict = FAILS
-    else:
-        verdict = INCONCLUSIVE
-    compared = sorted(set(rows.filter(pl.col("estimator") == "sca_tuned")["relation_id"].to_list()))
-    notes = [f"compared on {', '.join(compared)}"]
-    fits = _mace_fits(t)
-    if fitted_note := dev_size_note(fits, "sca_tuned", MULTI_ANSWER_REDUCTION):
-        notes.append(fitted_note)
-    fitted = fits_of(fits, "sca_tuned", MULTI_ANSWER_REDUCTION)
-    taus = fitted.filter(pl.col("parameter") == "tau")["value"] if not fitted.is_empty() else pl.Series([])
-    if taus.len() and (taus == 0).all():
-        notes.append("τ was tuned to 0 everywhere, so both are the same estimator here")
-    b = d.get("brier")
-    brier = f"; ΔBrier {fmt_ci(b['difference'], b['ci_low'], b['ci_high'])}" if b else ""
-    shown = f"ΔAUROC {fmt_ci(a['difference'], a['ci_low'], a['ci_high'])}{brier}"
-    if failed := few_dev_precondition(fits, "sca_tuned", MULTI_ANSWER_REDUCTION):
-        return not_testable(key, t, subject, f"{failed} ({shown}; {'; '.join(notes)})")
-    return [
-        Finding(
-            key,
-            t.model_id,
-            subject,
-            verdict,
-            a["difference"],
-            a["ci_low"],
-            a["ci_high"],
-            a["n"],
-            shown,
-            "; ".join(notes),
-        )
-    ]
+    ]  # fmt: skip

@@ -104,7 +104,9 @@ def read_store_tables(home: Path, models: Sequence[str] | None = None) -> list[S
     relations = _optional_unpartitioned(home, "relations", ["relation_id", "domain"])
     instance_parts = _relation_partitions(home, "probe_instances")
     instances = (
-        read_partitions(home, "probe_instances", instance_parts, ["relation_id", "instance_id", "n_gold"])
+        read_partitions(
+            home, "probe_instances", instance_parts, ["relation_id", "instance_id", "n_gold", "n_options"]
+        )
         if instance_parts
         else pl.DataFrame()
     )
