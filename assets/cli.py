@@ -458,7 +458,9 @@ def cmd_findings(args) -> int:
         homes = [root / s for s in stages]
         samples = {f"`{t.model_id}`, stage `{s}`": describe_sample(t) for s, ts in stages.items() for t in ts}
         extra, shown_home = profile_lines(root, record), root
-        again = f"kcal findings --profile {root} --out {args.out}"
+        again = f"kcal findings --profile {root} --out {args.out}" + (
+            f" --readme {args.readme}" if getattr(args, "readme", None) else ""
+        )
     else:
         home = kcal_home(args.home)
         tables = read_store_tables(home, args.model)

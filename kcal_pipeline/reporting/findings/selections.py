@@ -70,37 +70,33 @@ def estimators_in(frame: pl.DataFrame) -> set[str]:
     return set(frame["estimator"].unique().to_list()) if "estimator" in frame.columns else set()
 
 
-def difference_row(t: StoreTables, estimator: str, metric: str) -> dict | None:
-    """The metric_differences row estimator − Base: test split, full answer spaces, scope all,
-    the headline reduction; None if the table has none."""
-    if t.differences.is_empty():
+def _headline_row(table: pl.DataFrame, **equal: str) -> dict | None:
+    """The first row of a metrics-shaped table on the test split, full answer spaces, scope all and
+    the headline reduction whose columns `equal` name have those values; None if absent."""
+    if table.is_empty():
         return None
-    rows = t.differences.filter(
+    where = (
         (pl.col("split") == HEADLINE_SPLIT)
         & (pl.col("answer_space_k") == FULL_ANSWER_SPACE)
         & (pl.col("scope") == "all")
         & (pl.col("reduction") == REDUCTION)
-        & (pl.col("estimator_a") == estimator)
-        & (pl.col("estimator_b") == BASELINE)
-        & (pl.col("metric") == metric)
     )
+    for column, value in equal.items():
+        where = where & (pl.col(column) == value)
+    rows = table.filter(where)
     return rows.row(0, named=True) if rows.height else None
+
+
+def difference_row(t: StoreTables, estimator: str, metric: str) -> dict | None:
+    """The metric_differences row estimator − Base: test split, full answer spaces, scope all,
+    the headline reduction; None if the table has none."""
+    return _headline_row(t.differences, estimator_a=estimator, estimator_b=BASELINE, metric=metric)
 
 
 def metric_row(t: StoreTables, estimator: str, metric: str) -> dict | None:
     """The metrics row of one estimator: test split, full answer spaces, scope all, headline
     reduction; None if absent."""
-    if t.metrics.is_empty():
-        return None
-    rows = t.metrics.filter(
-        (pl.col("split") == HEADLINE_SPLIT)
-        & (pl.col("answer_space_k") == FULL_ANSWER_SPACE)
-        & (pl.col("scope") == "all")
-        & (pl.col("reduction") == REDUCTION)
-        & (pl.col("estimator") == estimator)
-        & (pl.col("metric") == metric)
-    )
-    return rows.row(0, named=True) if rows.height else None
+    return _headline_row(t.metrics, estimator=estimator, metric=metric)
 
 
 def paired_difference(frame: pl.DataFrame, a: str, b: str, metrics: Sequence[str]) -> dict[str, dict]:

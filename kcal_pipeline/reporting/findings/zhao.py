@@ -43,6 +43,7 @@ from kcal_pipeline.reporting.findings.zhao_decisions import (
     decided_rows,
     intra_items,
     intra_measures,
+    per_variant,
 )
 
 # --- 1. intra-method consistency far from perfect -------------------------------------------------
@@ -96,20 +97,15 @@ from kcal_pipeline.reporting.findings.zhao_decisions import (
 def consistency_far_from_one(t: StoreTables) -> list[Finding]:
     key = "consistency_far_from_one"
     decided = decided_rows(t, [BASELINE])
-    out = []
-    for setup in (*ZERO_SHOT, ONE_SHOT):
-        subject = f"Base's IoU_cons, original vs {setup}"
-        wide, seeds = intra_items(decided, BASELINE, setup)
-        if wide.is_empty():
-            out += _no_variant(key, t, subject, setup)
-            continue
+
+    def measure(setup: str, subject: str, wide: pl.DataFrame, seeds: list) -> list[Finding]:
         points, boot = intra_measures(wide, len(seeds))
         value, low, high = _seed_mean(points["iou_cons"], boot["iou_cons"])
         bound = ONE_SHOT_MAX_IOU if setup == ONE_SHOT else ZERO_SHOT_MAX_IOU
         notes = [n for n in (_fallback_note(decided, BASELINE, [setup]),) if n]
         if math.isnan(value):
             notes.insert(0, "IoU_cons undefined on a draw: nothing accepted (or rejected) in both setups")
-        out.append(
+        return [
             Finding(
                 key,
                 t.model_id,
@@ -124,8 +120,16 @@ def consistency_far_from_one(t: StoreTables) -> list[Finding]:
                 f"DecCons {fmt(float(points['dec_cons'].mean()))}",
                 "; ".join(notes),
             )
-        )
-    return out
+        ]
+
+    return per_variant(
+        key,
+        t,
+        decided,
+        (*ZERO_SHOT, ONE_SHOT),
+        lambda setup: f"Base's IoU_cons, original vs {setup}",
+        measure,
+    )
 
 
 # --- 2. inconsistency is consistent over the draws -------------------------------------------------
@@ -187,27 +191,20 @@ def consistency_far_from_one(t: StoreTables) -> list[Finding]:
 )
 def inconsistency_is_consistent(t: StoreTables) -> list[Finding]:
     key = "inconsistency_is_consistent"
-    decided = decided_rows(t, [BASELINE])
-    out = []
-    for setup in ZERO_SHOT:
-        subject = f"standard deviation of Base's IoU_cons over seeds, {setup}"
-        wide, seeds = intra_items(decided, BASELINE, setup)
-        if wide.is_empty():
-            out += _no_variant(key, t, subject, setup)
-            continue
+
+    def measure(setup: str, subject: str, wide: pl.DataFrame, seeds: list) -> list[Finding]:
         if len(seeds) < 2:
-            out += not_testable(
+            return not_testable(
                 key,
                 t,
                 subject,
                 f"one draw only (seed {seeds[0]}): {BUILD}, or kcal run --perturbation-seeds 4,44,99",
             )
-            continue
         points, boot = intra_measures(wide, len(seeds))
         iou = points["iou_cons"]
         value = float(np.std(iou, ddof=1))
         low, high = _interval(np.std(boot["iou_cons"], axis=1, ddof=1), value)
-        out.append(
+        return [
             Finding(
                 key,
                 t.model_id,
@@ -221,8 +218,16 @@ def inconsistency_is_consistent(t: StoreTables) -> list[Finding]:
                 f"{fmt(float(np.ptp(iou)))}) against the paper's largest {SEED_STD_MAX}",
                 "IoU_cons undefined on a draw" if math.isnan(value) else "",
             )
-        )
-    return out
+        ]
+
+    return per_variant(
+        key,
+        t,
+        decided_rows(t, [BASELINE]),
+        ZERO_SHOT,
+        lambda setup: f"standard deviation of Base's IoU_cons over seeds, {setup}",
+        measure,
+    )
 
 
 # --- 3. one-shot moves decisions more than the zero-shot variants ----------------------------------

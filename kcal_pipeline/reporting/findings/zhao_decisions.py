@@ -8,12 +8,13 @@ the setups of one item share each resample, so their differences are paired."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import polars as pl
 
 from kcal_pipeline.estimation.registry import (
+    BASELINE,
     DEV_SPLIT,
     ESTIMATORS,
     FULL_ANSWER_SPACE,
@@ -262,6 +263,30 @@ def _no_variant(key: str, t: StoreTables, subject: str, setup: str) -> list[Find
         f"no {setup} variant of the headline template was scored beside the original: "
         f"{BUILD}, or kcal run --template-kinds curated,{VARIANT_KIND[setup]}{extra}",
     )
+
+
+def per_variant(
+    key: str,
+    t: StoreTables,
+    decided: pl.DataFrame,
+    setups: Sequence[str],
+    subject: Callable[[str], str],
+    measure: Callable[[str, str, pl.DataFrame, list], list[Finding]],
+    required: Sequence[str] | None = None,
+) -> list[Finding]:
+    """Base's findings per variant in `setups`: `measure(setup, subject, wide, seeds)` on the items
+    the original and the variant share (intra_items); a variant not scored is not testable (only
+    those in `required`, where given; the others are left out)."""
+    out = []
+    for setup in setups:
+        name = subject(setup)
+        wide, seeds = intra_items(decided, BASELINE, setup)
+        if wide.is_empty():
+            if required is None or setup in required:
+                out += _no_variant(key, t, name, setup)
+            continue
+        out += measure(setup, name, wide, seeds)
+    return out
 
 
 def _bound_verdict(low: float, high: float, bound: float) -> str:

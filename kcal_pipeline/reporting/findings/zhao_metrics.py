@@ -30,10 +30,10 @@ from kcal_pipeline.reporting.findings.zhao_decisions import (
     ZERO_SHOT,
     ZHAO,
     _interval,
-    _no_variant,
     decided_rows,
     intra_items,
     intra_measures,
+    per_variant,
     without_safeguard,
 )
 
@@ -81,15 +81,8 @@ from kcal_pipeline.reporting.findings.zhao_decisions import (
 )
 def agreement_below_iou_under_one_shot(t: StoreTables) -> list[Finding]:
     key = "agreement_below_iou_under_one_shot"
-    decided = decided_rows(t, [BASELINE])
-    out = []
-    for setup in (ONE_SHOT, *ZERO_SHOT):
-        subject = f"Base's Agreement − IoU_cons, original vs {setup}"
-        wide, seeds = intra_items(decided, BASELINE, setup)
-        if wide.is_empty():
-            if setup == ONE_SHOT:
-                out += _no_variant(key, t, subject, setup)
-            continue
+
+    def measure(setup: str, subject: str, wide: pl.DataFrame, seeds: list) -> list[Finding]:
         points, boot = intra_measures(wide, len(seeds))
         agree, iou = float(points["agreement"].mean()), float(points["iou_cons"].mean())
         diff = agree - iou
@@ -98,26 +91,34 @@ def agreement_below_iou_under_one_shot(t: StoreTables) -> list[Finding]:
             f" (means over {len(seeds)} seeds)" if len(seeds) > 1 else ""
         )
         if setup == ONE_SHOT:
-            out.append(
+            return [
                 interval_finding(
                     key, t, subject, "negative", diff, low, high, wide.height, "Agreement − IoU_cons", extra
                 )
+            ]
+        return [
+            descriptive_finding(
+                key,
+                t,
+                subject,
+                f"Agreement − IoU_cons {fmt_ci(diff, low, high)}{extra}",
+                diff,
+                low,
+                high,
+                wide.height,
+                "zero-shot: shown beside the one-shot row, not tested",
             )
-        else:
-            out.append(
-                descriptive_finding(
-                    key,
-                    t,
-                    subject,
-                    f"Agreement − IoU_cons {fmt_ci(diff, low, high)}{extra}",
-                    diff,
-                    low,
-                    high,
-                    wide.height,
-                    "zero-shot: shown beside the one-shot row, not tested",
-                )
-            )
-    return out
+        ]
+
+    return per_variant(
+        key,
+        t,
+        decided_rows(t, [BASELINE]),
+        (ONE_SHOT, *ZERO_SHOT),
+        lambda setup: f"Base's Agreement − IoU_cons, original vs {setup}",
+        measure,
+        required=(ONE_SHOT,),
+    )
 
 
 # --- 6. Abstain F1 stays while the decisions change ------------------------------------------------
@@ -180,22 +181,15 @@ def agreement_below_iou_under_one_shot(t: StoreTables) -> list[Finding]:
 )
 def abstain_f1_stable_while_decisions_change(t: StoreTables) -> list[Finding]:
     key = "abstain_f1_stable_while_decisions_change"
-    decided = decided_rows(t, [BASELINE])
-    out = []
-    for setup in ZERO_SHOT:
-        subject = f"Base's (1 − DecCons) − |ΔAbstain F1|, original vs {setup}"
-        wide, seeds = intra_items(decided, BASELINE, setup)
-        if wide.is_empty():
-            out += _no_variant(key, t, subject, setup)
-            continue
+
+    def gap(m: dict) -> np.ndarray:
+        return ((1 - m["dec_cons"]) - np.abs(m["f1_v"] - m["f1_o"])).mean(axis=-1)
+
+    def measure(setup: str, subject: str, wide: pl.DataFrame, seeds: list) -> list[Finding]:
         points, boot = intra_measures(wide, len(seeds))
-
-        def gap(m: dict) -> np.ndarray:
-            return ((1 - m["dec_cons"]) - np.abs(m["f1_v"] - m["f1_o"])).mean(axis=-1)
-
         value = float(gap(points))
         low, high = _interval(gap(boot), value)
-        out.append(
+        return [
             interval_finding(
                 key,
                 t,
@@ -210,8 +204,16 @@ def abstain_f1_stable_while_decisions_change(t: StoreTables) -> list[Finding]:
                 f"{fmt(float(points['f1_o'][0]))}, {setup} {fmt(float(points['f1_v'].mean()))}, IoU_cons "
                 f"{fmt(float(points['iou_cons'].mean()))} (means over {len(seeds)} seed(s))",
             )
-        )
-    return out
+        ]
+
+    return per_variant(
+        key,
+        t,
+        decided_rows(t, [BASELINE]),
+        ZERO_SHOT,
+        lambda setup: f"Base's (1 − DecCons) − |ΔAbstain F1|, original vs {setup}",
+        measure,
+    )
 
 
 # --- 7. the fixed-threshold safeguard ---------------------------------------------------------------
@@ -271,26 +273,19 @@ def threshold_safeguard_raises_iou(t: StoreTables) -> list[Finding]:
     key = "threshold_safeguard_raises_iou"
     decided = decided_rows(t, [BASELINE])
     raw = without_safeguard(decided) if not decided.is_empty() else decided
-    out = []
-    for setup in (*ZERO_SHOT, ONE_SHOT):
-        subject = f"Base's IoU_cons with − without the 0.5 safeguard, original vs {setup}"
-        wide, seeds = intra_items(decided, BASELINE, setup)
-        if wide.is_empty():
-            out += _no_variant(key, t, subject, setup)
-            continue
+
+    def measure(setup: str, subject: str, wide: pl.DataFrame, seeds: list) -> list[Finding]:
         fired = decided.filter(pl.col("setup").is_in([ORIGINAL, setup]) & pl.col("fallback"))
         if fired.is_empty():
-            out += not_testable(
+            return not_testable(
                 key,
                 t,
                 subject,
                 "the safeguard did not fire: every dev-tuned threshold "
                 "separated (accepted and rejected under 95 % of the dev rows)",
             )
-            continue
         if fired["n_dev"].min() == 0:
-            out += not_testable(key, t, subject, f"no dev rows to tune a threshold on: {BUILD} (dev 25 %)")
-            continue
+            return not_testable(key, t, subject, f"no dev rows to tune a threshold on: {BUILD} (dev 25 %)")
         raw_wide, _ = intra_items(raw, BASELINE, setup)
         raw_accepts = [pl.col(c).alias(f"{c}_raw") for c in raw_wide.columns if c.startswith("accept")]
         both = wide.join(
@@ -310,7 +305,7 @@ def threshold_safeguard_raises_iou(t: StoreTables) -> list[Finding]:
         diff = a - b
         low, high = _interval(with_boot["iou_cons"].mean(axis=1) - raw_boot["iou_cons"].mean(axis=1), diff)
         which = ", ".join(sorted(set(fired["setup"].to_list())))
-        out.append(
+        return [
             interval_finding(
                 key,
                 t,
@@ -324,5 +319,13 @@ def threshold_safeguard_raises_iou(t: StoreTables) -> list[Finding]:
                 f"; IoU_cons with the safeguard {fmt(a)}, at the raw dev split {fmt(b)}",
                 f"the safeguard fired on {which}" + ("; raw IoU_cons undefined" if math.isnan(b) else ""),
             )
-        )
-    return out
+        ]
+
+    return per_variant(
+        key,
+        t,
+        decided,
+        (*ZERO_SHOT, ONE_SHOT),
+        lambda setup: f"Base's IoU_cons with − without the 0.5 safeguard, original vs {setup}",
+        measure,
+    )
