@@ -201,3 +201,20 @@ def test_breakdown_members_without_a_mace_relation_have_no_mixture_rows():
     members = breakdown_members(frame, "group")
     assert "mixture_domain" not in members["scope"].to_list()
     assert members.filter(scope="domain")["scope_value"].to_list() == ["closed_set", "closed_set"]
+
+
+@pytest.mark.parametrize("spec", [m for m in PER_ROW if m.input == "confidence"], ids=lambda m: m.name)
+def test_extreme_samples_stay_within_the_declared_range(spec):
+    """Every answer wrong at confidence 1 (or right at 0) puts a calibration error exactly on its
+    bound: rounding must not carry it past (smECE read 1 + 2e-16 at n = 3 and 48, which the
+    metrics' blocking range check refuses)."""
+    low, high = spec.value_range
+    sizes = np.arange(1, 61)
+    for c_value, right in ((1.0, False), (0.0, True), (1.0, True), (0.0, False)):
+        c = np.full(int(sizes.sum()), c_value)
+        y = np.full(c.size, right)
+        batched = np.asarray(spec.batched(Segments(c, y, sizes)), dtype=float)
+        single = np.array([spec.fn(np.full(n, c_value), np.full(n, right)) for n in sizes], dtype=float)
+        for values in (batched, single):
+            defined = values[~np.isnan(values)]
+            assert ((defined >= low) & (defined <= high)).all(), (c_value, right, values)
