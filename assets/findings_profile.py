@@ -25,6 +25,7 @@ import polars as pl
 from kcal_pipeline.core.options import ProbeOptions
 from kcal_pipeline.core.storage import write_text_atomic
 from kcal_pipeline.dataset.findings_profile import Stage, split_settings
+from kcal_pipeline.dataset.instances.variants import SUBSAMPLE_SUFFIX
 from kcal_pipeline.reporting.findings import kcal_commit
 from kcal_pipeline.reporting.findings.store import PROFILE_FILE  # the file read_profile reads
 
@@ -85,11 +86,18 @@ def _same_stage(before: dict, entry: dict) -> bool:
 
 def split_counts(home: Path, relations: Sequence[str]) -> dict[str, dict[str, int]]:
     """Probe instances per relation and split ({relation: {"dev": n, "test": n}}), read from the
-    stage store's probe_instances: what each stage's claims rest on, recorded beside its build."""
+    stage store's probe_instances: what each stage's claims rest on, recorded beside its build. The
+    option-count sweep's subsample copies (SUBSAMPLE_SUFFIX) are the same instances, not counted."""
     files = [f for r in relations for f in sorted((home / "probe_instances").glob(f"relation={r}/*.parquet"))]
     if not files:
         return {}
-    counts = pl.scan_parquet(files).group_by("relation_id", "split").len().collect()
+    counts = (
+        pl.scan_parquet(files)
+        .filter(~pl.col("instance_id").str.contains(SUBSAMPLE_SUFFIX))
+        .group_by("relation_id", "split")
+        .len()
+        .collect()
+    )
     out: dict[str, dict[str, int]] = {}
     for relation, split, n in counts.sort("relation_id", "split").iter_rows():
         out.setdefault(relation, {})[split] = int(n)

@@ -111,12 +111,15 @@ def test_the_profile_records_split_counts_hashes_and_library_versions(tmp_path):
 
     from assets.findings_profile import file_digest, library_versions, split_counts
 
-    for relation, splits in (("bear-P1", ["dev", "test", "test"]), ("bear-P2", ["test"])):
+    for relation, splits in (("bear-P1", ["dev", "test", "test", "test"]), ("bear-P2", ["test"])):
         folder = tmp_path / "probe_instances" / f"relation={relation}"
         folder.mkdir(parents=True)
-        pl.DataFrame({"relation_id": [relation] * len(splits), "split": splits}).write_parquet(
-            folder / "part.parquet"
-        )
+        ids = [f"{relation}-{i}" for i in range(len(splits))]
+        if relation == "bear-P1":
+            ids[-1] = f"{ids[1]}#k5d1"  # a sweep copy of the second instance: not another instance
+        pl.DataFrame(
+            {"instance_id": ids, "relation_id": [relation] * len(splits), "split": splits}
+        ).write_parquet(folder / "part.parquet")
     assert split_counts(tmp_path, ["bear-P1", "bear-P2", "bear-P3"]) == {
         "bear-P1": {"dev": 1, "test": 2},
         "bear-P2": {"test": 1},
@@ -142,7 +145,7 @@ def test_the_profile_lines_name_seed_splits_hashes_and_a_dirty_build(tmp_path):
         "scale": 1.0, "command": ["findings", "--build"], "kcal_commit": "abc+changes",
         "started": "t0", "finished": "t1", "seconds": 60, "bear": "/b", "bear_sha256": "f" * 64,
         "bear_templates": "/t.json", "bear_templates_sha256": "e" * 64,
-        "libraries": {"python": "3.11", "torch": "2.13.0"},
+        "libraries": {"python": "3.11", "torch": "2.13.0"}, "note": "resumed once",
         "stages": [{
             "name": "bear", "purpose": "p", "relations": ["bear-P1"], "settings": {"max_templates": 5},
             "chosen": "the smallest", "seed": 13, "statements": 1200, "seconds": 61,
@@ -153,6 +156,7 @@ def test_the_profile_lines_name_seed_splits_hashes_and_a_dirty_build(tmp_path):
     assert DIRTY_WARNING in lines[0]
     assert f"- BEAR: `/b`, sha256 {'f' * 64}" in lines
     assert "- Libraries: python 3.11, torch 2.13.0" in lines
+    assert "- Note on this build: resumed once" in lines
     (stage,) = [line for line in lines if line.startswith("- Stage `bear`")]
     assert "1 relations, chosen as the smallest (bear-P1)" in stage
     assert "probe seed 13; 3 dev and 12 test instances; 1,200 statements; built in 1 min 01 s" in stage

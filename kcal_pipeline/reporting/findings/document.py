@@ -408,6 +408,8 @@ def profile_lines(root: Path, record: Mapping) -> list[str]:
             lines.append(f"- {label}: `{path}`, sha256 {digest or 'not recorded'}")
     if record.get("libraries"):
         lines.append("- Libraries: " + ", ".join(f"{k} {v}" for k, v in record["libraries"].items()))
+    if record.get("note"):  # what the record cannot show by itself, e.g. a build resumed after a fix
+        lines.append(f"- Note on this build: {record['note']}")
     for entry in record.get("stages", []):
         name = entry.get("name", "?")
         if entry.get("skipped"):
