@@ -78,9 +78,8 @@ def readme_paragraph(data: Mapping) -> str:
     claims = {r["claim"] for r in papers}
     provenance = data.get("provenance", {})
     lines = [
-        f"**What it finds** ([docs/findings.md](docs/findings.md), `kcal findings --build`; "
-        f"{', '.join(data['models'])}"
-        + (f", {provenance['model']}" if provenance.get("model") else "")
+        "**What it finds** ([docs/findings.md](docs/findings.md), `kcal findings --build`; "
+        + (provenance.get("model") or ", ".join(data["models"]))
         + (f"; kcal commit {provenance['commit'][:12]}" if provenance.get("commit") else "")
         + f"). Of the seed papers' {len(claims)} claims, tested in {len(papers)} rows: {_counts(papers)}. "
         f"kcal's own {len({r['claim'] for r in own})} checks, in {len(own)} rows: {_counts(own)}. "
