@@ -46,6 +46,8 @@ def test_the_paragraph_counts_the_papers_claims_apart_from_kcals_own():
         Finding(own, "m", "e", FAILS, -0.3, -0.4, -0.2, 5, "Δy -0.300 [-0.400, -0.200]"),
     ]
     text = readme_paragraph(_data(findings))
+    assert all(len(line) <= 100 for line in text.splitlines())  # the README's lines stay short
+    text = " ".join(line.strip() for line in text.splitlines())  # unwrapped, as a reader reads it
     assert "kcal commit 0123456789ab" in text
     # 2 seed claims in 4 rows; kcal's 1 check in 1 row
     assert (
@@ -54,10 +56,13 @@ def test_the_paragraph_counts_the_papers_claims_apart_from_kcals_own():
     )
     assert "kcal's own 1 checks, in 1 rows: 0 hold, 1 do not hold, 0 inconclusive" in text
     assert (
-        f"- {CLAIMS[seed[0]].title} (seed {CLAIMS[seed[0]].paper.seed}) — a: Δx 0.100 [0.050, 0.200] (holds)"
+        f"- {CLAIMS[seed[0]].title} (seed {CLAIMS[seed[0]].paper.seed}): holds in 1 row "
+        "(e.g. Δx 0.100 [0.050, 0.200])" in text
+    )
+    assert (
+        f"- {CLAIMS[own].title} (kcal's own): does not hold in 1 row (e.g. Δy -0.300 [-0.400, -0.200])"
         in text
     )
-    assert f"- {CLAIMS[own].title} (kcal's own) — e: Δy -0.300 [-0.400, -0.200] (does not hold)" in text
     assert CLAIMS[seed[1]].title not in text  # nothing decided: not listed
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 
@@ -59,14 +60,17 @@ def _counts(rows: Sequence[Mapping]) -> str:
     return ", ".join(parts)
 
 
+WIDTH = 100  # the README's lines stay short (tests/test_readme_guide.py)
+
+
 def _claim_line(title: str, rows: Sequence[Mapping]) -> str:
-    """One claim as the paragraph lists it: its title, each decided row's comparison and number."""
-    decided = [r for r in rows if r["verdict"] in (HOLDS, FAILS)]
-    shown = "; ".join(
-        f"{r['subject']}: {(r['numbers'] or '').split('; ')[0]} ({r['verdict']})" for r in decided[:3]
-    )
-    more = f"; and {len(decided) - 3} more" if len(decided) > 3 else ""
-    return f"- {title} — {shown}{more}"
+    """One claim as the paragraph lists it, wrapped: its title, how many rows hold and do not hold,
+    and the first decided row's number with its interval."""
+    n = {v: sum(r["verdict"] == v for r in rows) for v in (HOLDS, FAILS)}
+    first = next(r for r in rows if r["verdict"] in (HOLDS, FAILS))
+    counts = ", ".join(f"{v} in {k} row{'s' if k > 1 else ''}" for v, k in n.items() if k)
+    text = f"- {title}: {counts} (e.g. {(first['numbers'] or '').split('; ')[0]})"
+    return textwrap.fill(text, WIDTH, subsequent_indent="  ", break_on_hyphens=False)
 
 
 def readme_paragraph(data: Mapping) -> str:
@@ -77,16 +81,17 @@ def readme_paragraph(data: Mapping) -> str:
     own = [r for r in rows if r["paper"] == OWN]
     claims = {r["claim"] for r in papers}
     provenance = data.get("provenance", {})
-    lines = [
-        "**What it finds** ([docs/findings.md](docs/findings.md), `kcal findings --build`; "
+    head = (
+        "**What it finds** (`docs/findings.md`, `kcal findings --build`; "
         + (provenance.get("model") or ", ".join(data["models"]))
         + (f"; kcal commit {provenance['commit'][:12]}" if provenance.get("commit") else "")
         + f"). Of the seed papers' {len(claims)} claims, tested in {len(papers)} rows: {_counts(papers)}. "
         f"kcal's own {len({r['claim'] for r in own})} checks, in {len(own)} rows: {_counts(own)}. "
         "Every row has its 95 % interval, n and Holm-adjusted p in the document; an inconclusive row "
-        "says whether its minimum detectable effect could have found the paper's effect. Decided rows:",
-        "",
-    ]
+        "says whether its minimum detectable effect could have found the paper's effect. The claims "
+        "with a decided row (the first such row's number):"
+    )
+    lines = [textwrap.fill(head, WIDTH, break_on_hyphens=False), ""]
     by_claim: dict[str, list[Mapping]] = {}
     for r in rows:
         by_claim.setdefault(r["claim"], []).append(r)
