@@ -12,18 +12,40 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import threading
 from collections.abc import Mapping
 from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 from kcal_pipeline.core.paths import cross_model_report_path
 
 REPORTS_PORT_ENV = "KCAL_REPORTS_PORT"
 DEFAULT_REPORTS_PORT = 3030
 REPORTS_HOST = "127.0.0.1"  # the reports hold a store's results: never served beyond this machine
+MAX_PATH = 2048  # no report path comes near it; a longer one is a bad request, not a lookup
+_BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
+
+
+def bad_request(raw: str) -> str | None:
+    """Why a request path is malformed (None if it is not): a `%` not followed by two hex digits, a
+    path that does not decode to UTF-8, a control character (NUL included, raw or %-encoded), or
+    more than MAX_PATH characters. The base class would raise on some of these (os.stat of a path
+    with a NUL byte: "embedded null byte") and drop the connection with a traceback."""
+    if len(raw) > MAX_PATH:
+        return f"request path over {MAX_PATH} characters"
+    path = raw.split("?", 1)[0].split("#", 1)[0]
+    if _BAD_ESCAPE.search(path):
+        return "bad percent-encoding in the request path"
+    try:
+        decoded = unquote(path, errors="strict")
+    except UnicodeDecodeError:
+        return "request path is not UTF-8"
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in decoded):
+        return "control character in the request path"
+    return None
 
 
 class ReportsPortError(RuntimeError):
@@ -53,13 +75,22 @@ def report_url(home: Path, path: Path, port: int | None = None) -> str:
 
 class _ReportsHandler(SimpleHTTPRequestHandler):
     """GET and HEAD of files under the served folder (the base class answers other methods 501).
-    The base class already drops `..` and `.` segments after percent-decoding; a path that still
-    resolves outside the folder (a symbolic link) is answered 404 like a missing file."""
+    A malformed path (bad_request) is answered 400 and the server goes on. The base class already
+    drops `..` and `.` segments after percent-decoding; a path that still resolves outside the
+    folder (a symbolic link) is answered 404 like a missing file."""
 
     root: Path
 
     def send_head(self):
-        resolved = Path(self.translate_path(self.path)).resolve()
+        why = bad_request(self.path)
+        if why is not None:
+            self.send_error(400, why)
+            return None
+        try:
+            resolved = Path(self.translate_path(self.path)).resolve()
+        except (OSError, ValueError):  # whatever else the file system refuses to look up
+            self.send_error(400, "request path cannot be looked up")
+            return None
         if resolved != self.root and self.root not in resolved.parents:
             self.send_error(404, "File not found")
             return None

@@ -76,6 +76,41 @@ def test_it_serves_the_reports_and_nothing_else_of_the_store(store):
     assert report_path(store, "m1").read_text() == "<html><body>model m1's report</body></html>"
 
 
+def raw_request(port: int, request_line: bytes) -> bytes:
+    """One request line sent as bytes (http.client refuses NUL and control bytes): the reply."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(request_line + b"\r\nHost: 127.0.0.1\r\n\r\n")
+        reply = b""
+        while chunk := sock.recv(65536):
+            reply += chunk
+        return reply
+
+
+@pytest.mark.parametrize(
+    ("path", "why"),
+    [
+        (b"/%00", b"control character"),
+        (b"/..%00/x", b"control character"),
+        (b"/model=m1/report.html%00.png", b"control character"),
+        (b"/%0a", b"control character"),
+        (b"/\x00", b"control character"),
+        (b"/%zz", b"bad percent-encoding"),
+        (b"/%", b"bad percent-encoding"),
+        (b"/%4", b"bad percent-encoding"),
+        (b"/%ff%fe", b"not UTF-8"),
+        (b"/" + b"a" * 3000, b"over 2048 characters"),
+    ],
+    ids=lambda v: repr(v[:24]) if isinstance(v, bytes) else None,
+)
+def test_a_malformed_request_gets_400_and_the_server_goes_on(store, path, why, capfd):
+    with ReportServer(reports_dir(store), free_port()) as server:
+        reply = raw_request(server.port, b"GET " + path + b" HTTP/1.0")
+        assert reply.startswith(b"HTTP/1.0 400 "), reply[:200]
+        assert why in reply and SECRET not in reply
+        assert get(server.port, "/")[:2] == (200, b"<html><body>the leaderboard</body></html>")  # still up
+    assert "Traceback" not in capfd.readouterr().err
+
+
 def test_it_listens_on_localhost_only_and_stops(store):
     server = ReportServer(reports_dir(store), free_port())
     assert server._httpd.server_address[0] == "127.0.0.1"
