@@ -45,6 +45,7 @@ from assets.partitions import catalog_relation_partitions, model_partitions, rel
 from assets.run_tags import LEGACY_RUNNER_TAGS, RUNNER_HOST_TAG, RUNNER_PID_TAG
 from assets.ui import WORKSPACE
 from kcal_pipeline.core.paths import model_cache_dir, registry_path
+from kcal_pipeline.core.report_server import reports_port
 from kcal_pipeline.core.storage import partition_path
 from kcal_pipeline.core.versions import data_version, input_versions, stored_version
 from kcal_pipeline.core.warehouse import refresh_views
@@ -384,7 +385,10 @@ def check_run(
     home: Path, models: Sequence[str] | None, relations: Sequence[str] | None
 ) -> tuple[list[str], list[str]]:
     """The models and relations of a run, each checked against the registry and the catalog
-    without writing anything (a store without models.toml has the default model only)."""
+    without writing anything (a store without models.toml has the default model only); and the
+    settings the run's last steps read from the environment (KCAL_REPORTS_PORT: the report links),
+    so a bad one stops the run before any work, not after the scoring."""
+    reports_port()  # ReportsPortError names the variable and its value
     path = registry_path(home)
     registered = [e.key for e in Registry(path).entries()] if path.exists() else [DEFAULT_MODEL.key]
     unknown = [m for m in models or () if m not in registered]

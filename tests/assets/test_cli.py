@@ -201,3 +201,19 @@ def test_demo_refuses_bad_settings_before_any_work(tmp_path, args, needle):
     out = kcal(tmp_path, "demo", *args)
     assert out.returncode == 2 and needle in out.stderr and "Traceback" not in out.stderr
     assert not (tmp_path / "dagster").exists() and not list(tmp_path.rglob("*.parquet"))
+
+
+@pytest.mark.parametrize("value", ["70000", "0", "http", "-1"])
+def test_a_bad_reports_port_stops_the_demo_before_any_work(tmp_path, monkeypatch, value):
+    """KCAL_REPORTS_PORT is read by the last step (the report links): checked with the run's models
+    and relations, it stops `kcal demo` at once, not after the probe and the scoring."""
+    monkeypatch.setenv("KCAL_REPORTS_PORT", value)
+    home = tmp_path / "kcal"
+    result = run_kcal(home, "demo", "--relation", "P36", timeout=120)
+    assert result.returncode != 0
+    assert f"KCAL_REPORTS_PORT={value!r}: not a port number (1-65535)" in result.stderr
+    assert "Traceback" not in result.stderr
+    made = {p.name for p in home.iterdir()} if home.exists() else set()
+    assert not made & {"wikidata_facts", "probe_instances", "statements", "statement_scores", "snapshot"}, (
+        made
+    )
