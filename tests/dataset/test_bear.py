@@ -342,9 +342,17 @@ def test_missing_and_orphan_files(tmp_path):
     with pytest.raises(BearFormatError, match=r"missing metadata_relations\.json"):
         read_bear(root)
     write_bear(root, facts={"P36": FACTS["P36"]})
-    with pytest.raises(BearFormatError, match=r"P19\.jsonl: missing facts file"):
+    # an entry without its facts file is skipped with a warning (BEAR-big lists P414, ships no file)
+    partial = read_bear(root)
+    assert list(partial.relations) == ["P36"] and partial.missing_facts == ("P19",)
+    assert partial.warnings() == [
+        f"warning: metadata_relations.json [P19]: no P19.jsonl in {root}: relation skipped",
+        "warning: 1 relation(s) of metadata_relations.json without a facts file skipped; 1 read",
+    ]
+    (root / "P36.jsonl").unlink()
+    with pytest.raises(BearFormatError, match=r"no facts file \(<relation>\.jsonl\) for any relation"):
         read_bear(root)
-    write_bear(root, metadata={"P19": METADATA["P19"]}, facts={"P19": FACTS["P19"]})
+    write_bear(root, metadata={"P19": METADATA["P19"]}, facts=FACTS)  # P36.jsonl without an entry
     with pytest.raises(BearFormatError, match=r"P36\.jsonl have no entry"):
         read_bear(root)
     with pytest.raises(BearFormatError, match="not a directory"):

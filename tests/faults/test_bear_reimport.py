@@ -125,3 +125,28 @@ def test_a_reimport_that_changes_only_facts_makes_them_stale(tmp_path, kcal):
     assert catalog == entries  # nothing in the catalog tells the new facts from the old
     assert "French Republic" in facts["bear-P36"]["subject_label"].to_list()
     assert expected_version(home, "wikidata_facts", partition, settings) != before
+
+
+def test_bear_big_as_published_imports_the_relations_it_has_files_for(tmp_path, kcal):
+    """The published BEAR-big's metadata lists P414 and ships no P414.jsonl: lm-pub-quiz's loader
+    skips it, and so does kcal, with one warning line for it and a count."""
+    import json
+
+    from tests.dataset.test_bear import write_bear_big
+
+    big = write_bear_big(tmp_path / "repo" / "BEAR-big", lite=None)
+    metadata = json.loads((big / "metadata_relations.json").read_text("utf-8"))
+    metadata["P414"] = {"templates": ["[X] is traded on [Y]."]}
+    (big / "metadata_relations.json").write_text(json.dumps(metadata), "utf-8")
+    out = kcal("dataset", "import-bear", str(big))
+    catalog, facts = imported(tmp_path / "home")
+    assert list(catalog) == ["bear-P36", "bear-P19", "bear-P99"] and set(facts) == set(catalog)
+    warnings = [row for row in out.splitlines() if row.startswith("warning: ")]
+    assert warnings == [
+        f"warning: metadata_relations.json [P414]: no P414.jsonl in {big}: relation skipped",
+        "warning: 1 relation(s) of metadata_relations.json without a facts file skipped; 3 read",
+    ]
+    (big / "P19.jsonl").rename(big / "P19.jsonl.bak")
+    (big / "orphan.jsonl").write_text((big / "P19.jsonl.bak").read_text("utf-8"), "utf-8")
+    out = run_kcal(tmp_path / "home", "dataset", "import-bear", str(big))
+    assert out.returncode != 0 and "orphan.jsonl" in out.stderr  # a file without metadata: an error

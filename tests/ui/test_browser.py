@@ -48,6 +48,7 @@ RELATIONS = ["P36", "P30"]
 PROBE = {"max_instances": 4, "max_templates": 1, "answer_space": "sampled", "n_negatives": 4}
 MODEL = DEFAULT_MODEL.key
 UI_TIMEOUT_MS = 120_000  # one UI step (2 shared CPUs: the first page load compiles a lot of JS)
+CLICK_TIMEOUT_MS = 20_000  # a click on a menu item before it is dispatched instead (choose)
 BACKFILL_TIMEOUT_S = 360
 
 
@@ -59,6 +60,20 @@ def chromium_or_skip() -> str:
         "BROWSER TEST NOT RUN: no `chromium` binary on PATH or at /usr/bin/chromium. Install Debian's "
         "package: `apt-get install -y chromium` (scripts/system-deps.sh, which `make test` runs, does)"
     )
+
+
+def choose(menu_item) -> None:
+    """Click a menu item of the launch dialog's partition list. On two busy CPUs the list can
+    re-render under the pointer for as long as the click waits for it to hold still (a CI run timed
+    out after 120 s on "element is not stable ... detached from the DOM"); the item's own click event
+    is then dispatched, which needs it attached, not still. The dialog's partition count checks the
+    outcome either way."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        menu_item.click(timeout=CLICK_TIMEOUT_MS)
+    except PlaywrightTimeout:
+        menu_item.dispatch_event("click")
 
 
 def artifacts_dir(tmp_path: Path) -> Path:
@@ -261,11 +276,11 @@ def test_a_backfill_of_two_scoring_partitions_launched_from_the_ui(tmp_path, mon
             dialog = page.get_by_role("dialog")
             expect(dialog.get_by_text("Launch runs to materialize statement_scores")).to_be_visible()
             dialog.get_by_text("Select a partition or create one").first.click()  # the model dimension
-            page.get_by_role("menuitem", name=re.compile(rf"^{re.escape(MODEL)}")).click()
+            choose(page.get_by_role("menuitem", name=re.compile(rf"^{re.escape(MODEL)}")))
             dialog.get_by_text("Launch runs to materialize").click()  # closes the list
             dialog.get_by_text("Select a partition or create one").last.click()  # the relation dimension
             for relation in RELATIONS:
-                page.get_by_role("menuitem", name=re.compile(rf"^{relation}\b")).click()
+                choose(page.get_by_role("menuitem", name=re.compile(rf"^{relation}\b")))
             dialog.get_by_text("Launch runs to materialize").click()
             expect(dialog.get_by_text("2 partitions", exact=True)).to_be_visible()
             shot("03_launch_dialog")

@@ -102,14 +102,28 @@ class BearDataset:
     name: str
     root: Path
     relations: dict[str, BearRelation]
+    # metadata entries without a <relation>.jsonl: the published BEAR-big lists P414 and ships no
+    # P414.jsonl; lm-pub-quiz's loader skips such an entry, and so does kcal, saying so.
+    missing_facts: tuple[str, ...] = ()
 
     def warnings(self) -> list[str]:
-        """One line per repeated template that was dropped, naming the relation and the template."""
-        return [
+        """One line per repeated template that was dropped, naming the relation and the template,
+        and one per metadata entry without a facts file, then their count."""
+        lines = [
             f"warning: {METADATA} [{rid}]: template {text!r} is given more than once; kept the first"
             for rid, rel in self.relations.items()
             for text in rel.repeated_templates
         ]
+        lines += [
+            f"warning: {METADATA} [{rid}]: no {rid}.jsonl in {self.root}: relation skipped"
+            for rid in self.missing_facts
+        ]
+        if self.missing_facts:
+            lines.append(
+                f"warning: {len(self.missing_facts)} relation(s) of {METADATA} without a facts file "
+                f"skipped; {len(self.relations)} read"
+            )
+        return lines
 
 
 # --- reading -----------------------------------------------------------------------------------
@@ -404,9 +418,14 @@ def read_bear(directory: Path | str, subset: str | None = None) -> BearDataset:
     domains = read_relation_info(root)
     keep = read_subset(root, subset, list(metadata)) if subset else None
     relations = {}
+    missing = tuple(rid for rid in metadata if not (root / f"{rid}.jsonl").is_file())
+    if missing and len(missing) == len(metadata):
+        raise BearFormatError(f"{root}: no facts file (<relation>.jsonl) for any relation in {METADATA}")
     for rid, meta in metadata.items():
         if keep is not None and rid not in keep:
             continue  # a BEAR-big relation that is not part of BEAR
+        if rid in missing:
+            continue  # named by BearDataset.warnings
         kept, dropped, space = _read_facts(root / f"{rid}.jsonl", meta, None if keep is None else keep[rid])
         relations[rid] = BearRelation(
             relation_id=rid,
@@ -417,7 +436,7 @@ def read_bear(directory: Path | str, subset: str | None = None) -> BearDataset:
             **{**meta, **space},
         )
     name = root.resolve().name + (f"-{subset}" if subset else "")
-    return BearDataset(name=name, root=root, relations=relations)
+    return BearDataset(name=name, root=root, relations=relations, missing_facts=missing)
 
 
 # --- converting --------------------------------------------------------------------------------
