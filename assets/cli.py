@@ -21,6 +21,8 @@ from typing import Literal, get_args, get_origin
 
 import duckdb
 
+from kcal_pipeline.core.filesystem_errors import KIND_OF_TEXT, storage_failure
+from kcal_pipeline.core.filesystem_errors import describe as describe_storage_failure
 from kcal_pipeline.core.options import GenerationOptions, Options, OptionsError, ProbeOptions, ScoringOptions
 from kcal_pipeline.core.paths import (
     cross_model_report_path,
@@ -314,6 +316,11 @@ def cmd_models_add(args) -> int:
     from kcal_pipeline.scoring.models.loading import check_loadable
 
     kind = check_loadable(entry)  # a path that holds no loadable model is refused, not registered
+    from assets.instance import get_instance
+
+    # The instance (and its tables) first: a store that cannot hold them refuses before models.toml
+    # changes, so the same command runs again once the disk has room.
+    get_instance(home)
     Registry(registry_path(home)).add(entry)
     detected = f" (kind {kind}{', detected' if entry.kind == 'auto' else ''})" if kind else ""
     print(f"registered {entry.id} as {entry.key}{detected}")
@@ -778,14 +785,22 @@ def _import_time_loggers() -> list[logging.Logger]:
     ]
 
 
+def _not_a_storage_report(record: logging.LogRecord) -> bool:
+    """False for Dagster's report, with its stack trace, of a step or resource that the file system
+    refused (read-only, no permission, full): the command ends with one line saying it (main)."""
+    return record.levelno < logging.ERROR or not any(words in str(record.msg) for words in KIND_OF_TEXT)
+
+
 class _QuietOnInterrupt(logging.Logger):
     """The class of loggers made while a kcal command runs, Dagster's console logger and SQLAlchemy's
-    (imported on first use) among them: they drop Dagster's reports of an interruption (the
-    instance's event log still has them) and any record whose exception is the Ctrl-C."""
+    (imported on first use) among them: they drop Dagster's reports of an interruption or of a
+    refusing file system (the instance's event log still has them, where it can be written) and any
+    record whose exception is the Ctrl-C."""
 
     def __init__(self, name: str, level: int | str = logging.NOTSET) -> None:
         super().__init__(name, level)
         self.addFilter(_not_an_interrupt_report)
+        self.addFilter(_not_a_storage_report)
         self.addFilter(_not_a_logged_interrupt)
 
 
@@ -898,15 +913,20 @@ def main(argv: list[str] | None = None) -> int:
         with guard, _store_lock_for(args, argv):
             code = args.func(args)
         return _interrupted(args) if ctrl_c.pressed else code
-    except (KeyError, ValueError, FileNotFoundError, RuntimeError, duckdb.Error) as exc:
-        if ctrl_c.pressed:  # an error raised while the interrupted run unwound
-            return _interrupted(args)
-        msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
-        print(f"kcal: error: {msg}", file=sys.stderr)
-        return 2
-    except BaseException as exc:  # KeyboardInterrupt, or Dagster's DagsterExecutionInterruptedError
+    except BaseException as exc:
+        # KeyboardInterrupt or Dagster's DagsterExecutionInterruptedError, or an error raised while
+        # the interrupted run unwound
         if ctrl_c.pressed or _is_interrupt(exc):
             return _interrupted(args)
+        home = kcal_home(args.home)
+        refused = storage_failure(exc, home)  # a read-only, unwritable or full store, however wrapped
+        if refused is not None:
+            print(f"kcal: error: {describe_storage_failure(refused, home)}", file=sys.stderr)
+            return 2
+        if isinstance(exc, KeyError | ValueError | FileNotFoundError | RuntimeError | duckdb.Error):
+            msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+            print(f"kcal: error: {msg}", file=sys.stderr)
+            return 2
         raise
 
 

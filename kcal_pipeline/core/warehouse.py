@@ -28,6 +28,7 @@ from typing import NoReturn
 import duckdb
 from filelock import FileLock
 
+from kcal_pipeline.core.filesystem_errors import FULL, storage_failure
 from kcal_pipeline.core.paths import duckdb_path, repo_sql_dir
 from kcal_pipeline.core.storage import existing_tables, store_file_hint
 
@@ -185,13 +186,44 @@ def connect_readonly(home: Path) -> duckdb.DuckDBPyConnection:
             raise FileNotFoundError(
                 f"no DuckDB file at {path}: run `kcal demo` (or materialize assets) first"
             )
-        refresh_views(home)
+        if not _refreshed(home):
+            return _views_in_memory(home, statements)
     con = _connect(path, read_only=True)
     try:
         if _recorded_fingerprint(con) != _fingerprint(statements):
             con.close()
-            refresh_views(home)
+            if not _refreshed(home):
+                return _views_in_memory(home, statements)
             con = _connect(path, read_only=True)
+        _confine(con, home)
+    except BaseException:
+        con.close()
+        raise
+    return con
+
+
+def _refreshed(home: Path) -> bool:
+    """refresh_views, or False where the file system refuses the write (a read-only store, or one
+    this user may not write): such a store is still read, through views made in memory."""
+    try:
+        refresh_views(home)
+    except (OSError, duckdb.Error) as exc:
+        refused = storage_failure(exc, home)
+        if refused is None or refused.kind == FULL:
+            raise
+        return False
+    return True
+
+
+def _views_in_memory(home: Path, statements: list[str]) -> duckdb.DuckDBPyConnection:
+    """The store's views in an in-memory database, confined like the file's (no write anywhere)."""
+    con = duckdb.connect(":memory:")
+    try:
+        for statement in statements:
+            try:
+                con.execute(statement)
+            except duckdb.Error as exc:
+                _raise_with_hint(home, exc)
         _confine(con, home)
     except BaseException:
         con.close()
