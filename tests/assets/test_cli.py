@@ -207,13 +207,15 @@ def test_demo_refuses_bad_settings_before_any_work(tmp_path, args, needle):
 def test_a_bad_reports_port_stops_the_demo_before_any_work(tmp_path, monkeypatch, value):
     """KCAL_REPORTS_PORT is read by the last step (the report links): checked with the run's models
     and relations, it stops `kcal demo` at once, not after the probe and the scoring."""
-    monkeypatch.setenv("KCAL_REPORTS_PORT", value)
+    from tests.dataset.test_bear import write_bear
+
     home = tmp_path / "kcal"
+    assert run_kcal(home, "dataset", "import-bear", str(write_bear(tmp_path / "BEAR"))).returncode == 0
+    assert run_kcal(home, "models", "list").returncode == 0  # a store with files, Dagster's included
+    before = {p: (p.stat().st_size, p.stat().st_mtime_ns) for p in home.rglob("*")}
+    monkeypatch.setenv("KCAL_REPORTS_PORT", value)
     result = run_kcal(home, "demo", "--relation", "P36", timeout=120)
     assert result.returncode != 0
     assert f"KCAL_REPORTS_PORT={value!r}: not a port number (1-65535)" in result.stderr
     assert "Traceback" not in result.stderr
-    made = {p.name for p in home.iterdir()} if home.exists() else set()
-    assert not made & {"wikidata_facts", "probe_instances", "statements", "statement_scores", "snapshot"}, (
-        made
-    )
+    assert {p: (p.stat().st_size, p.stat().st_mtime_ns) for p in home.rglob("*")} == before  # no file changed
