@@ -12,7 +12,7 @@ from kcal_pipeline.estimation.registry import ESTIMATORS, compute_estimate_table
 # The hand part covers this module's own code: 4: all families, fits, status, per-option tables;
 # 5: exact recal fits; 6: SCA ≤ 1; 7: answer_space_draw (the option-count sweep: fits per k and
 # draw). The estimator registry's part follows by itself (a new or changed estimator).
-CODE_VERSION = code_version("7", ESTIMATORS)
+CODE_VERSION = code_version("8", ESTIMATORS)  # 8: a run that gave no rows is skipped, saying why
 
 
 @multi_asset(
@@ -39,7 +39,8 @@ CODE_VERSION = code_version("7", ESTIMATORS)
         ),
         "estimator_status": AssetOut(
             code_version=CODE_VERSION,
-            description="Each (estimator, reduction): ran (with its row count) or skipped, and why.",
+            description="Each (estimator, reduction): ran (with its row count, never 0) or skipped, and why "
+            "(its inputs are absent, or it ran and gave no rows: e.g. fewer than 2 dev instances).",
         ),
     },
 )

@@ -48,7 +48,7 @@ def estimator_coverage(status: pl.DataFrame, estimates: pl.DataFrame) -> CheckOu
             "registered estimators with no status": registered.join(
                 status, on=["estimator", "reduction"], how="anti"
             ),
-            # a run may give no rows (e.g. no test instance); its status then says 0
+            # a run that gave no rows is recorded as skipped, with why (registry._why_no_rows)
             "estimators that ran without their rows": ran.filter(pl.col("len") != pl.col("rows")).select(
                 "estimator", "reduction", "rows", estimated="len"
             ),

@@ -367,6 +367,13 @@ class EstimateTables:
     status: pl.DataFrame
 
 
+def _why_no_rows(out: Estimate) -> str:
+    """An estimator that gave no rows: its fits' notes say why (e.g. every group had fewer than 2
+    dev instances), else it had no cell to estimate."""
+    notes = sorted({fit["note"].removesuffix(": no rows") for fit in out.fits if fit.get("note")})
+    return "no rows: " + ("; ".join(notes) if notes else "no instance had what it estimates from")
+
+
 def compute_estimate_tables(
     cubes: OptionScoreCube | Iterable[OptionScoreCube],
     estimators: Sequence[str] | None = None,
@@ -395,9 +402,17 @@ def compute_estimate_tables(
                     status.append((*where, "skipped", 0, reason))
                     continue
                 out = spec.fn(cube, reduction)
-                parts.append(_part(cube, spec, reduction, out))
+                part = _part(cube, spec, reduction, out)
                 fits += _fit_rows(cube, spec, reduction, out)
-                status.append((*where, "ran", len(parts[-1].ii), None))
+                if not len(part.ii):  # it ran and had nothing to give: skipped, saying why
+                    reason = _why_no_rows(out)
+                    skipped.setdefault(reason, {}).setdefault(f"{spec.name} ({reduction})", set()).add(
+                        cube.relation_id
+                    )
+                    status.append((*where, "skipped", 0, reason))
+                    continue
+                parts.append(part)
+                status.append((*where, "ran", len(part.ii), None))
         if parts:
             frames.append(_cube_frame(cube, parts))
     for reason, names in skipped.items():

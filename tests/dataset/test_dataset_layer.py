@@ -92,6 +92,36 @@ def test_context_statements_are_the_plain_statements_behind_a_context_that_names
         assert not any(name in d for d in demos for name in named)
 
 
+def test_a_namesake_of_the_instances_subject_never_demonstrates():
+    """Namesakes: Georgia the US state never demonstrates for Georgia the country (same label, other id)."""
+    facts = pl.DataFrame(
+        {
+            "relation_id": "P36",
+            "subject_id": ["Q1428", "Q230", "Q419"],
+            "subject_label": ["Georgia", "Georgia", "Peru"],
+            "object_id": ["Q23556", "Q994", "Q2868"],
+            "object_label": ["Atlanta", "Tbilisi", "Lima"],
+        }
+    )
+    inst = pl.DataFrame(
+        {
+            "instance_id": ["P36:Q230"],
+            "relation_id": "P36",
+            "subject_id": "Q230",
+            "subject_label": "Georgia",
+            "gold_ids": [["Q994"]],
+            "option_ids": [["Q994", "Q90"]],
+            "option_labels": [["Tbilisi", "Paris"]],
+        }
+    )
+    chosen = run_templates(TEMPLATES, None, ["context_1shot"], 1, SEEDS)
+    contexts = set()
+    for seed in range(10):  # the pool's order is seeded: the namesake comes first under some seeds
+        st = relation_statements(inst, chosen, seed=seed, facts=facts, log=pytest.fail)
+        contexts |= {text[:end] for text, end in st.select("text", "context_end").iter_rows()}
+    assert contexts == {"The capital of Peru is Lima.\n"}
+
+
 def test_a_relation_whose_objects_are_all_options_gets_no_demonstration_and_says_so():
     """BEAR-style answer space: all five capitals are options of every instance, so no fact can
     demonstrate without naming one; only the fixed, knowledge-free context is left."""

@@ -110,3 +110,12 @@ def test_generations_get_their_matches_per_instance():
     ]
     with pytest.raises(ValueError, match="instance_id 'b': no answer index"):
         with_matches(generations, {"a": indexes["a"]})
+
+
+def test_a_gold_named_like_another_known_entity_is_still_correct():
+    """Namesakes: a name gold Georgia (country) shares with another entity (the US state) is gold."""
+    index = AnswerIndex(
+        {"Q230": ["Georgia", "Sakartvelo"]}, {"Q1428": ["Georgia", "State of Georgia"], "Q16": ["Canada"]}
+    )
+    assert index.match("Georgia.") == AnswerMatch("correct", "Q230", "Q230")
+    assert index.match("the State of Georgia") == AnswerMatch("wrong_known_entity", "Q1428", "Q1428")

@@ -168,3 +168,32 @@ def test_coverage_lines_count_families_and_explain_skips():
         "  not run, no ll_answer_sum_masked scores; no ll_sum_masked scores (P1, P2): answer_prior",
         "  skipped on some relations, no ll_sum_dropout scores (P2): dropout_mean",
     ]
+
+
+def test_an_estimator_that_gives_no_rows_is_skipped_with_why(temp_estimators):
+    """base_isotonic needs ≥ 2 dev instances per group: with one dev instance it runs and fits
+    nothing, and estimator_status says skipped and why (it said `ran` with 0 rows), as does a
+    registered estimator whose row mask is empty and that notes nothing."""
+    temp_estimators(
+        "nothing",
+        lambda cube, r: Estimate(np.zeros(2, int), np.ones(2), rows=np.zeros(2, bool)),
+        grain="instance",
+    )
+    instances = pl.DataFrame({"instance_id": ["i1", "i2"], "n_options": [2, 2], "split": ["dev", "test"]})
+    logged = []
+    tables = compute_estimate_tables(
+        build_cube(frame(ROWS), instances), ["base_isotonic", "base_platt", "nothing"], log=logged.append
+    )
+    status = tables.status.filter(pl.col("reduction") == "sum").select(
+        "estimator", "status", "rows", "reason"
+    )
+    assert status.rows() == [
+        ("base_isotonic", "skipped", 0, "no rows: fewer than 2 dev instances"),
+        ("base_platt", "ran", 4, None),  # one class on dev: the identity map, on every row
+        ("nothing", "skipped", 0, "no rows: no instance had what it estimates from"),
+    ]
+    assert "skipped, no rows: fewer than 2 dev instances (P1): base_isotonic (sum)" in logged
+    assert set(tables.estimates["estimator"]) == {"base_platt"}
+    # the fits still say, per template, why nothing was fitted
+    notes = tables.fits.filter(pl.col("estimator") == "base_isotonic")["note"].to_list()
+    assert notes == ["fewer than 2 dev instances: no rows"] * 2
