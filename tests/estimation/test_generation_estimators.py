@@ -167,6 +167,57 @@ def test_knowledge_coverage_by_hand():
     assert got.rows() == [("q1", 2, 0.5), ("q2", 1, 0.0)]
 
 
+LOG = math.log  # a(r) = exp(log p): exactly p for p = 1/2 and 1/4 (checked where it matters)
+
+
+def test_sem_entropy_ignores_a_greedy_answer_that_no_sample_gave():
+    """Semantic entropy is over the sampled answers' clusters only: the greedy answer adds none."""
+    rows = [
+        ("q3", 0, "Paris", LOG(0.5), 1, "Qp", True),  # greedy: predicts Qp, but is not in S
+        ("q3", 1, "Lyon", LOG(0.5), 1, "Ql", False),
+        ("q3", 2, "Nice", LOG(0.25), 1, "Qn", False),
+    ]
+    got = GENERATION_ESTIMATORS["sem_entropy"].fn({"answer": check_responses(responses(rows))})
+    # S's masses: Ql 0.5, Qn 0.25 → p = 2/3, 1/3 → C = (2/3)·ln(2/3) + (1/3)·ln(1/3) ≈ −0.6365
+    # (counting the greedy Qp's 0.5 too would give p = 0.4, 0.4, 0.2 → C ≈ −1.0549)
+    assert_close(as_dict(got), {"q3": ("Qp", True, 2 / 3 * math.log(2 / 3) + 1 / 3 * math.log(1 / 3))})
+
+
+def test_a_sample_exactly_at_the_threshold_is_not_above_it():
+    """SCA / SNCA / SFCA keep a sample only when a(r) > τ: at a(r) = τ it is dropped."""
+    rows = [
+        ("q3", 0, "Paris", LOG(0.5), 1, "Qp", True),
+        ("q3", 1, "Paris", LOG(0.5), 1, "Qp", True),
+        ("q3", 2, "Paris, France", LOG(0.25), 2, "Qp", True),  # a = τ
+        ("q3", 3, "Lyon", LOG(0.25), 1, "Ql", False),  # a = τ
+    ]
+    assert pl.Series([LOG(0.25)]).exp().to_list() == [0.25]  # the premise: a(r) is τ exactly
+    got = {
+        name: as_dict(frame) for name, frame in multi_answer(check_responses(responses(rows)), 0.25).items()
+    }
+    # N = 3; SCA_0: Qp (0.5 + 0.25)/3 = 0.25, Ql 0.25/3 → ŷ = Qp. τ = 0.25 keeps only the 0.5:
+    # SCA = 0.5/3 = 1/6; SNCA = (1/6)/(1/6) = 1; SFCA = 1/3 (with ≥: 1/3, 0.75 and 2/3)
+    assert_close(got["sca"], {"q3": ("Qp", True, 1 / 6)})
+    assert_close(got["snca"], {"q3": ("Qp", True, 1.0)})
+    assert_close(got["sfca"], {"q3": ("Qp", True, 1 / 3)})
+
+
+def test_knowledge_coverage_does_not_cover_a_gold_exactly_at_the_threshold():
+    """A gold cluster is covered only when its SCA_0 exceeds τ (>): at SCA_0 = τ it is not."""
+    rows = [
+        ("q3", 0, "Paris", LOG(0.5), 1, "Qp", True),
+        ("q3", 1, "Paris", LOG(0.5), 1, "Qp", True),
+        ("q3", 2, "Paris", LOG(0.5), 1, "Qp", True),
+        ("q3", 3, "Lyon", LOG(0.5), 1, "Ql", True),
+        ("q3", 4, "Nice", LOG(0.25), 1, "Qn", False),
+    ]
+    golds = pl.DataFrame({"instance_id": ["q3"], "n_gold": [2]})
+    assert pl.Series([LOG(0.5)]).exp().to_list() == [0.5]  # the premise: SCA_0(Ql) is τ exactly
+    # N = 4; SCA_0: Qp (0.5 + 0.5)/4 = 0.25 > τ, Ql 0.5/4 = 0.125 = τ (not covered) → 1 of 2 golds
+    got = knowledge_coverage(responses(rows), golds, tau=0.125)
+    assert got.rows() == [("q3", 2, 0.5)]
+
+
 @pytest.mark.parametrize(
     ("rows", "drop", "message"),
     [
