@@ -7,7 +7,7 @@ export KCAL_HOME ?= $(CURDIR)/.kcal
 export DAGSTER_HOME ?= $(KCAL_HOME)/dagster
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: install demo test test-shuffled lint ui bench bench-install llama-cpp clean
+.PHONY: install demo test test-quick test-shuffled lint ui bench bench-install llama-cpp clean
 
 # uv (installed by pip) installs everything, resolving, downloading and unpacking in parallel;
 # scripts/warm_bytecode.py then writes the bytecode of what kcal imports (~5,800 files in ~25 s),
@@ -53,6 +53,13 @@ PYTEST = $(if $(TEST_TMPDIR),TMPDIR=$(TEST_TMPDIR)) $(BIN)/python -m pytest -q -
 test: install
 	bash scripts/system-deps.sh
 	$(PYTEST) -p no:randomly $(TEST_ARGS)
+
+# `make test-quick`, the inner loop: the tests not marked slow (tests/conftest.py marks, by what they
+# do, those that start a server, drive a browser, run Dagster, build or read a pipeline's store, load
+# the embedded model, or take over 10 s), so no system packages are needed. CI runs `make test`.
+# pytest's exit code 5 (no test ran, e.g. TEST_ARGS naming only slow tests) fails it like any other.
+test-quick: install
+	$(PYTEST) -p no:randomly -m "not slow" $(TEST_ARGS)
 
 test-shuffled: install
 	bash scripts/system-deps.sh

@@ -13,14 +13,16 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
-from dagster import AssetKey, MultiPartitionKey, RunsFilter
-from dagster._core.definitions.assets.graph.asset_graph_subset import AssetGraphSubset
-from dagster._core.definitions.events import AssetKeyPartitionKey
-from dagster._core.execution.backfill import BulkActionStatus, PartitionBackfill
-from dagster._core.storage.tags import BACKFILL_ID_TAG
-from dagster._core.utils import make_new_backfill_id
+from dagster import AssetKey, MultiPartitionKey
 
+from assets.dagster_internals import (
+    BackfillStatus,
+    backfill_is_done,
+    backfill_runs_filter,
+    submit_asset_backfill,
+)
 from assets.definitions import defs
 from assets.jobs import ON_DEMAND
 from assets.runner import (
@@ -33,27 +35,26 @@ from assets.runner import (
 )
 from kcal_pipeline.core.storage import partition_path
 
-DONE = {
-    BulkActionStatus.COMPLETED,
-    BulkActionStatus.COMPLETED_SUCCESS,
-    BulkActionStatus.COMPLETED_FAILED,
-    BulkActionStatus.FAILED,
-    BulkActionStatus.CANCELED,
-}
+
+class AssetPartition(NamedTuple):
+    """One (asset, partition) of a backfill."""
+
+    asset_key: AssetKey
+    partition_key: str
 
 
-def backfill_partitions(model: str, relations: Sequence[str]) -> set[AssetKeyPartitionKey]:
+def backfill_partitions(model: str, relations: Sequence[str]) -> set[AssetPartition]:
     """The (asset, partition) pairs of one model's backfill over `relations`: every asset
     partitioned by model × relation (scoring, estimation) and by model (evaluation), outside the
     on-demand stages (open answers run only when asked: `kcal demo --generate`)."""
     kinds = {asset: kind for asset, kind in KIND_OF.items() if STAGE_OF[asset] not in ON_DEMAND}
     per_relation = {
-        AssetKeyPartitionKey(AssetKey(asset), MultiPartitionKey({"model": model, "relation": relation}))
+        AssetPartition(AssetKey(asset), MultiPartitionKey({"model": model, "relation": relation}))
         for asset, kind in kinds.items()
         if kind == "model_relation"
         for relation in relations
     }
-    per_model = {AssetKeyPartitionKey(AssetKey(a), model) for a, kind in kinds.items() if kind == "model"}
+    per_model = {AssetPartition(AssetKey(a), model) for a, kind in kinds.items() if kind == "model"}
     return per_relation | per_model
 
 
@@ -62,7 +63,8 @@ def submit_backfill(home: Path, model: str, relations: Sequence[str] | None = No
 
     The relations are the given ones, or every probe relation; only those with statements (the
     probe must exist: `kcal demo --relation R` builds it) are scored."""
-    check_run(home, [model], relations)  # a clear error for an unknown model or relation
+    # a clear error for an unknown model or relation; the model as its key, whether id or key was given
+    model = check_run(home, [model], relations)[0][0]
     instance = get_instance(home)
     sync_model_partitions(home, instance)
     probe = sync_relation_partitions(home, instance, relations or ())
@@ -72,26 +74,20 @@ def submit_backfill(home: Path, model: str, relations: Sequence[str] | None = No
         raise ValueError(
             f"--relation: no statements for {asked}; build the probe first (kcal demo --relation R)"
         )
-    subset = AssetGraphSubset.from_asset_partition_set(
-        backfill_partitions(model, wanted), defs.resolve_asset_graph()
-    )
-    backfill = PartitionBackfill.from_asset_graph_subset(
-        backfill_id=make_new_backfill_id(),
-        backfill_timestamp=time.time(),
+    backfill_id = submit_asset_backfill(
+        instance,
+        defs.resolve_asset_graph(),
+        backfill_partitions(model, wanted),
         tags={"kcal/source": "kcal backfill", "kcal/model": model},
-        dynamic_partitions_store=instance,
-        asset_graph_subset=subset,
         title=f"kcal backfill --model {model}",
         description=f"score {model} on {', '.join(wanted)}, then evaluate it",
-        run_config=None,
     )
-    instance.add_backfill(backfill)
-    return backfill.backfill_id, wanted
+    return backfill_id, wanted
 
 
 def backfill_progress(instance, backfill_id: str) -> str:
     """'3 runs: 2 SUCCESS, 1 STARTED' for the backfill's runs so far."""
-    runs = instance.get_runs(filters=RunsFilter(tags={BACKFILL_ID_TAG: backfill_id}))
+    runs = instance.get_runs(filters=backfill_runs_filter(backfill_id))
     counts = Counter(run.status.value for run in runs)
     return f"{len(runs)} runs: " + (
         ", ".join(f"{n} {status}" for status, n in sorted(counts.items())) or "none yet"
@@ -104,7 +100,7 @@ def wait_for_backfill(
     log: Callable[[str], None] = print,
     poll_s: float = 5.0,
     timeout_s: float = 0,
-) -> BulkActionStatus:
+) -> BackfillStatus:
     """Poll until the backfill is done (or `timeout_s` passed, if > 0), logging each change."""
     instance = get_instance(home)
     started, seen = time.monotonic(), None
@@ -116,7 +112,7 @@ def wait_for_backfill(
         if state != seen:
             log(f"backfill {backfill_id}: {state}")
             seen = state
-        if backfill.status in DONE or (timeout_s and time.monotonic() - started > timeout_s):
+        if backfill_is_done(backfill.status) or (timeout_s and time.monotonic() - started > timeout_s):
             return backfill.status
         time.sleep(poll_s)
 

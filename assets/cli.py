@@ -8,21 +8,22 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
-import logging
 import os
-import select
-import signal
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Literal, get_args, get_origin
 
 import duckdb
 
-from kcal_pipeline.core.filesystem_errors import KIND_OF_TEXT, storage_failure
+from assets.cli_common import print_table, writes
+from assets.cli_dataset import add_dataset_commands
+from assets.cli_findings import add_findings_command
+from assets.cli_generation import add_generation_commands
+from assets.cli_interrupts import INTERRUPTED, CtrlC, is_interrupt, log_unless_interrupted
+from assets.cli_models import add_models_commands, sync_partitions
 from kcal_pipeline.core.filesystem_errors import describe as describe_storage_failure
+from kcal_pipeline.core.filesystem_errors import storage_failure
 from kcal_pipeline.core.options import GenerationOptions, Options, OptionsError, ProbeOptions, ScoringOptions
 from kcal_pipeline.core.paths import (
     cross_model_report_path,
@@ -32,11 +33,7 @@ from kcal_pipeline.core.paths import (
     report_path,
 )
 from kcal_pipeline.scoring.models import (
-    DEFAULT_MODEL,
-    ModelConfigError,
-    ModelEntry,
     Registry,
-    UnknownModelError,
 )
 
 
@@ -82,25 +79,11 @@ def option_values(args: argparse.Namespace, options: type[Options]) -> dict:
     return {n: getattr(args, n) for n in options.model_fields if getattr(args, n, None) is not None}
 
 
-def _print_table(cols: list[str], rows: list[tuple], out=None) -> None:
-    def fmt(v):
-        return f"{v:.4f}" if isinstance(v, float) else ("NULL" if v is None else str(v))
-
-    cells = [[fmt(v) for v in r] for r in rows]
-    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(cols)]
-    print("  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True)), file=out)
-    print("  ".join("-" * w for w in widths), file=out)
-    for r in cells:
-        print("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)), file=out)
-
-
 def cmd_demo(args) -> int:
     from assets.runner import run_missing  # Dagster layer, imported only when orchestrating
     from kcal_pipeline.core.progress import share_terminal
-    from kcal_pipeline.core.storage import partition_path, read_partition, read_partitions
     from kcal_pipeline.dataset.relations import relation_ids
-    from kcal_pipeline.reporting.coverage import estimator_coverage_lines
-    from kcal_pipeline.reporting.html import format_summary, summary_table, summary_title
+    from kcal_pipeline.reporting.terminal import model_summary_lines
 
     home = kcal_home(args.home)
     # Validated here, before any work: a bad value stops the run with the setting's name and value.
@@ -132,7 +115,7 @@ def cmd_demo(args) -> int:
         relations=relations,
         settings=settings,
         refresh=args.refresh,
-        log=_log_unless_interrupted,
+        log=log_unless_interrupted,
         generate=args.generate,
     )
     elapsed = time.perf_counter() - started
@@ -147,21 +130,12 @@ def cmd_demo(args) -> int:
             f"{len(summary.skipped)} were already materialized and skipped."
         )
     for entry in Registry(registry_path(home)).entries():
-        if args.model and entry.key not in args.model:
+        if args.model and not {entry.id, entry.key} & set(args.model):  # --model takes either
             continue
-        try:
-            metrics = read_partition(home, "metrics", {"model": entry.key})
-        except FileNotFoundError:
+        lines = model_summary_lines(home, entry.id, entry.key, relations or relation_ids())
+        if not lines:
             continue
-        print(f"\n{summary_title(entry.id)}")
-        print(format_summary(summary_table(metrics)))
-        status = [
-            {"model": entry.key, "relation": r}
-            for r in (relations or relation_ids())
-            if partition_path(home, "estimator_status", {"model": entry.key, "relation": r}).exists()
-        ]
-        if status:
-            print("\n".join(estimator_coverage_lines(read_partitions(home, "estimator_status", status))))
+        print("\n".join(lines))
         if args.generate:
             from assets.cli_generation import print_generation_summary
 
@@ -197,80 +171,6 @@ def cmd_backfill(args) -> int:
     return 0 if status.value in ("COMPLETED", "COMPLETED_SUCCESS") else 1
 
 
-def cmd_dataset_import_bear(args) -> int:
-    from kcal_pipeline.dataset.sources.bear import import_bear
-
-    home = kcal_home(args.home)
-    try:
-        catalog, paths = import_bear(
-            Path(args.directory),
-            home,
-            prefix=args.prefix,
-            replace=args.replace,
-            relations=args.relation or (),
-            templates=args.templates,
-            subset=args.subset,
-        )
-    except ValueError as exc:  # bad input, named by file and line; found before anything is written
-        if "kcal dataset import-bear" in str(exc):
-            raise
-        raise ValueError(
-            f"{exc}; nothing was imported: fix it and re-run `kcal dataset import-bear`"
-        ) from exc
-    print(f"imported {len(paths)} relation(s) into {catalog}: {', '.join(paths)}")
-    print(
-        "they are part of the catalog from now on; run them with e.g. "
-        f"kcal demo --relation {next(iter(paths))} (in the UI: reload definitions)"
-    )
-    return 0
-
-
-def cmd_dataset_paraphrase(args) -> int:
-    from assets.runner import materialize_unpartitioned  # Dagster layer
-    from kcal_pipeline.core.storage import read_partition
-
-    home = kcal_home(args.home)
-    settings = {
-        k: v for k, v in {"paraphrase_model": args.model, "paraphrase_relations": args.relation}.items() if v
-    }
-    materialize_unpartitioned(home, "generated_templates", settings)
-    frame = read_partition(home, "generated_templates")
-    print(f"{frame.height} generated templates kept; use them with --template-kinds curated,generated")
-    for rid, n in frame.group_by("relation_id").len().sort("relation_id").iter_rows():
-        print(f"  {rid}: {n}")
-    return 0
-
-
-def cmd_dataset_quality(args) -> int:
-    from kcal_pipeline.core.warehouse import named_query, query, refresh_views
-
-    home = kcal_home(args.home)
-    refresh_views(home)
-    cols, rows = query(home, named_query("data_quality"))
-    _print_table(cols, rows)
-    return 0
-
-
-def cmd_models_list(args) -> int:
-    reg = Registry(registry_path(kcal_home(args.home)))
-    rows = [
-        (e.key, e.id, e.source, e.kind, e.dtype, e.device, e.batch_size, e.token_budget or "auto")
-        for e in reg.entries()
-    ]
-    _print_table(["key", "id", "source", "kind", "dtype", "device", "batch", "token budget"], rows)
-    return 0
-
-
-def _writes(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """A command that writes the store: it holds the store lock, and --no-wait fails if it is taken."""
-    parser.add_argument(
-        "--no-wait",
-        action="store_true",
-        help="fail at once if another kcal command or Dagster run writes this KCAL_HOME (default: wait)",
-    )
-    return parser
-
-
 def _store_lock_for(args: argparse.Namespace, argv: list[str] | None):
     """The store lock for a writing command (one declared with _writes), nothing for the others."""
     if not hasattr(args, "no_wait"):
@@ -279,73 +179,6 @@ def _store_lock_for(args: argparse.Namespace, argv: list[str] | None):
 
     command = " ".join(["kcal", *(sys.argv[1:] if argv is None else argv)])
     return hold_store_lock(kcal_home(args.home), wait=not args.no_wait, command=command)
-
-
-def _sync(home: Path) -> None:
-    from assets.instance import sync_model_partitions, sync_relation_partitions  # not the assets: fast
-
-    keys = sync_model_partitions(home)
-    print(f"model partitions in the Dagster instance: {', '.join(keys)}")
-    relations = sync_relation_partitions(home)
-    print(f"relation partitions (the probe): {', '.join(relations) or 'none yet (kcal demo --relation R)'}")
-
-
-def cmd_models_add(args) -> int:
-    home = kcal_home(args.home)
-    if args.path:
-        source = dict(source="local", path=str(Path(args.path).resolve()))
-    elif args.gguf_package:
-        source = dict(source="gguf_package", package=args.gguf_package, file=args.file)
-    elif args.gguf:
-        source = dict(source="gguf_file", path=str(Path(args.gguf).resolve()))
-    else:
-        source = dict(source="hf", revision=args.revision)
-    entry = ModelEntry(
-        id=args.id,
-        kind=args.kind,
-        dtype=args.dtype,
-        device=args.device,
-        batch_size=args.batch_size,
-        token_budget=args.token_budget,
-        tf32=args.tf32,
-        start_token=args.start_token,
-        trust_remote_code=args.trust_remote_code,
-        engine=args.engine,
-        **source,
-    )
-    from kcal_pipeline.scoring.models.loading import check_loadable
-
-    kind = check_loadable(entry)  # a path that holds no loadable model is refused, not registered
-    from assets.instance import get_instance
-
-    # The instance (and its tables) first: a store that cannot hold them refuses before models.toml
-    # changes, so the same command runs again once the disk has room.
-    get_instance(home)
-    Registry(registry_path(home)).add(entry)
-    detected = f" (kind {kind}{', detected' if entry.kind == 'auto' else ''})" if kind else ""
-    print(f"registered {entry.id} as {entry.key}{detected}")
-    if kind is None:
-        print(
-            f"note: {entry.id} is a Hugging Face hub id and was not checked: loading it needs network "
-            "access to the hub (or its files in the local hub cache); offline, register a downloaded "
-            "folder with --path DIR",
-            file=sys.stderr,
-        )
-    _sync(home)
-    return 0
-
-
-def cmd_models_sync(args) -> int:
-    _sync(kcal_home(args.home))
-    return 0
-
-
-def cmd_models_remove(args) -> int:
-    home = kcal_home(args.home)
-    Registry(registry_path(home)).remove(args.id)
-    print(f"removed {args.id}")
-    _sync(home)
-    return 0
 
 
 def cmd_ui(args) -> int:
@@ -360,7 +193,9 @@ def cmd_ui(args) -> int:
         raise FileNotFoundError(f"--workspace {workspace}: no such file (the repository's workspace.yaml)")
     reports = ReportServer(reports_dir(home), reports_port())  # a taken port: an error, before the UI starts
     try:
-        _sync(home)  # also writes DAGSTER_HOME's dagster.yaml where there is none, and sets DAGSTER_HOME
+        sync_partitions(
+            home
+        )  # also writes DAGSTER_HOME's dagster.yaml where there is none, and sets DAGSTER_HOME
         # the runs the UI launches write report links to this port
         env = {**os.environ, "KCAL_HOME": str(home), REPORTS_PORT_ENV: str(reports.port)}
         url = f"http://{args.host}:{args.port or 3000}"
@@ -369,138 +204,6 @@ def cmd_ui(args) -> int:
         return serve(dagster_dev(workspace, args.host, args.port), env=env, alongside=[reports])
     finally:
         reports.stop()
-
-
-def _scale(text: str) -> float:
-    """--scale: a number > 0 (argparse turns the ValueError into exit 2 naming the flag)."""
-    from kcal_pipeline.dataset.findings_profile import check_scale
-
-    try:
-        return check_scale(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc).removeprefix("--scale ")) from None  # argparse names it
-
-
-def cmd_findings_build(args) -> int:
-    """`kcal findings --build`: materialize the profile's stage stores, then write the document."""
-    from assets.findings_profile import build_profile
-    from kcal_pipeline.core.progress import share_terminal
-    from kcal_pipeline.dataset.findings_profile import DEFAULT_BEAR, DEFAULT_KISSLING, profile_stages
-
-    root = profile_root(args)
-    bear = Path(args.bear).expanduser().resolve() if args.bear else DEFAULT_BEAR
-    kissling = Path(args.bear_templates).expanduser().resolve() if args.bear_templates else DEFAULT_KISSLING
-    stages = profile_stages(args.scale, bear_dir=bear, kissling=kissling)
-    share_terminal()  # statement_scores draws its progress bar there
-    homes, failures = build_profile(
-        root,
-        stages,
-        scale=args.scale,
-        bear_dir=bear,
-        kissling=kissling,
-        command=getattr(args, "argv", []),
-        log=_log_unless_interrupted,
-    )
-    code = _findings_after_build(args, homes)
-    for failure in failures:
-        print(f"kcal: failed: {failure}", file=sys.stderr)
-    return 1 if failures else code
-
-
-def _findings_after_build(args, stage_homes: dict[str, Path]) -> int:
-    """The document from the built profile: every stage store, read as `kcal findings --profile
-    DIR` does (the stores share one root, --profile-dir)."""
-    if not stage_homes:
-        print("kcal: error: no stage of the profile ran; no findings written", file=sys.stderr)
-        return 2
-    args.build, args.profile = False, str(profile_root(args))
-    return cmd_findings(args)
-
-
-def profile_root(args) -> Path:
-    """--profile-dir, or KCAL_HOME/findings: the profile's stage stores live with the user's store."""
-    if getattr(args, "profile_dir", None):
-        return Path(args.profile_dir).expanduser().resolve()
-    return kcal_home(args.home) / "findings"
-
-
-DIRTY_REFUSAL = (
-    "kcal: error: the checkout has uncommitted changes (kcal commit {commit}): findings are built and "
-    "written from a clean commit, so that the commit they name reproduces them; commit the changes, "
-    "or pass --allow-dirty (the document then says that no commit reproduces it)"
-)
-
-
-def cmd_findings(args) -> int:
-    from kcal_pipeline.reporting.findings import kcal_commit
-
-    commit = kcal_commit()
-    if commit.endswith("+changes") and not getattr(args, "allow_dirty", False):
-        print(DIRTY_REFUSAL.format(commit=commit), file=sys.stderr)
-        return 2
-    if getattr(args, "build", False):
-        return cmd_findings_build(args)
-    # Reads the store only (no lock); the document is written atomically, wherever --out points.
-    from kcal_pipeline.core.storage import write_text_atomic
-    from kcal_pipeline.reporting.findings import (
-        VERDICTS,
-        describe_sample,
-        evaluate_claims,
-        findings_json,
-        model_provenance,
-        profile_lines,
-        provenance,
-        read_profile,
-        read_store_tables,
-        readme_paragraph,
-        render_findings,
-        replace_readme_block,
-    )
-
-    if getattr(args, "profile", None):  # a findings profile: each claim reads its stage's store
-        root = Path(args.profile).expanduser().resolve()
-        stages, record = read_profile(root, args.model)
-        findings = evaluate_claims(stages)
-        models = list(dict.fromkeys(t.model_id for ts in stages.values() for t in ts))
-        homes = [root / s for s in stages]
-        samples = {f"`{t.model_id}`, stage `{s}`": describe_sample(t) for s, ts in stages.items() for t in ts}
-        extra, shown_home = profile_lines(root, record), root
-        again = f"kcal findings --profile {root} --out {args.out}" + (
-            f" --readme {args.readme}" if getattr(args, "readme", None) else ""
-        )
-    else:
-        home = kcal_home(args.home)
-        tables = read_store_tables(home, args.model)
-        findings = evaluate_claims(tables)
-        models = [t.model_id for t in tables]
-        homes, samples = [home], {f"`{t.model_id}`": describe_sample(t) for t in tables}
-        extra, shown_home = [], home
-        again = f"kcal findings --out {args.out}"
-    # The registry describes each model (file, quantization, dtype); without its file the store
-    # only knows the embedded default (Registry would write one: findings only read the store).
-    entries = {m: DEFAULT_MODEL if m == DEFAULT_MODEL.id else None for m in models}
-    for path in (registry_path(h) for h in homes):
-        for m in (m for m in models if path.exists() and entries[m] is None):
-            try:
-                entries[m] = Registry(path).get(m)
-            except (UnknownModelError, ModelConfigError):  # removed since, or a broken registry file
-                entries[m] = None
-    header = (
-        provenance(shown_home, models, entries, ["kcal", *getattr(args, "argv", [])], commit=commit) + extra
-    )
-    document = render_findings(findings, models, samples, header, regenerate=again)
-    path = write_text_atomic(Path(args.out), document)
-    about = {"commit": commit, "model": "; ".join(model_provenance(entries.get(m), m) for m in models)}
-    data = findings_json(findings, models, about)
-    json_path = write_text_atomic(Path(args.out).with_suffix(".json"), data)
-    if getattr(args, "readme", None):
-        readme = Path(args.readme)
-        text = replace_readme_block(readme.read_text("utf-8"), readme_paragraph(json.loads(data)))
-        write_text_atomic(readme, text)
-        print(f'findings: {readme}\'s "What it finds" regenerated from {json_path}')
-    counts = ", ".join(f"{sum(f.verdict == v for f in findings)} {v}" for v in VERDICTS)
-    print(f"findings: {path} ({len(findings)} verdicts on {len(models)} model(s): {counts})")
-    return 0
 
 
 def cmd_sql(args) -> int:
@@ -536,7 +239,7 @@ def cmd_sql(args) -> int:
         w.writerow(cols)
         w.writerows(rows)
     else:
-        _print_table(cols, rows)
+        print_table(cols, rows)
     return 0
 
 
@@ -548,7 +251,9 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser(
         "demo", help="materialize everything missing on the registered models and print the summary"
     )
-    d.add_argument("--model", action="append", help="model key (repeatable; default: every registered model)")
+    d.add_argument(
+        "--model", action="append", help="model id or key (repeatable; default: every registered model)"
+    )
     d.add_argument(
         "--relation", action="append", help=f"relation id (repeatable; default: {', '.join(DEMO_RELATIONS)})"
     )
@@ -564,100 +269,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_option_flags(d, GenerationOptions)
     d.add_argument("--no-progress", action="store_true", help="no progress bar (log lines only)")
-    _writes(d).set_defaults(func=cmd_demo)
+    writes(d).set_defaults(func=cmd_demo)
 
-    m = sub.add_parser("models", help="the model registry (KCAL_HOME/models.toml)")
-    msub = m.add_subparsers(dest="models_command", required=True)
-    msub.add_parser("list", help="list registered models").set_defaults(func=cmd_models_list)
-    a = msub.add_parser("add", help="register a model and add its partition")
-    a.add_argument("id", help="model id, e.g. a Hugging Face hub id")
-    a.add_argument("--path", help="local directory with config, tokenizer and safetensors weights")
-    a.add_argument("--gguf-package", help="Python package that ships a GGUF file")
-    a.add_argument("--file", help="GGUF file name inside --gguf-package")
-    a.add_argument("--gguf", help="a .gguf file (converted once to a safetensors cache)")
-    a.add_argument("--revision", default="main", help="hub revision (commit, tag or branch)")
-    a.add_argument(
-        "--kind",
-        default="auto",
-        choices=["auto", "clm", "mlm"],
-        help="causal (clm) or masked (mlm) LM; auto detects it from the model's config when loaded",
-    )
-    a.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
-    a.add_argument("--device", default="auto")
-    a.add_argument("--batch-size", type=int, default=32)
-    a.add_argument(
-        "--token-budget",
-        type=int,
-        help="token positions (rows × padded width) per causal-LM forward call; default: sized "
-        "automatically (on a GPU from free memory, grown while throughput improves; on CPU batch size × 32)",
-    )
-    a.add_argument(
-        "--no-tf32",
-        dest="tf32",
-        action="store_false",
-        help="float32 models on GPUs: full float32 matmuls instead of TF32 (slower, ~1e-3 closer)",
-    )
-    a.add_argument("--start-token", help="token prepended to every statement (default: BOS, else EOS)")
-    a.add_argument(
-        "--engine",
-        default="torch",
-        choices=["torch", "llama.cpp"],
-        help="llama.cpp: score a GGUF source on its own quantized weights (faster on CPU, not float32 "
-        "scores; needs `make llama-cpp`); default torch (float32 reference)",
-    )
-    a.add_argument(
-        "--trust-remote-code",
-        action="store_true",
-        help="run the model repository's own code (off by default)",
-    )
-    _writes(a).set_defaults(func=cmd_models_add)
-    msub.add_parser("sync", help="make the Dagster 'model' partitions match the registry").set_defaults(
-        func=cmd_models_sync
-    )
-    r = msub.add_parser("remove", help="unregister a model")
-    r.add_argument("id", help="model id or key")
-    _writes(r).set_defaults(func=cmd_models_remove)
-
-    ds = sub.add_parser("dataset", help="dataset construction helpers")
-    dsub = ds.add_subparsers(dest="dataset_command", required=True)
-    b = dsub.add_parser(
-        "import-bear", help="import a directory in BEAR's format (P*.jsonl + metadata_relations.json)"
-    )
-    b.add_argument("directory")
-    b.add_argument("--prefix", default="bear-", help="prefix for the imported relation ids (default bear-)")
-    b.add_argument(
-        "--replace",
-        action="store_true",
-        help="the catalog holds only this import's relations (default: merge with earlier imports by id)",
-    )
-    b.add_argument(
-        "--relation",
-        action="append",
-        help="import only this BEAR relation, e.g. P19 (repeatable; default: all). Every relation in "
-        "the catalog gets its own facts run, so a subset makes later runs shorter",
-    )
-    b.add_argument(
-        "--templates",
-        metavar="FILE",
-        help="templates in BEAR's metadata format (e.g. Kissling et al.'s metadata_relations.json: 5 "
-        "paraphrases + 2 verbal + 5 numeric markers per relation) replacing the directory's; its answer "
-        "spaces must equal the directory's",
-    )
-    b.add_argument(
-        "--subset",
-        choices=["lite"],
-        help="lite: only the relations and lines bear_lite_indices.json lists (in DIR or beside it): "
-        "BEAR out of a BEAR-big directory",
-    )
-    _writes(b).set_defaults(func=cmd_dataset_import_bear)
-    pp = dsub.add_parser("paraphrase", help="generate template paraphrases with an instruct model")
-    pp.add_argument("--model", help="model key (default: the first registered model)")
-    pp.add_argument("--relation", action="append", help="relation id (repeatable; default: all)")
-    _writes(pp).set_defaults(func=cmd_dataset_paraphrase)
-    dsub.add_parser("quality", help="print the data-quality table").set_defaults(func=cmd_dataset_quality)
-
-    from assets.cli_generation import add_generation_commands
-
+    add_models_commands(sub)
+    add_dataset_commands(sub)
     add_generation_commands(sub)
 
     q = sub.add_parser("sql", help="run a read-only SQL query over the DuckDB views")
@@ -667,60 +282,7 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--list", action="store_true", help="list the report queries, one line each")
     q.add_argument("--csv", action="store_true", help="CSV output")
     q.set_defaults(func=cmd_sql)
-
-    fd = sub.add_parser("findings", help="re-test the seed papers' claims on the store's models (Markdown)")
-    fd.add_argument("--out", default="docs/findings.md", help="the document to write (default: %(default)s)")
-    fd.add_argument(
-        "--model", action="append", help="model key or id (repeatable; default: every model with metrics)"
-    )
-    fd.add_argument(
-        "--profile",
-        metavar="DIR",
-        help="read a findings profile (kcal findings --build --profile-dir DIR) instead of one store: "
-        "each claim reads its own stage's store",
-    )
-    fd.add_argument(
-        "--build",
-        action="store_true",
-        help="first materialize the findings profile (one store per stage under --profile-dir, "
-        "incremental and resumable; ~90 min on 2 CPU cores at --scale 1), then write the document",
-    )
-    fd.add_argument(
-        "--profile-dir",
-        default=None,
-        metavar="DIR",
-        help="with --build: the profile's root, a store per stage in DIR/<stage> (default: "
-        "KCAL_HOME/findings)",
-    )
-    fd.add_argument(
-        "--readme",
-        metavar="FILE",
-        help='also regenerate FILE\'s "What it finds" block (between its findings markers) from the '
-        "findings written beside --out as JSON",
-    )
-    fd.add_argument(
-        "--allow-dirty",
-        action="store_true",
-        help="build or write findings from a checkout with uncommitted changes (refused by default: no "
-        "commit would reproduce them); the document then carries a warning",
-    )
-    fd.add_argument(
-        "--scale",
-        type=_scale,
-        default=1.0,
-        metavar="S",
-        help="with --build: multiply the profile's instance targets by S > 0 (default: %(default)s)",
-    )
-    fd.add_argument(
-        "--bear", metavar="DIR", help="with --build: the BEAR directory (default: ../shared/data/bear)"
-    )
-    fd.add_argument(
-        "--bear-templates",
-        metavar="FILE",
-        help="with --build: Kissling et al.'s metadata_relations.json "
-        "(default: ../shared/data/kissling-templates/metadata_relations.json)",
-    )
-    fd.set_defaults(func=cmd_findings)
+    add_findings_command(sub)
 
     from assets.ui import WORKSPACE  # no Dagster import: the launcher only runs `dagster dev`
 
@@ -729,7 +291,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="submit a Dagster backfill scoring one model on every probe relation, then evaluating it "
         "(run by the daemon of `kcal ui`; shown on the UI's Backfills page)",
     )
-    bf.add_argument("--model", required=True, help="model key (kcal models list)")
+    bf.add_argument("--model", required=True, help="model id or key (kcal models list)")
     bf.add_argument(
         "--relation", action="append", help="relation id (repeatable; default: every probe relation)"
     )
@@ -753,148 +315,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-INTERRUPTED = "interrupted; the next run resumes from the partition checkpoints"
-_INTERRUPT_ERRORS = ("KeyboardInterrupt", "DagsterExecutionInterruptedError")
-
-
-def _is_interrupt(exc: BaseException) -> bool:
-    return any(cls.__name__ in _INTERRUPT_ERRORS for cls in type(exc).__mro__)
-
-
-def _not_an_interrupt_report(record: logging.LogRecord) -> bool:
-    """False for Dagster's report of an interrupted step or run (an error with its stack trace)."""
-    return record.levelno < logging.ERROR or not any(n in str(record.msg) for n in _INTERRUPT_ERRORS)
-
-
-def _not_a_logged_interrupt(record: logging.LogRecord) -> bool:
-    """False for a record that carries a Ctrl-C as its exception: SQLAlchemy's pool logs one that
-    lands while it closes a connection ("Exception closing connection" and a traceback)."""
-    error = record.exc_info[1] if record.exc_info else None
-    return error is None or not (isinstance(error, KeyboardInterrupt) or _is_interrupt(error))
-
-
-# Loggers that can report a Ctrl-C with its traceback, when made before the command started.
-IMPORT_TIME_LOGGERS = ("sqlalchemy",)
-
-
-def _import_time_loggers() -> list[logging.Logger]:
-    return [
-        logger
-        for name, logger in logging.root.manager.loggerDict.items()
-        if isinstance(logger, logging.Logger) and name.startswith(IMPORT_TIME_LOGGERS)
-    ]
-
-
-def _not_a_storage_report(record: logging.LogRecord) -> bool:
-    """False for Dagster's report, with its stack trace, of a step or resource that the file system
-    refused (read-only, no permission, full): the command ends with one line saying it (main)."""
-    return record.levelno < logging.ERROR or not any(words in str(record.msg) for words in KIND_OF_TEXT)
-
-
-class _QuietOnInterrupt(logging.Logger):
-    """The class of loggers made while a kcal command runs, Dagster's console logger and SQLAlchemy's
-    (imported on first use) among them: they drop Dagster's reports of an interruption or of a
-    refusing file system (the instance's event log still has them, where it can be written) and any
-    record whose exception is the Ctrl-C."""
-
-    def __init__(self, name: str, level: int | str = logging.NOTSET) -> None:
-        super().__init__(name, level)
-        self.addFilter(_not_an_interrupt_report)
-        self.addFilter(_not_a_storage_report)
-        self.addFilter(_not_a_logged_interrupt)
-
-
-class CtrlC:
-    """Ctrl-C ends a command with one line and exit code 130, and no traceback from anyone.
-
-    The terminal sends SIGINT to the whole process group, so also to the processes kcal started,
-    among them the `tail` and Python watcher that mirror each Dagster run's captured output (the
-    watchers would print a KeyboardInterrupt traceback each). While the command runs, SIGINT is
-    blocked in the main thread, so every child inherits it blocked; one of kcal's other threads
-    takes the signal, Python runs the handler in the main thread as always (Dagster's, during a
-    run: it stops the step, fails the run and tears its resources down) and a watcher thread,
-    woken through signal.set_wakeup_fd, pokes the main thread with POKE so that a blocking call
-    (an HTTP request, a sleep) returns at once. Dagster's console report of the interruption is
-    dropped (_QuietOnInterrupt). Off the main thread or without pthread_sigmask a plain
-    KeyboardInterrupt still ends in the same line.
-    """
-
-    POKE = getattr(signal, "SIGUSR2", None)
-    active: CtrlC | None = None  # the running command's
-
-    def __init__(self) -> None:
-        self.pressed = False
-        self._thread: threading.Thread | None = None
-
-    def __enter__(self) -> CtrlC:
-        CtrlC.active = self
-        self._logger_class = logging.getLoggerClass()
-        logging.setLoggerClass(_QuietOnInterrupt)
-        self._filtered = _import_time_loggers()
-        for logger in self._filtered:
-            logger.addFilter(_not_a_logged_interrupt)
-        usable = self.POKE is not None and hasattr(signal, "pthread_sigmask")
-        if not usable or threading.current_thread() is not threading.main_thread():
-            return self
-        self._read, self._write = os.pipe()
-        os.set_blocking(self._write, False)
-        self._wakeup = signal.set_wakeup_fd(self._write, warn_on_full_buffer=False)
-        self._poke_handler = signal.signal(self.POKE, lambda signum, frame: None)
-        self._mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-        # The poke must reach the main thread even if the caller's mask blocks it.
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {self.POKE})
-        self._thread = threading.Thread(target=self._watch, name="kcal-ctrl-c", daemon=True)
-        self._thread.start()
-        return self
-
-    def _watch(self) -> None:
-        # Unblocked here, so some thread can always take SIGINT (the main thread blocks it).
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-        main = threading.main_thread().ident
-        pokes = 0
-        while True:
-            # After Ctrl-C the main thread is poked a few more times, 0.2 s apart, in case one poke
-            # landed just before a blocking call began; bounded, since each poke interrupts a syscall.
-            retry = self.pressed and pokes < 10
-            ready, _, _ = select.select([self._read], [], [], 0.2 if retry else None)
-            if retry:
-                pokes += 1
-                signal.pthread_kill(main, self.POKE)
-            if not ready:
-                continue
-            data = os.read(self._read, 64)
-            if signal.SIGINT in data or signal.SIGTERM in data:
-                self.pressed = True
-                signal.pthread_kill(main, self.POKE)
-            if not data or b"\xff" in data:  # __exit__: the command is over
-                return
-
-    def __exit__(self, *exc) -> bool:
-        if self._thread is not None:
-            os.write(self._write, b"\xff")
-            self._thread.join()
-            signal.pthread_sigmask(signal.SIG_SETMASK, self._mask)
-            signal.signal(self.POKE, self._poke_handler)
-            signal.set_wakeup_fd(self._wakeup)
-            os.close(self._read)
-            os.close(self._write)
-        logging.setLoggerClass(self._logger_class)
-        for logger in self._filtered:
-            logger.removeFilter(_not_a_logged_interrupt)
-        CtrlC.active = None
-        return False
-
-
-def _log_unless_interrupted(message: str) -> None:
-    """run_missing's log, called between two Dagster runs. Dagster raises a Ctrl-C in user code (a
-    step, an IO manager, a resource) and defers one that comes during its own bookkeeping to the
-    next user code; one that comes after a run's last user code is dropped when the run ends. Such
-    a Ctrl-C stops the command here, before the next run."""
-    if CtrlC.active is not None and CtrlC.active.pressed:
-        raise KeyboardInterrupt
-    print(message)
-
-
 def _interrupted(args: argparse.Namespace) -> int:
     print(f"kcal: {INTERRUPTED if args.command == 'demo' else 'interrupted'}", file=sys.stderr)
     return 130
@@ -916,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     except BaseException as exc:
         # KeyboardInterrupt or Dagster's DagsterExecutionInterruptedError, or an error raised while
         # the interrupted run unwound
-        if ctrl_c.pressed or _is_interrupt(exc):
+        if ctrl_c.pressed or is_interrupt(exc):
             return _interrupted(args)
         home = kcal_home(args.home)
         refused = storage_failure(exc, home)  # a read-only, unwritable or full store, however wrapped

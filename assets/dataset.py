@@ -45,7 +45,8 @@ EVERY_RELATION = AllPartitionMapping()
 SAME_RELATION = IdentityPartitionMapping()
 
 
-@asset(group_name=GROUP, code_version="4", metadata=reads("catalog"))  # 4: bear_domains
+@reads("catalog")
+@asset(group_name=GROUP, code_version="4")  # 4: bear_domains
 def relations() -> pl.DataFrame:
     """The relation catalog (closed-set relations, MACE domains, imported sets) as a table."""
     return relations_frame(load_catalog())
@@ -53,7 +54,8 @@ def relations() -> pl.DataFrame:
 
 # 5: explicit_markers, the catalog's hand-written markers (a BEAR import with --templates)
 # 6: context variants (context_1shot/3shot/wrong/fixed); the one-shot perturbation is context_1shot
-@asset(group_name=GROUP, code_version="6", metadata=reads("catalog", "probe.perturbation_seeds"))
+@reads("catalog", "probe.perturbation_seeds")
+@asset(group_name=GROUP, code_version="6")
 def templates(context: AssetExecutionContext, probe_settings: ProbeSettings) -> pl.DataFrame:
     """Curated templates of every relation (rank 0 = headline; marked_text = the hand-marked form)
     and their marker, perturbation (extra space and typo once per perturbation seed) and context
@@ -63,17 +65,15 @@ def templates(context: AssetExecutionContext, probe_settings: ProbeSettings) -> 
     )
 
 
+@FACT_READS
 @multi_asset(
     group_name="facts",
     partitions_def=catalog_relation_partitions,
     code_version="3",
     outs={
-        "wikidata_facts": AssetOut(
-            description="Facts of one relation with English labels and provenance.", metadata=FACT_READS
-        ),
+        "wikidata_facts": AssetOut(description="Facts of one relation with English labels and provenance."),
         "dropped_facts": AssetOut(
             description="Rows the validity filters (and MACE's paper filters) dropped, with the reason.",
-            metadata=FACT_READS,
         ),
     },
 )
@@ -100,11 +100,11 @@ def wikidata_facts(context: AssetExecutionContext, sparql: SparqlEndpoint, probe
     yield Output(result.dropped, output_name="dropped_facts", metadata={"rows": result.dropped.height})
 
 
+@reads("catalog")
 @asset(
     group_name=GROUP,
     code_version="1",
     ins={"wikidata_facts": AssetIn(partition_mapping=EVERY_RELATION)},
-    metadata=reads("catalog"),
 )
 def object_pools(wikidata_facts: pl.DataFrame) -> pl.DataFrame:
     """Every object with its relation's object type: distractor top-up for short answer spaces."""
@@ -119,17 +119,17 @@ def sweep_copies(instances: pl.DataFrame) -> dict[str, int]:
     return {str(k): n for k, n in counts.iter_rows()}
 
 
+@reads(
+    "relation", "probe.answer_space", "probe.answer_space_size", "probe.answer_space_size_one_to_one",
+    "probe.n_negatives", "probe.seed", "probe.max_instances", "probe.dev_fraction",
+    "probe.answer_space_k", "probe.answer_space_draws",
+)  # fmt: skip
 @asset(
     group_name="probe",
     partitions_def=relation_partitions,
     code_version="4",  # 4: the option-count sweep (`#k<k>d<draw>` copies, subsample_draw)
     ins={"wikidata_facts": AssetIn(partition_mapping=SAME_RELATION)},
-    metadata=reads(
-        "relation", "probe.answer_space", "probe.answer_space_size", "probe.answer_space_size_one_to_one",
-        "probe.n_negatives", "probe.seed", "probe.max_instances", "probe.dev_fraction",
-        "probe.answer_space_k", "probe.answer_space_draws",
-    ),
-)  # fmt: skip
+)
 def probe_instances(
     context: AssetExecutionContext,
     wikidata_facts: pl.DataFrame,
@@ -168,16 +168,16 @@ def probe_instances(
     return instances
 
 
+@reads(
+    "probe.template_kinds", "probe.max_templates", "probe.seed", "probe.perturbation_seeds",
+    "probe.capitalize_statements", "table:generated_templates",
+)  # fmt: skip
 @asset(
     group_name="probe",
     partitions_def=relation_partitions,
     code_version="5",  # 5: context_end, context templates (demonstrations from the relation's facts)
     ins={"wikidata_facts": AssetIn(partition_mapping=SAME_RELATION)},
-    metadata=reads(
-        "probe.template_kinds", "probe.max_templates", "probe.seed", "probe.perturbation_seeds",
-        "probe.capitalize_statements", "table:generated_templates",
-    ),
-)  # fmt: skip
+)
 def statements(
     context: AssetExecutionContext,
     probe_instances: pl.DataFrame,
@@ -219,6 +219,7 @@ def statements(
     return frame
 
 
+@reads("catalog")
 @asset(
     group_name=GROUP,
     code_version="2",
@@ -227,7 +228,6 @@ def statements(
         "dropped_facts": AssetIn(partition_mapping=EVERY_RELATION),
         "probe_instances": AssetIn(partition_mapping=EVERY_RELATION),
     },
-    metadata=reads("catalog"),
 )
 def data_quality(
     wikidata_facts: pl.DataFrame, dropped_facts: pl.DataFrame, probe_instances: pl.DataFrame
@@ -238,10 +238,10 @@ def data_quality(
     return quality_report(facts, probe_instances, load_catalog())
 
 
+@reads("catalog", "probe.seed", "probe.paraphrase_model", "probe.paraphrase_relations")
 @asset(
     group_name="paraphrases",  # on demand only: a stage of its own (assets/jobs.py)
     code_version="1",
-    metadata=reads("catalog", "probe.seed", "probe.paraphrase_model", "probe.paraphrase_relations"),
 )
 def generated_templates(
     context: AssetExecutionContext, models: ModelProvider, probe_settings: ProbeSettings

@@ -19,7 +19,6 @@ from assets.sensors import model_registry_sensor
 from assets.sqlite_engines import speed_up_sqlite_storages
 from kcal_pipeline.evaluation.registry import METRICS
 from resources import default_resources
-from resources.settings import hide_declared_reads
 
 speed_up_sqlite_storages()  # every process that loads the code location: see assets/sqlite_engines.py
 
@@ -81,13 +80,7 @@ def with_catalog_attributes(spec: AssetSpec) -> AssetSpec:
 all_assets = map_asset_specs(
     lambda spec: with_automation(with_catalog_attributes(spec)),
     # generation before evaluation: with --generate, a model's generation metrics come before its report
-    # the declared reads are kcal's bookkeeping: kept out of the metadata the UI lists
-    [
-        hide_declared_reads(a)
-        for a in load_assets_from_modules(
-            [catalog, dataset, scoring, estimation, generation, evaluation, reporting]
-        )
-    ],
+    load_assets_from_modules([catalog, dataset, scoring, estimation, generation, evaluation, reporting]),
 )
 # The stages are the asset groups: each group's assets, and a job per group (assets/jobs.py).
 STAGE_ASSETS = stage_assets(all_assets)

@@ -26,7 +26,6 @@ from resources.store_lock import STORE_LOCK_SCOPE_TAG
 
 CELERY_CONFIG = Path(__file__).resolve().parents[1] / "deploy" / "celery" / "celery.yaml"
 DEFAULT_BROKER = "redis://127.0.0.1:6379/0"
-SCORING_QUEUE = "scoring"  # the statement_scores op tag `dagster-celery/queue`
 JOB_NAME = "kcal_scoring_celery"
 # The stages whose assets are written per model × relation (assets/jobs.py: a stage is an asset group).
 PARTITION_STAGES = ("scoring", "estimation")

@@ -157,12 +157,12 @@ def decision_thresholds(
     return thresholds_table(estimates, templates, option_estimates)
 
 
+@reads("probe.seed")
 @asset(
     group_name=GROUP,
     partitions_def=model_partitions,
     ins=ALL_RELATIONS,
     code_version=code_version("6", METRICS),  # 5: seeded consistency; 6: answer_space_draw
-    metadata=reads("probe.seed"),
 )
 def consistency(
     estimates: pl.DataFrame, templates: pl.DataFrame, probe_settings: ProbeSettings

@@ -149,15 +149,44 @@ def build_profile(
     """Materialize every stage store under `root`; returns (stage -> home of the stages that ran,
     the failures). A stage's failures are reported and the next stage goes on; a skipped stage
     (BEAR absent) is recorded with its reason. DIR/profile.json is rewritten after every stage."""
-    from assets.runner import run_missing  # Dagster layer
-    from kcal_pipeline.core.store_lock import hold_store_lock
-    from kcal_pipeline.dataset.sources.bear import import_bear
-
     root = Path(root).expanduser().resolve()
     root.mkdir(parents=True, exist_ok=True)
     # Converted weights are shared by every stage (converting takes ~25 s and ~0.5 GB each).
     os.environ.setdefault("KCAL_MODEL_CACHE", str(root / "model-cache"))
-    record: dict = {
+    record = _new_record(scale, command, bear_dir, kissling)
+    homes: dict[str, Path] = {}
+    failures: list[str] = []
+    build_started = time.perf_counter()
+    earlier = _earlier_stages(root / PROFILE_FILE)
+
+    def save() -> None:
+        write_text_atomic(root / PROFILE_FILE, json.dumps(record, indent=2) + "\n")
+
+    for stage in stages:
+        entry = _stage_entry(stage)
+        record["stages"].append(entry)
+        if stage.skipped:
+            entry["skipped"] = stage.skipped
+            log(f"stage {stage.name}: skipped: {stage.skipped}")
+        else:
+            home = root / stage.name
+            failures += _build_stage(
+                stage, entry, home, earlier.get(stage.name, {}),
+                bear_dir=bear_dir, kissling=kissling, command=command, log=log,
+            )  # fmt: skip
+            homes[stage.name] = home
+        save()
+    total = time.perf_counter() - build_started
+    _close_record(record, total)
+    save()
+    log(f"profile: {len(homes)} stage store(s) in {root} in {_minutes(total)}; {root / PROFILE_FILE}")
+    return homes, failures
+
+
+def _new_record(scale: float, command: Sequence[str], bear_dir: Path | None, kissling: Path | None) -> dict:
+    """profile.json before any stage: how the profile is built (scale, command, commit, BEAR's and
+    the template file's hashes, library versions, model cache) and when it started."""
+    return {
         "scale": scale,
         "command": list(command),
         "kcal_commit": kcal_commit(),
@@ -172,81 +201,100 @@ def build_profile(
         "seconds": None,
         "stages": [],
     }
-    homes: dict[str, Path] = {}
-    failures: list[str] = []
-    build_started = time.perf_counter()
-    earlier = _earlier_stages(root / PROFILE_FILE)
 
-    def save() -> None:
-        write_text_atomic(root / PROFILE_FILE, json.dumps(record, indent=2) + "\n")
 
-    for stage in stages:
-        entry: dict = {
-            "name": stage.name,
-            "purpose": stage.purpose,
-            "source": stage.source,
-            "relations": stage.probe_relations,
-            "settings": dict(stage.settings),
-            "chosen": stage.chosen,
-            "seed": ProbeOptions(**split_settings(stage.settings)[0]).seed,
-            "bear_templates": stage.bear_templates,
-        }
-        record["stages"].append(entry)
-        if stage.skipped:
-            entry["skipped"] = stage.skipped
-            log(f"stage {stage.name}: skipped: {stage.skipped}")
-            save()
-            continue
-        home = root / stage.name
-        home.mkdir(parents=True, exist_ok=True)
-        entry["home"] = str(home)
-        entry["started"] = _utc_now()
-        log(f"stage {stage.name}: {', '.join(stage.probe_relations)} in {home} ({stage.purpose})")
-        started = time.perf_counter()
-        with stage_home(home), hold_store_lock(home, command=" ".join(["kcal", *command])):
-            if stage.source == "bear":
-                templates = kissling if stage.bear_templates == "kissling" else None
-                import_bear(
-                    bear_dir, home, prefix="bear-", replace=True, relations=stage.relations,
-                    templates=templates, log=log,
-                )  # fmt: skip
-            settings = dict(stage.settings)
-            summary = run_missing(home, relations=stage.probe_relations, settings=settings, log=log)
-        seconds = time.perf_counter() - started
-        statements = stored_statements(home, stage.probe_relations)
-        entry.update(
-            finished=_utc_now(),
-            seconds=round(seconds, 1),
-            materialized=len(summary.materialized),
-            skipped_up_to_date=len(summary.skipped),
-            statements=statements,
-            instances=split_counts(home, stage.probe_relations),
-            failed=[str(f) for f in summary.failed],
-        )
-        before = earlier.get(stage.name, {})
-        if not summary.materialized and not summary.failed and _same_stage(before, entry):
-            # Nothing was materialized: the store is the one the earlier run built, so its build
-            # time (what the profile costs) is kept; `checked` says when it was found up to date.
-            entry.update({k: before[k] for k in ("started", "finished", "seconds")}, checked=_utc_now())
-        homes[stage.name] = home
-        log(
-            f"stage {stage.name}: {len(summary.materialized)} asset partitions in {_minutes(seconds)} "
-            f"({len(summary.skipped)} up to date; {statements:,} statements scored in the store)"
-        )
-        for failure in summary.failed:
-            failures.append(f"stage {stage.name}: {failure}")
-            log(f"stage {stage.name}: failed: {failure}")
-        save()
-    total = time.perf_counter() - build_started
+def _stage_entry(stage: Stage) -> dict:
+    """A stage's entry in profile.json before it runs: what it is for and what it probes, how."""
+    return {
+        "name": stage.name,
+        "purpose": stage.purpose,
+        "source": stage.source,
+        "relations": stage.probe_relations,
+        "settings": dict(stage.settings),
+        "chosen": stage.chosen,
+        "seed": ProbeOptions(**split_settings(stage.settings)[0]).seed,
+        "bear_templates": stage.bear_templates,
+    }
+
+
+def _build_stage(
+    stage: Stage,
+    entry: dict,
+    home: Path,
+    before: dict,
+    *,
+    bear_dir: Path | None,
+    kissling: Path | None,
+    command: Sequence[str],
+    log: Callable[[str], None],
+) -> list[str]:
+    """Materialize one stage store in `home` and record in its `entry` when and how long it ran,
+    what it materialized and holds; `before` is its entry of an earlier build. Returns its failures."""
+    home.mkdir(parents=True, exist_ok=True)
+    entry["home"] = str(home)
+    entry["started"] = _utc_now()
+    log(f"stage {stage.name}: {', '.join(stage.probe_relations)} in {home} ({stage.purpose})")
+    started = time.perf_counter()
+    summary = _materialize_stage(stage, home, bear_dir=bear_dir, kissling=kissling, command=command, log=log)
+    seconds = time.perf_counter() - started
+    statements = stored_statements(home, stage.probe_relations)
+    entry.update(
+        finished=_utc_now(),
+        seconds=round(seconds, 1),
+        materialized=len(summary.materialized),
+        skipped_up_to_date=len(summary.skipped),
+        statements=statements,
+        instances=split_counts(home, stage.probe_relations),
+        failed=[str(f) for f in summary.failed],
+    )
+    if not summary.materialized and not summary.failed and _same_stage(before, entry):
+        # Nothing was materialized: the store is the one the earlier run built, so its build
+        # time (what the profile costs) is kept; `checked` says when it was found up to date.
+        entry.update({k: before[k] for k in ("started", "finished", "seconds")}, checked=_utc_now())
+    log(
+        f"stage {stage.name}: {len(summary.materialized)} asset partitions in {_minutes(seconds)} "
+        f"({len(summary.skipped)} up to date; {statements:,} statements scored in the store)"
+    )
+    failures = []
+    for failure in summary.failed:
+        failures.append(f"stage {stage.name}: {failure}")
+        log(f"stage {stage.name}: failed: {failure}")
+    return failures
+
+
+def _materialize_stage(
+    stage: Stage,
+    home: Path,
+    *,
+    bear_dir: Path | None,
+    kissling: Path | None,
+    command: Sequence[str],
+    log: Callable[[str], None],
+):
+    """`kcal demo`'s run in the stage store (under its lock): BEAR's import where the stage reads
+    BEAR, then run_missing. Returns run_missing's summary."""
+    from assets.runner import run_missing  # Dagster layer
+    from kcal_pipeline.core.store_lock import hold_store_lock
+    from kcal_pipeline.dataset.sources.bear.importing import import_bear
+
+    with stage_home(home), hold_store_lock(home, command=" ".join(["kcal", *command])):
+        if stage.source == "bear":
+            templates = kissling if stage.bear_templates == "kissling" else None
+            import_bear(
+                bear_dir, home, prefix="bear-", replace=True, relations=stage.relations,
+                templates=templates, log=log,
+            )  # fmt: skip
+        settings = dict(stage.settings)
+        return run_missing(home, relations=stage.probe_relations, settings=settings, log=log)
+
+
+def _close_record(record: dict, run_seconds: float) -> None:
+    """The profile's start, end and cost: its stages' build times (kept from earlier runs for
+    up-to-date stages); this run's own time is `run_seconds`."""
     built = [e for e in record["stages"] if e.get("seconds") is not None]
-    # The profile's cost is its stages' build times (kept from earlier runs for up-to-date stages);
-    # this run's own time is `run_seconds`.
     record.update(
         started=min((e["started"] for e in built), default=record["started"]),
         finished=max((e["finished"] for e in built), default=_utc_now()),
         seconds=round(sum(e["seconds"] for e in built), 1),
-        run_seconds=round(total, 1),
+        run_seconds=round(run_seconds, 1),
     )
-    save()
-    log(f"profile: {len(homes)} stage store(s) in {root} in {_minutes(total)}; {root / PROFILE_FILE}")
-    return homes, failures

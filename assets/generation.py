@@ -23,7 +23,7 @@ from dagster import (
     multi_asset,
 )
 
-from assets.instance import SCORING_POOL
+from assets.instance import SCORING_POOL, SCORING_QUEUE
 from assets.partitions import model_partitions, model_relation_partitions, one_dimension_of
 from kcal_pipeline.core.paths import kcal_home
 from kcal_pipeline.core.progress import terminal_stream
@@ -37,7 +37,7 @@ from kcal_pipeline.evaluation.generation import coverage_metrics
 from kcal_pipeline.evaluation.generation import generation_metrics as metrics_of
 from kcal_pipeline.evaluation.registry import METRICS
 from kcal_pipeline.scoring.open_answers import GENERATION_VERSION, generate_partition
-from resources import GenerationSettings, ModelProvider
+from resources import GenerationResource, ModelProvider
 from resources.settings import generation_reads, reads
 
 GENERATION = "generation"
@@ -51,20 +51,20 @@ MATCH_COLUMNS = [
 ]  # fmt: skip
 
 
+@reads("model", "relation", *generation_reads())
 @asset(
     group_name=GENERATION,
     pool=SCORING_POOL,
-    op_tags={"dagster-celery/queue": "scoring"},
+    op_tags={"dagster-celery/queue": SCORING_QUEUE},
     partitions_def=model_relation_partitions,
     code_version=GENERATION_VERSION,  # what is drawn for the same inputs (scoring/open_answers.py)
     ins=one_dimension_of("probe_instances", "relation"),
-    metadata=reads("model", "relation", *generation_reads()),
 )
 def generations(
     context: AssetExecutionContext,
     probe_instances: pl.DataFrame,
     models: ModelProvider,
-    generation_settings: GenerationSettings,
+    generation_settings: GenerationResource,
 ) -> pl.DataFrame:
     """Each instance's open question answered: the greedy answer and N sampled ones with their
     log-probabilities and entropies, and (setting `prompted`) the verbal and double-turn prompts.
@@ -94,6 +94,7 @@ def answer_indexes(home, relation: str, instances: pl.DataFrame) -> dict[str, An
     return {instance_id: AnswerIndex(gold, others) for instance_id, (gold, others) in names.items()}
 
 
+@FACT_READS
 @multi_asset(
     group_name=GENERATION,
     partitions_def=model_relation_partitions,
@@ -101,20 +102,17 @@ def answer_indexes(home, relation: str, instances: pl.DataFrame) -> dict[str, An
     outs={
         "generation_estimates": AssetOut(
             code_version=code_version("1", GENERATION_ESTIMATORS),
-            metadata=FACT_READS,
             description="Per instance and generation estimator (MACE's 15 methods and SCA/SNCA/SFCA): "
             "the predicted answer (its entity, or its text), whether it is gold, the confidence, and "
             "why an instance has none (refusal).",
         ),
         "generation_status": AssetOut(
             code_version=code_version("1", GENERATION_ESTIMATORS),
-            metadata=FACT_READS,
             description="Each generation estimator: ran or skipped (and why), its answered and refused "
             "instances, refusals by reason.",
         ),
         "generation_matches": AssetOut(
             code_version=code_version("1", GENERATION_ESTIMATORS),
-            metadata=FACT_READS,
             description="Every answer-prompt response matched: correct (a gold entity), "
             "wrong_known_entity (another entity of the relation) or unmatched, with its cluster.",
         ),

@@ -25,6 +25,8 @@ from kcal_pipeline.scoring.models import Registry
 # At most `limit` scoring runs at once (the instance config below sets 1: one device); more runs
 # queue in the UI instead of fighting over the GPU or the CPU. The scoring asset is in this pool.
 SCORING_POOL = "scoring"
+# The Celery queue of the LM's steps (op tag `dagster-celery/queue`: assets/engine.py's workers).
+SCORING_QUEUE = "scoring"
 
 # The instance config kcal writes where there is none: default local storage (SQLite under
 # DAGSTER_HOME); no "join the community" pop-up covering the asset graph in `dagster dev`; and

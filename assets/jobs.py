@@ -16,10 +16,9 @@ minutes of work) is in a stage of its own, so launching `dataset` never starts i
 from collections.abc import Iterable
 
 from dagster import AssetsDefinition, AssetSelection, define_asset_job
-from dagster._core.definitions.repository_definition.valid_definitions import SINGLETON_REPOSITORY_NAME
-from dagster._core.storage.tags import REPOSITORY_LABEL_TAG
 
 from assets.automation import AUTOMATION_NOTE
+from assets.dagster_internals import repository_label_tags, singleton_repository_name
 from assets.run_tags import STAGE_TAG
 
 # The code location's name (workspace.yaml's location_name). A run started in-process (kcal demo)
@@ -27,8 +26,8 @@ from assets.run_tags import STAGE_TAG
 # as its origin (assets/runner.py run_stage), so the Overview timeline places it.
 CODE_LOCATION = "kcal"
 DEFINITIONS_MODULE = "assets.definitions"  # its module_name there
-REPOSITORY = SINGLETON_REPOSITORY_NAME  # a code location of one Definitions holds one repository, so named
-IN_CODE_LOCATION = {REPOSITORY_LABEL_TAG: f"{REPOSITORY}@{CODE_LOCATION}"}
+REPOSITORY = singleton_repository_name()  # a code location of one Definitions holds one repository, so named
+IN_CODE_LOCATION = repository_label_tags(REPOSITORY, CODE_LOCATION)
 
 # What each stage is for, in the UI's words (a stage without an entry gets a plain description).
 DESCRIPTIONS = {

@@ -110,12 +110,12 @@ def generation_report(home, key: str):
 
 
 # 6: the option-count sweep figure; 7, 8: the generation section (when the model has open answers)
+# It reads the open-answer tables (on demand, assets/generation.py): they are shown when they exist.
+@reads("model", "model_tables:generation_metrics", "model_tables:generation_status")
 @asset(
     group_name=GROUP,
     partitions_def=model_partitions,
     code_version=code_version("8", ESTIMATORS, METRICS),  # labels, headline flags, figures
-    # the open-answer tables (on demand, assets/generation.py) are shown when they exist
-    metadata=reads("model", "model_tables:generation_metrics", "model_tables:generation_status"),
 )
 def report(
     context: AssetExecutionContext,

@@ -9,10 +9,10 @@ fail_abandoned_runs reads) and the stage (the job's name already says it) are su
 `kcal/source` and `kcal/assets` say who started a run and what it did, so they stay visible.
 """
 
-from dagster._core.storage.tags import HIDDEN_TAG_PREFIX
+from assets.dagster_internals import hidden_tag
 
-RUNNER_HOST_TAG = f"{HIDDEN_TAG_PREFIX}kcal_host"  # the host of the kcal process that ran the run
-RUNNER_PID_TAG = f"{HIDDEN_TAG_PREFIX}kcal_pid"  # its pid: a run left started by a dead pid is abandoned
-STAGE_TAG = f"{HIDDEN_TAG_PREFIX}kcal_stage"  # the stage of a stage job's runs (assets/jobs.py)
+RUNNER_HOST_TAG = hidden_tag("kcal_host")  # the host of the kcal process that ran the run
+RUNNER_PID_TAG = hidden_tag("kcal_pid")  # its pid: a run left started by a dead pid is abandoned
+STAGE_TAG = hidden_tag("kcal_stage")  # the stage of a stage job's runs (assets/jobs.py)
 # The same two tags as kcal set them before they were hidden: (host, pid) pairs still looked up
 LEGACY_RUNNER_TAGS = (("kcal/host", "kcal/pid"),)

@@ -7,11 +7,7 @@ Parquet file records the data version the current code, settings and inputs woul
 affects, an interrupted partition (no final file) is never done, and done work is never redone.
 """
 
-import functools
-import os
-import socket
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import NamedTuple
@@ -20,30 +16,22 @@ from dagster import (
     AssetKey,
     AssetsDefinition,
     DagsterInstance,
-    DagsterRunStatus,
     Definitions,
     ExecuteInProcessResult,
     MultiPartitionKey,
     MultiPartitionsDefinition,
-    RunsFilter,
 )
-from dagster._core.remote_origin import RemoteJobOrigin, RemoteRepositoryOrigin
-from dagster._core.workspace.load import location_origin_from_module_name, location_origins_from_yaml_paths
 
 from assets.checks import ASSET_CHECKS
 from assets.definitions import STAGE_JOBS, all_assets, defs
 from assets.instance import get_instance, sync_model_partitions, sync_relation_partitions
 from assets.jobs import (
-    CODE_LOCATION,
-    DEFINITIONS_MODULE,
     GENERATION_STAGES,
     IN_CODE_LOCATION,
     ON_DEMAND,
-    REPOSITORY,
 )
 from assets.partitions import catalog_relation_partitions, model_partitions, relation_partitions
-from assets.run_tags import LEGACY_RUNNER_TAGS, RUNNER_HOST_TAG, RUNNER_PID_TAG
-from assets.ui import WORKSPACE
+from assets.run_records import fail_abandoned_runs, runner_tags, runs_from_code_location
 from kcal_pipeline.core.paths import model_cache_dir, registry_path
 from kcal_pipeline.core.report_server import reports_port
 from kcal_pipeline.core.storage import partition_path
@@ -261,7 +249,7 @@ def expected_version(home: Path, asset: str, dims: dict, resources: dict) -> str
     assets_def = next(a for a in all_assets if AssetKey(asset) in a.keys)
     spec = assets_def.specs_by_key[AssetKey(asset)]
     values, extra = resolve_reads(
-        declared_reads(asset, spec.metadata),
+        declared_reads(asset),
         dims,
         resources["probe_settings"],
         resources["scoring_settings"],
@@ -278,77 +266,6 @@ def is_up_to_date(home: Path, asset: str, dims: dict, resources: dict) -> bool:
     a changed setting, a rebuilt input or a missing final file (an interrupted run) all differ."""
     stored = stored_version(partition_path(home, asset, dims))
     return stored is not None and stored == expected_version(home, asset, dims, resources)
-
-
-def runner_tags() -> dict[str, str]:
-    """This process's host and pid, as hidden tags (assets/run_tags.py): bookkeeping for
-    fail_abandoned_runs, not something the runs list needs to show."""
-    return {RUNNER_HOST_TAG: socket.gethostname(), RUNNER_PID_TAG: str(os.getpid())}
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # someone else's live process
-    return True
-
-
-def fail_abandoned_runs(instance: DagsterInstance) -> list[str]:
-    """Mark failed the runs a killed kcal process left 'started' on this host (a SIGKILL gives it
-    no chance to), so they neither show as running forever nor hold the scoring pool's slot that
-    the UI's queued runs wait for. Returns their run ids. Runs of an older kcal carry the tags
-    under their former visible names (LEGACY_RUNNER_TAGS): found the same way."""
-    abandoned = []
-    for host_tag, pid_tag in ((RUNNER_HOST_TAG, RUNNER_PID_TAG), *LEGACY_RUNNER_TAGS):
-        stuck = instance.get_runs(
-            filters=RunsFilter(
-                statuses=[DagsterRunStatus.STARTED, DagsterRunStatus.STARTING],
-                tags={host_tag: socket.gethostname()},
-            )
-        )
-        for run in stuck:
-            pid = run.tags.get(pid_tag, "")
-            if pid.isdigit() and not _alive(int(pid)):
-                instance.report_run_failed(run, f"the kcal process (pid {pid}) that ran it is gone")
-                abandoned.append(run)
-    return [run.run_id for run in abandoned]
-
-
-@functools.cache
-def code_location_origin(workspace: Path = WORKSPACE) -> RemoteRepositoryOrigin:
-    """The repository of kcal's code location as the UI knows it: the origin Dagster derives from
-    workspace.yaml (the file `kcal ui` has `dagster dev` load), or, where kcal is installed without
-    the repository's workspace.yaml, the same location made from its module."""
-    if workspace.is_file():
-        locations = {
-            origin.location_name: origin for origin in location_origins_from_yaml_paths([str(workspace)])
-        }
-        location = locations[CODE_LOCATION]
-    else:
-        location = location_origin_from_module_name(DEFINITIONS_MODULE, None, None, CODE_LOCATION)
-    return RemoteRepositoryOrigin(location, REPOSITORY)
-
-
-@contextmanager
-def runs_from_code_location(instance: DagsterInstance, job_name: str) -> Iterator[None]:
-    """While it lasts, a run `instance` creates names `job_name` of kcal's code location as its
-    origin, as a run the UI launched does.
-
-    The UI's Overview timeline places a run by that origin (`Run.repositoryOrigin`, from the run's
-    remote_job_origin) and leaves out runs without one, which `execute_in_process` creates: it has
-    no workspace, takes no origin, and Dagster has no public way to give one. The smallest private
-    use: its one call of `DagsterInstance.create_run_for_job`, which accepts `remote_job_origin`,
-    gets it here, on this instance object only (tests/assets/test_run_origin.py notices a Dagster
-    that creates the run otherwise)."""
-    origin = RemoteJobOrigin(code_location_origin(), job_name)
-    instance.create_run_for_job = functools.partial(instance.create_run_for_job, remote_job_origin=origin)
-    try:
-        yield
-    finally:
-        del instance.create_run_for_job  # the class's method again
 
 
 def run_stage(
@@ -390,15 +307,21 @@ def check_run(
     so a bad one stops the run before any work, not after the scoring."""
     reports_port()  # ReportsPortError names the variable and its value
     path = registry_path(home)
-    registered = [e.key for e in Registry(path).entries()] if path.exists() else [DEFAULT_MODEL.key]
-    unknown = [m for m in models or () if m not in registered]
+    entries = Registry(path).entries() if path.exists() else [DEFAULT_MODEL]
+    registered = [e.key for e in entries]
+    key_of = {name: e.key for e in entries for name in (e.id, e.key)}  # what users type: id or key
+    unknown = [m for m in models or () if m not in key_of]
     if unknown:
-        raise KeyError(f"--model {', '.join(unknown)}: not registered; registered: {', '.join(registered)}")
+        raise KeyError(
+            f"--model {', '.join(unknown)}: not registered; registered (id or key): "
+            + ", ".join(f"{e.id} ({e.key})" if e.id != e.key else e.id for e in entries)
+        )
     known = relation_ids()
     bad = [r for r in relations or () if r not in known]
     if bad:
         raise KeyError(f"--relation {', '.join(bad)}: not in the catalog; known: {', '.join(known)}")
-    return list(models or registered), list(relations or known)
+    keys = list(dict.fromkeys(key_of[m] for m in models)) if models else registered
+    return keys, list(relations or known)
 
 
 def run_missing(

@@ -3,7 +3,7 @@
 import polars as pl
 from dagster import AssetExecutionContext, MetadataValue, asset
 
-from assets.instance import SCORING_POOL
+from assets.instance import SCORING_POOL, SCORING_QUEUE
 from assets.partitions import model_relation_partitions, one_dimension_of
 from kcal_pipeline.core.paths import kcal_home
 from kcal_pipeline.core.progress import terminal_stream
@@ -23,17 +23,17 @@ def plotted_fairly(metadata: dict) -> dict:
     return {k: MetadataValue.text(str(v)) if k in RUN_COUNTERS else v for k, v in metadata.items()}
 
 
+@reads("model", *scoring_reads())
 @asset(
     group_name="scoring",
     pool=SCORING_POOL,
     # on the Celery executor (assets/engine.py), only workers started with `-q scoring` (GPU hosts) take it
-    op_tags={"dagster-celery/queue": "scoring"},
+    op_tags={"dagster-celery/queue": SCORING_QUEUE},
     partitions_def=model_relation_partitions,
     # 3: dropout/subject-mask record columns, mask tokens for masked LMs; 4: model_kind;
     # 5: a statement's context (statements.context_end) is conditioned on, in no reduction
     code_version="5",
     ins=one_dimension_of("statements", "relation"),
-    metadata=reads("model", *scoring_reads()),
 )
 def statement_scores(
     context: AssetExecutionContext,

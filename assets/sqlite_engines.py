@@ -38,20 +38,14 @@ from collections import OrderedDict
 from typing import ClassVar
 
 import alembic.command
-import dagster._core.storage.sql as dagster_sql
 import sqlalchemy
 from alembic.script import ScriptDirectory
-from dagster._core.storage.event_log.sqlite import consolidated_sqlite_event_log, sqlite_event_log
-from dagster._core.storage.runs.sqlite import sqlite_run_storage
-from dagster._core.storage.schedules.sqlite import sqlite_schedule_storage
 
-# The modules whose storages build engines through their module-level `create_engine` name.
-STORAGE_MODULES = (
-    sqlite_event_log,
-    consolidated_sqlite_event_log,
-    sqlite_run_storage,
-    sqlite_schedule_storage,
-)
+from assets.dagster_internals import alembic_scripts_location, alembic_setup_module, sqlite_storage_modules
+
+# The modules whose storages build engines through their module-level `create_engine` name (Dagster's
+# private modules, reached only through assets/dagster_internals.py).
+STORAGE_MODULES = sqlite_storage_modules()
 MAX_ENGINES = 256  # the index, runs and schedules databases plus the most recent runs' shards
 
 
@@ -116,7 +110,8 @@ def cache_sqlite_engines(engines=ENGINES) -> None:
 
 # The modules that build a ScriptDirectory through their module-level name when Dagster sets up a
 # SQLite database: Dagster's check of the head revision, and alembic's `stamp` command.
-SCRIPT_DIRECTORY_USERS = (dagster_sql, alembic.command)
+SCRIPT_DIRECTORY_USERS = (alembic_setup_module(), alembic.command)
+DAGSTER_SCRIPTS = alembic_scripts_location()  # Dagster's own script location
 
 
 class KeptScriptDirectory(ScriptDirectory):
@@ -130,7 +125,7 @@ class KeptScriptDirectory(ScriptDirectory):
 
     @classmethod
     def from_config(cls, config) -> ScriptDirectory:
-        if config.get_main_option("script_location") != dagster_sql.ALEMBIC_SCRIPTS_LOCATION:
+        if config.get_main_option("script_location") != DAGSTER_SCRIPTS:
             return ScriptDirectory.from_config(config)
         with cls._lock:
             kept = cls._kept.get(config)

@@ -29,7 +29,9 @@ def kcal_scores(bear: Path, rid: str, template: int, capitalize: bool, loaded) -
     from kcal_pipeline.dataset.instances.answer_spaces import instances_from_fixed_space
     from kcal_pipeline.dataset.instances.probe import build_statements, templates_frame
     from kcal_pipeline.dataset.relations import parse_entry
-    from kcal_pipeline.dataset.sources.bear import catalog_entries, facts_frame, read_bear
+    from kcal_pipeline.dataset.sources.bear.catalog import catalog_entries
+    from kcal_pipeline.dataset.sources.bear.reading import read_bear
+    from kcal_pipeline.dataset.sources.bear.tables import facts_frame
     from kcal_pipeline.scoring.prefix import score_clm_shared_prefix
 
     ds = read_bear(bear)

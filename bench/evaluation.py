@@ -166,12 +166,8 @@ def kcal_stage(inputs: Inputs, models: list[str], n_resamples: int, seed: int) -
     is metrics_table less the seconds of a bootstrap_intervals call timed on its own, on fresh
     values (`intervals`)."""
     from kcal_pipeline.estimation.registry import HEADLINE_SPLIT
-    from kcal_pipeline.evaluation.bootstrap import (
-        INTERVAL_METRICS,
-        LEVEL,
-        ResampledValues,
-        bootstrap_intervals,
-    )
+    from kcal_pipeline.evaluation.bootstrap import INTERVAL_METRICS, ResampledValues, bootstrap_intervals
+    from kcal_pipeline.evaluation.intervals import LEVEL
     from kcal_pipeline.evaluation.tables import (
         consistency_table,
         curves_table,
@@ -774,7 +770,7 @@ class PlanCache:
         self.n_resamples, self.seed, self.cache = n_resamples, seed, {}
 
     def __call__(self, relation_ids):
-        from kcal_pipeline.evaluation.bootstrap import resample_plan
+        from kcal_pipeline.evaluation.resamples import resample_plan
 
         names, counts = np.unique(relation_ids, return_counts=True)
         layout = (tuple(names), tuple(counts))

@@ -2,7 +2,7 @@
 
 from resources.model_provider import ModelProvider
 from resources.parquet_io import ParquetIOManager
-from resources.settings import GenerationSettings, ProbeSettings, ScoringSettings
+from resources.settings import GenerationResource, ProbeSettings, ScoringSettings
 from resources.sparql_endpoint import SparqlEndpoint
 from resources.store_lock import StoreLock
 from resources.warehouse import DuckDBWarehouse
@@ -12,13 +12,13 @@ def default_resources(
     home: str = "", sparql_url: str = "", wait_for_store_lock: bool = True, **settings
 ) -> dict:
     """The resources of one KCAL_HOME; tests pass a temporary home and small settings (a key that
-    is a ScoringSettings or GenerationSettings field goes there, every other key to ProbeSettings).
+    is a ScoringSettings or GenerationResource field goes there, every other key to ProbeSettings).
     A run waits for the store lock while another process writes the home, or fails at once with
     wait_for_store_lock false."""
     scoring = {k: settings.pop(k) for k in list(settings) if k in ScoringSettings.model_fields}
-    generation = {k: settings.pop(k) for k in list(settings) if k in GenerationSettings.model_fields}
+    generation = {k: settings.pop(k) for k in list(settings) if k in GenerationResource.model_fields}
     probe_settings, scoring_settings = ProbeSettings(home=home, **settings), ScoringSettings(**scoring)
-    generation_settings = GenerationSettings(**generation)
+    generation_settings = GenerationResource(**generation)
     store_lock = StoreLock(home=home, wait=wait_for_store_lock)
     return {
         "io_manager": ParquetIOManager(
@@ -40,7 +40,7 @@ def default_resources(
 
 __all__ = [
     "DuckDBWarehouse",
-    "GenerationSettings",
+    "GenerationResource",
     "ModelProvider",
     "ParquetIOManager",
     "ProbeSettings",

@@ -28,7 +28,7 @@ from kcal_pipeline.core.warehouse import refresh_views
 from kcal_pipeline.dataset.relations import relation_label
 from kcal_pipeline.scoring.checkpoints import CHECKPOINTED_TABLES, discard_partition
 from resources.settings import (
-    GenerationSettings,
+    GenerationResource,
     ProbeSettings,
     ScoringSettings,
     declared_reads,
@@ -68,7 +68,7 @@ class ParquetIOManager(ConfigurableIOManager):
     home: str = ""
     probe_settings: ProbeSettings
     scoring_settings: ScoringSettings
-    generation_settings: GenerationSettings
+    generation_settings: GenerationResource
     # The store is written only while the run holds its lock (resources/store_lock.py).
     store_lock: StoreLock
 
@@ -79,7 +79,7 @@ class ParquetIOManager(ConfigurableIOManager):
     def _version(self, context: OutputContext, home: Path, dims: dict[str, str]) -> str:
         """The partition's data version (kcal_pipeline/core/versions.py)."""
         values, extra = resolve_reads(
-            declared_reads(context.asset_key.to_user_string(), context.definition_metadata),
+            declared_reads(context.asset_key.to_user_string()),
             dims,
             self.probe_settings,
             self.scoring_settings,

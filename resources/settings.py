@@ -6,10 +6,10 @@ resources add only where state lives.
 """
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Callable
 from pathlib import Path
 
-from dagster import AssetsDefinition, ConfigurableResource, OpDefinition, Out
+from dagster import AssetsDefinition, ConfigurableResource
 
 from kcal_pipeline.core.options import GenerationOptions, ProbeOptions, ScoringOptions
 from kcal_pipeline.core.paths import registry_path
@@ -28,64 +28,49 @@ class ScoringSettings(ConfigurableResource, ScoringOptions):
     fingerprint, so changing a field rescores, and leaving them alone never does."""
 
 
-class GenerationSettings(ConfigurableResource, GenerationOptions):
-    """How open answers are drawn (kcal_pipeline.core.options.GenerationOptions); every field is a
-    declared read of `generations`, so changing one reruns exactly the generation partitions."""
+class GenerationResource(ConfigurableResource, GenerationOptions):
+    """How open answers are drawn (kcal_pipeline.core.options.GenerationOptions, whose validation it
+    is: the sampler's GenerationSettings, kcal_pipeline/scoring/generation.py, is checked by the
+    same); every field is a declared read of `generations`, so changing one reruns exactly the
+    generation partitions. The resource `generation_settings`."""
 
 
-# An asset declares what it reads besides its inputs in its definition metadata, under this key:
-# "probe.<field>" / "scoring.<field>" settings, "catalog" (the whole relation catalog), "relation"
-# (the partition's relation spec), "model" (the partition's registry entry), "table:<name>" (an
-# unpartitioned table read directly, e.g. generated_templates), "relation_table:<name>" (the
-# partition's relation of a relation-keyed table, e.g. wikidata_facts), "relation_tables:<name>"
-# (every relation's file of it), "model_tables:<name>" (every file of the partition's model,
-# e.g. the generation tables the report shows when they exist). Both the IO manager (recording a
-# partition's data version) and the CLI runner (deciding whether it is up to date) resolve it here.
-# The code location moves the declaration out of the metadata (hide_declared_reads) into
-# _READS_BY_ASSET: it is kcal's bookkeeping, and the UI would list it among the asset's metadata.
-READS_KEY = "kcal/reads"
-_READS_BY_ASSET: dict[str, list[str]] = {}
+# An asset declares what it reads besides its inputs with @reads(...) above its @asset (or
+# @multi_asset: each of its assets): "probe.<field>" / "scoring.<field>" / "generation.<field>"
+# settings, "catalog" (the whole relation catalog), "relation" (the partition's relation spec),
+# "model" (the partition's registry entry), "table:<name>" (an unpartitioned table read directly,
+# e.g. generated_templates), "relation_table:<name>" (the partition's relation of a relation-keyed
+# table, e.g. wikidata_facts), "relation_tables:<name>" (every relation's file of it),
+# "model_tables:<name>" (every file of the partition's model, e.g. the generation tables the report
+# shows when they exist). Both the IO manager (recording a partition's data version) and the CLI
+# runner (deciding whether it is up to date) resolve it here. The declaration is kcal's bookkeeping,
+# so it lives in this registry by asset name, filled when the asset's module is imported; the asset
+# definition is left as it is (its metadata, which the UI lists, never carries it).
+DECLARED_READS: dict[str, tuple[str, ...]] = {}
 
 
-def _parse_reads(raw: object) -> list[str]:
-    raw = getattr(raw, "value", raw)  # Dagster may wrap definition metadata values
-    return [part.strip() for part in str(raw).split(",") if part.strip()]
+def reads(*names: str) -> Callable[[AssetsDefinition], AssetsDefinition]:
+    """Decorator: the decorated asset (each asset of a multi-asset) reads `names` besides its inputs
+    (see DECLARED_READS); the definition is returned unchanged."""
+    declared = tuple(names)
 
-
-def hide_declared_reads(assets_def: AssetsDefinition) -> AssetsDefinition:
-    """The definition without READS_KEY in its metadata (its specs' and its op outputs', which
-    Dagster merges back into the specs), the declaration kept for declared_reads by asset name."""
-    declared = {
-        key: spec.metadata[READS_KEY]
-        for key, spec in assets_def.specs_by_key.items()
-        if READS_KEY in spec.metadata
-    }
-    if not declared or not isinstance(assets_def.node_def, OpDefinition):
+    def declare(assets_def: AssetsDefinition) -> AssetsDefinition:
+        if not isinstance(assets_def, AssetsDefinition):
+            raise TypeError(f"@reads goes above @asset or @multi_asset, not below (got {assets_def!r})")
+        for key in assets_def.keys:
+            asset = key.to_user_string()
+            if DECLARED_READS.setdefault(asset, declared) != declared:
+                raise ValueError(
+                    f"asset {asset!r} declares its reads twice: {DECLARED_READS[asset]} and {declared}"
+                )
         return assets_def
-    for key, raw in declared.items():
-        _READS_BY_ASSET[key.to_user_string()] = _parse_reads(raw)
 
-    def without(metadata: Mapping | None) -> dict:
-        return {k: v for k, v in (metadata or {}).items() if k != READS_KEY}
-
-    op = assets_def.op
-    outs = {o.name: Out.from_definition(o)._replace(metadata=without(o.metadata)) for o in op.output_defs}
-    return assets_def.__class__.dagster_internal_init(
-        **{
-            **assets_def.get_attributes_dict(),
-            "node_def": op.with_replaced_properties(name=op.name, outs=outs),
-            "specs": [spec.replace_attributes(metadata=without(spec.metadata)) for spec in assets_def.specs],
-        }
-    )
+    return declare
 
 
-def declared_reads(asset: str, metadata: Mapping | None = None) -> list[str]:
-    """What `asset` declared it reads: from its definition metadata when it still carries the
-    declaration (an asset definition used directly, as in a test), else as the code location
-    recorded it when hiding it."""
-    if metadata and READS_KEY in metadata:
-        return _parse_reads(metadata[READS_KEY])
-    return list(_READS_BY_ASSET.get(asset, []))
+def declared_reads(asset: str) -> list[str]:
+    """What `asset` declared it reads (@reads), in the order declared; none when it declared none."""
+    return list(DECLARED_READS.get(asset, ()))
 
 
 def _digest(value: object) -> str:
@@ -137,13 +122,8 @@ def resolve_reads(
         elif group.startswith("model_tables:"):
             files += existing_partitions(home, group.removeprefix("model_tables:"), {"model": dims["model"]})
         else:
-            raise ValueError(f"unknown declared read {name!r} (see resources/settings.py READS_KEY)")
+            raise ValueError(f"unknown declared read {name!r} (see resources/settings.py DECLARED_READS)")
     return values, files
-
-
-def reads(*names: str) -> dict[str, str]:
-    """Definition metadata declaring what an asset reads besides its inputs (see READS_KEY)."""
-    return {READS_KEY: ",".join(names)}
 
 
 def scoring_reads() -> tuple[str, ...]:

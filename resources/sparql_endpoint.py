@@ -11,8 +11,6 @@ from kcal_pipeline.dataset.sources.snapshot import ensure_store
 from kcal_pipeline.dataset.sources.sparql import DEFAULT_USER_AGENT, LocalEndpoint, SparqlClient
 from kcal_pipeline.dataset.sources.sparql_cache import CachedSparql, snapshot_endpoint_id
 
-WIKIDATA_URL = "https://query.wikidata.org/sparql"
-
 
 @lru_cache(maxsize=8)
 def _store(root: Path):

@@ -2,7 +2,10 @@
 its own for each pytest-xdist worker, and the grouping that keeps tests on one worker where they
 share an expensive module- or session-scoped fixture."""
 
+import functools
+import inspect
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -80,6 +83,63 @@ def _slow(item) -> bool:
     return item.nodeid.startswith(SLOW_FOLDERS) or item.get_closest_marker("integration") is not None
 
 
+# The `slow` mark: `make test-quick` runs `-m "not slow"` (the library's own tests in a few
+# minutes), `make test` runs everything. It is given here, from what a test does, never in a test
+# file. A test is slow when
+# - it lies in a folder of SLOW_MARK_FOLDERS: browsers, servers (`dagster dev`, a daemon, Redis,
+#   Celery, Postgres), Dagster runs and kcal commands over stores, benchmarks;
+# - its own code, or that of a fixture of tests/ it uses (directly or through other fixtures), calls
+#   one of SLOW_CALLS: the pipeline's stores, a Dagster run, an oxigraph server or store, the
+#   embedded SmolLM2 (a pattern over their source, so a new test of that kind is marked unasked);
+# - it is marked integration; or
+# - it is one of SLOW_TESTS: a test whose runs (all its parameters) took over 10 s, where none of the
+#   above says so (measured on 2 cores busy with other work, 2026-12-07).
+SLOW_MARK_FOLDERS = ("tests/ui/", "tests/engine/", "tests/assets/", "tests/bench/", "tests/faults/")
+SLOW_CALLS = re.compile(
+    r"\b(facts_store|report_store)\b"  # stores the pipeline built (tests/conftest.py, tests/reporting)
+    r"|\b(run_missing|run_stage|materialize|execute_in_process|run_kcal)\("  # Dagster, kcal commands
+    r"|\b(LocalEndpoint|ensure_store)\("  # an oxigraph server; loading the snapshot into a store
+    r"|\bload_model\(\s*(DEFAULT_MODEL|NATIVE)\b"  # the embedded SmolLM2 (torch or llama.cpp)
+)
+SLOW_TESTS = frozenset(
+    {
+        # converts the embedded GGUF in a child process (25 s)
+        "tests/scoring/test_models.py::test_a_stale_gguf_cache_is_converted_in_a_child_process_and_then_loads_without_converting",
+        "tests/estimation/test_fitting.py::test_temperature_is_the_global_minimum",  # a grid search (22 s)
+        # two fresh interpreters importing the code location and the CLI (12 s)
+        "tests/test_architecture.py::test_the_code_location_and_the_cli_import_without_torch",
+        "tests/scoring/test_mlm_scoring.py::test_scores_match_the_slow_reference",  # a slow reference (11 s)
+    }
+)
+
+
+@functools.cache
+def _calls_slow(func) -> bool:
+    try:
+        return SLOW_CALLS.search(inspect.getsource(func)) is not None
+    except (OSError, TypeError):  # no source: a built-in, a generated function
+        return False
+
+
+def _marked_slow(item) -> bool:
+    if item.nodeid.startswith(SLOW_MARK_FOLDERS) or item.nodeid.split("[")[0] in SLOW_TESTS:
+        return True
+    if item.get_closest_marker("integration") is not None:
+        return True
+    func = getattr(item, "function", None)
+    if func is not None and _calls_slow(func):
+        return True
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return False
+    return any(
+        _calls_slow(fixturedef.func)
+        for name in info.names_closure
+        for fixturedef in info.name2fixturedefs.get(name, ())
+        if fixturedef.baseid.startswith("tests")
+    )
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """Under `--dist loadgroup`, tests that share an expensive fixture form one group (one worker
@@ -89,7 +149,10 @@ def pytest_collection_modifyitems(config, items):
     instead of one long test keeping a worker busy while the other idles. Among them, one user of
     the shared facts store comes first and the slow tests that do not need it next: one worker
     builds the store (~35 s) while the other works, where two users first left one waiting at
-    its lock."""
+    its lock. First of all each slow test gets the `slow` mark (before `-m` deselects)."""
+    for item in items:
+        if _marked_slow(item):
+            item.add_marker(pytest.mark.slow)
 
     def uses_facts(item) -> bool:
         info = getattr(item, "_fixtureinfo", None)

@@ -33,13 +33,15 @@ from kcal_pipeline.core.paths import duckdb_path, repo_sql_dir
 from kcal_pipeline.core.storage import existing_tables, store_file_hint
 
 TABLE_VIEW = "_table.sql"
+# The macros the views and report queries call (e.g. full_answer_space), created before the views.
+MACROS = "_macros.sql"
 VIEWS_LOCK = ".views.lock"  # beside kcal.duckdb: one process at a time rewrites the views
 # Views built on other views, created after the table views they read and in this order (a view
 # may read the ones before it); each with the tables it needs.
 DERIVED_VIEWS = {
     "headline_estimates": ("estimates", "templates"),
-    "headline_reductions": ("metrics",),
-    "headline_metrics": ("metrics",),  # reads headline_reductions
+    "headline_reductions": ("metrics", "estimator_catalog"),
+    "headline_metrics": ("metrics", "estimator_catalog"),  # reads headline_reductions
 }
 # Where the file records what its views were made for (not a table of results).
 META_TABLE = "kcal_meta.views"
@@ -82,10 +84,12 @@ def view_sql(sql_dir: Path, table: str, home: Path) -> str:
 
 
 def _view_statements(home: Path, sql_dir: Path) -> tuple[list[str], list[str]]:
-    """(view names, their CREATE statements) for the tables of `home` that have data."""
+    """(view names, their CREATE statements) for the tables of `home` that have data; the
+    statements open with the macros' (sql/views/_macros.sql) where there is any."""
     tables = existing_tables(home)
     derived = [v for v, needs in DERIVED_VIEWS.items() if set(needs) <= set(tables)]
-    statements = [view_sql(sql_dir, table, home) for table in tables]
+    statements = [(sql_dir / "views" / MACROS).read_text("utf-8")] if tables else []
+    statements += [view_sql(sql_dir, table, home) for table in tables]
     statements += [(sql_dir / "views" / f"{view}.sql").read_text("utf-8") for view in derived]
     return tables + derived, statements
 

@@ -145,119 +145,164 @@ def profile_stages(
 ) -> list[Stage]:
     """The profile's stages at `scale` (1 = sized for <= 90 min on 2 CPU cores from an empty store)."""
     scale = check_scale(scale)
-    bear_dir = Path(bear_dir) if bear_dir is not None else None
-    kissling = Path(kissling) if kissling is not None else None
-    bear_missing = None
-    if bear_dir is None or not (bear_dir / "metadata_relations.json").is_file():
-        bear_missing = f"BEAR not found at {bear_dir} (give --bear DIR)"
-    kissling_missing = bear_missing
-    if bear_missing is None and (kissling is None or not kissling.is_file()):
-        kissling_missing = f"Kissling templates not found at {kissling} (give --bear-templates FILE)"
-    sizes = bear_sizes(bear_dir) if bear_missing is None else {}
-    order = by_space_size(sizes)
-    closed = {"dev_fraction": 0.2, "max_instances": 0, "template_kinds": ["curated"]}
+    bear = _LocalBear.find(bear_dir, kissling)
+    return [
+        _kissling_stage(bear, scale),
+        _markers_stage(bear, scale),
+        _sweep_stage(bear, scale),
+        _context_stage(scale),
+        _mace_stage(scale),
+        # Last: its dropout passes are scored unpacked (training mode), the slowest statements of the
+        # profile, so an over-long build has every other stage done first.
+        _selective_stage(bear, scale),
+    ]
 
-    def bear_stage(name, purpose, relations, settings, templates=None, chosen="") -> Stage:
-        reason = kissling_missing if templates else bear_missing
+
+@dataclass(frozen=True)
+class _LocalBear:
+    """BEAR as found here: its relations' sizes, and why a BEAR stage (or one with Kissling's
+    templates) cannot run, if it cannot."""
+
+    sizes: dict[str, tuple[int, int]]
+    missing: str | None
+    kissling_missing: str | None
+
+    @classmethod
+    def find(cls, bear_dir: Path | None, kissling: Path | None) -> _LocalBear:
+        bear_dir = Path(bear_dir) if bear_dir is not None else None
+        kissling = Path(kissling) if kissling is not None else None
+        bear_missing = None
+        if bear_dir is None or not (bear_dir / "metadata_relations.json").is_file():
+            bear_missing = f"BEAR not found at {bear_dir} (give --bear DIR)"
+        kissling_missing = bear_missing
+        if bear_missing is None and (kissling is None or not kissling.is_file()):
+            kissling_missing = f"Kissling templates not found at {kissling} (give --bear-templates FILE)"
+        sizes = bear_sizes(bear_dir) if bear_missing is None else {}
+        return cls(sizes, bear_missing, kissling_missing)
+
+    def stage(self, name, purpose, relations, settings, templates=None, chosen="") -> Stage:
+        """A stage on BEAR's relations, or skipped (no relations) with the reason it cannot run."""
+        reason = self.kissling_missing if templates else self.missing
         if reason is not None:
             return Stage(name, purpose, "bear", (), settings, templates, skipped=reason, chosen=chosen)
         return Stage(name, purpose, "bear", tuple(relations), settings, templates, chosen=chosen)
 
-    smallest_rule = (
-        f"BEAR's {max(MIN_CLUSTERS, scaled(MARKER_RELATIONS, scale))} relations with the smallest "
-        "answer spaces (ties by relation id)"
+    def smallest_spaces(self, scale: float) -> tuple[list[str], str]:
+        """(relations, how they were chosen): BEAR's relations with the smallest answer spaces."""
+        n = max(MIN_CLUSTERS, scaled(MARKER_RELATIONS, scale))
+        rule = f"BEAR's {n} relations with the smallest answer spaces (ties by relation id)"
+        return by_space_size(self.sizes)[:n], rule
+
+
+def _closed_set(**settings: object) -> dict[str, object]:
+    """The BEAR stages' settings: closed-set probes of every instance, 20 % dev, curated templates,
+    then the stage's own (which override these)."""
+    return {"dev_fraction": 0.2, "max_instances": 0, "template_kinds": ["curated"], **settings}
+
+
+def _kissling_stage(bear: _LocalBear, scale: float) -> Stage:
+    """The "bear" stage: Kissling's claims on enough of BEAR's relations for the test target."""
+    settings = _closed_set(max_templates=5, answer_space="relation")
+    return bear.stage(
+        "bear",
+        "Kissling: Base vs Margin, Vote/Min aggregation, reductions, recalibration, ACE vs "
+        "accuracy, template bias, overconfidence",
+        select_bear_relations(bear.sizes, BEAR_TEST_TARGET * scale, settings["dev_fraction"]),
+        settings,
+        "kissling",
+        f"BEAR's relations in ascending answer-space size (ties by id) until their test share "
+        f"reaches {scaled(BEAR_TEST_TARGET, scale):,} instances",
     )
 
-    smallest = order[: max(MIN_CLUSTERS, scaled(MARKER_RELATIONS, scale))]
-    full_space = [r for r in order if sizes[r][0] == SWEEP_SPACE]
-    return [
-        bear_stage(
-            "bear",
-            "Kissling: Base vs Margin, Vote/Min aggregation, reductions, recalibration, ACE vs "
-            "accuracy, template bias, overconfidence",
-            select_bear_relations(sizes, BEAR_TEST_TARGET * scale, closed["dev_fraction"]),
-            {**closed, "max_templates": 5, "answer_space": "relation"},
-            "kissling",
-            f"BEAR's relations in ascending answer-space size (ties by id) until their test share "
-            f"reaches {scaled(BEAR_TEST_TARGET, scale):,} instances",
+
+def _markers_stage(bear: _LocalBear, scale: float) -> Stage:
+    """The "markers" stage: Kissling's epistemic markers on the smallest answer spaces."""
+    relations, rule = bear.smallest_spaces(scale)
+    return bear.stage(
+        "markers",
+        "Kissling: verbal and numeric epistemic markers vs Base",
+        relations,
+        _closed_set(
+            max_templates=1,
+            max_instances=scaled(MARKER_INSTANCES, scale),
+            template_kinds=["curated", "marker_verbal", "marker_numeric"],
         ),
-        bear_stage(
-            "markers",
-            "Kissling: verbal and numeric epistemic markers vs Base",
-            smallest,
-            {
-                **closed,
-                "max_templates": 1,
-                "max_instances": scaled(MARKER_INSTANCES, scale),
-                "template_kinds": ["curated", "marker_verbal", "marker_numeric"],
-            },
-            "kissling",
-            smallest_rule,
+        "kissling",
+        rule,
+    )
+
+
+def _sweep_stage(bear: _LocalBear, scale: float) -> Stage:
+    """The "sweep" stage: Kissling's option-count sweep on BEAR's 60-option 1:1 relations."""
+    n = max(MIN_CLUSTERS, scaled(SWEEP_RELATIONS, scale))
+    full_space = [r for r in by_space_size(bear.sizes) if bear.sizes[r][0] == SWEEP_SPACE]
+    return bear.stage(
+        "sweep",
+        "Kissling: more options lower ACE (option-count sweep on the 60-option 1:1 relations, "
+        f"k = {', '.join(map(str, SWEEP_K))} and 60, {SWEEP_DRAWS} draws)",
+        full_space[:n],
+        _closed_set(max_templates=1, answer_space_k=list(SWEEP_K), answer_space_draws=SWEEP_DRAWS),
+        chosen=f"the first {n} of BEAR's {SWEEP_SPACE}-option one-to-one relations by relation id",
+    )
+
+
+def _context_stage(scale: float) -> Stage:
+    """The "context" stage: Tinner's demonstrations and Zhao's perturbations (embedded)."""
+    return Stage(
+        "context",
+        "Tinner: demonstrations and context help or hurt; Zhao: decision consistency across "
+        "perturbations and confidence methods",
+        "embedded",
+        CONTEXT_RELATIONS,
+        {
+            "template_kinds": [
+                "curated",
+                "context_1shot",
+                "context_3shot",
+                "context_wrong",
+                "context_fixed",
+                "perturbation",
+            ],
+            "max_templates": 1,
+            "perturbation_seeds": [4, 44, 99],
+            "max_instances": scaled(CONTEXT_INSTANCES, scale),
+            "dev_fraction": CONTEXT_DEV_FRACTION,
+        },
+        chosen="embedded relations whose 25-option answer space leaves every probed instance a "
+        "1-shot, 3-shot and wrong demonstration (see CONTEXT_RELATIONS)",
+    )
+
+
+def _mace_stage(scale: float) -> Stage:
+    """The "mace" stage: MACE's estimators on every MACE domain of the embedded catalog."""
+    return Stage(
+        "mace",
+        "MACE: SCA vs the other estimators, AUROC with mixed gold counts",
+        "embedded",
+        mace_relations(),
+        {
+            "template_kinds": ["curated", "question"],
+            "max_instances": scaled(MACE_INSTANCES, scale),
+            "dev_fraction": 0.25,
+        },
+        chosen="every MACE domain of the embedded catalog",
+    )
+
+
+def _selective_stage(bear: _LocalBear, scale: float) -> Stage:
+    """The "selective" stage: Selective-LAMA's confidence functions on the smallest spaces."""
+    relations, rule = bear.smallest_spaces(scale)
+    return bear.stage(
+        "selective",
+        "Selective-LAMA: subject-masked and dropout confidence functions, RC-AUC vs accuracy",
+        relations,
+        _closed_set(
+            max_templates=1,
+            max_instances=scaled(SELECTIVE_INSTANCES, scale),
+            subject_mask=True,
+            dropout=True,
+            dropout_passes=10,
+            dropout_rate=0.1,
         ),
-        bear_stage(
-            "sweep",
-            "Kissling: more options lower ACE (option-count sweep on the 60-option 1:1 relations, "
-            f"k = {', '.join(map(str, SWEEP_K))} and 60, {SWEEP_DRAWS} draws)",
-            full_space[: max(MIN_CLUSTERS, scaled(SWEEP_RELATIONS, scale))],
-            {
-                **closed,
-                "max_templates": 1,
-                "answer_space_k": list(SWEEP_K),
-                "answer_space_draws": SWEEP_DRAWS,
-            },
-            chosen=f"the first {max(MIN_CLUSTERS, scaled(SWEEP_RELATIONS, scale))} of BEAR's "
-            f"{SWEEP_SPACE}-option one-to-one relations by relation id",
-        ),
-        Stage(
-            "context",
-            "Tinner: demonstrations and context help or hurt; Zhao: decision consistency across "
-            "perturbations and confidence methods",
-            "embedded",
-            CONTEXT_RELATIONS,
-            {
-                "template_kinds": [
-                    "curated",
-                    "context_1shot",
-                    "context_3shot",
-                    "context_wrong",
-                    "context_fixed",
-                    "perturbation",
-                ],
-                "max_templates": 1,
-                "perturbation_seeds": [4, 44, 99],
-                "max_instances": scaled(CONTEXT_INSTANCES, scale),
-                "dev_fraction": CONTEXT_DEV_FRACTION,
-            },
-            chosen="embedded relations whose 25-option answer space leaves every probed instance a "
-            "1-shot, 3-shot and wrong demonstration (see CONTEXT_RELATIONS)",
-        ),
-        Stage(
-            "mace",
-            "MACE: SCA vs the other estimators, AUROC with mixed gold counts",
-            "embedded",
-            mace_relations(),
-            {
-                "template_kinds": ["curated", "question"],
-                "max_instances": scaled(MACE_INSTANCES, scale),
-                "dev_fraction": 0.25,
-            },
-            chosen="every MACE domain of the embedded catalog",
-        ),
-        # Last: its dropout passes are scored unpacked (training mode), the slowest statements of the
-        # profile, so an over-long build has every other stage done first.
-        bear_stage(
-            "selective",
-            "Selective-LAMA: subject-masked and dropout confidence functions, RC-AUC vs accuracy",
-            smallest,
-            {
-                **closed,
-                "max_templates": 1,
-                "max_instances": scaled(SELECTIVE_INSTANCES, scale),
-                "subject_mask": True,
-                "dropout": True,
-                "dropout_passes": 10,
-                "dropout_rate": 0.1,
-            },
-            chosen=smallest_rule,
-        ),
-    ]
+        chosen=rule,
+    )

@@ -2,13 +2,24 @@
 
 SQL reports and pages select estimators by these columns (`main`, `baseline`, `family_line`,
 `family_order`) instead of listing names, so a new estimator reaches them by its spec alone.
+
+`headline_reduction` is the one source of each estimator's headline reduction (METHODS §1): the
+reduction its headline numbers use, its spec's first. sql/views/headline_reductions.sql reads the
+column, and `headline_reduction` here is the rule both follow.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import fields
+
 import polars as pl
 
-from kcal_pipeline.estimation.registry import ESTIMATORS, family_rank
+from kcal_pipeline.estimation.registry import ESTIMATORS, EstimatorSpec, family_rank
+
+# The reduction a name the catalog does not know (an estimator since removed from the registry) is
+# read under where its rows have it: the first of a spec's default reductions ('sum').
+DEFAULT_HEADLINE_REDUCTION: str = next(f for f in fields(EstimatorSpec) if f.name == "reductions").default[0]
 
 ESTIMATOR_CATALOG_SCHEMA = {
     "name": pl.String,
@@ -54,3 +65,26 @@ def estimator_catalog() -> pl.DataFrame:
         for k, s in enumerate(ESTIMATORS.values())
     ]
     return pl.DataFrame(rows, schema=ESTIMATOR_CATALOG_SCHEMA)
+
+
+def headline_reductions() -> dict[str, str]:
+    """Each registered estimator's headline reduction: the catalog's `headline_reduction` column."""
+    return dict(estimator_catalog().select("name", "headline_reduction").iter_rows())
+
+
+def headline_reduction(
+    estimator: str, reductions: Iterable[str | None], catalog: dict[str, str] | None = None
+) -> str | None:
+    """The reduction of an estimator's headline numbers among the `reductions` its rows carry: the
+    catalog's headline_reduction; where the rows lack it (a name the catalog does not know),
+    DEFAULT_HEADLINE_REDUCTION, else the first by name; None when the rows carry no reduction at
+    all. sql/views/headline_reductions.sql is the same rule over the estimator_catalog table.
+    `catalog`: headline_reductions(), passed in where many estimators are looked up."""
+    have = sorted({r for r in reductions if r is not None})
+    if not have:
+        return None
+    own = (headline_reductions() if catalog is None else catalog).get(estimator)
+    for choice in (own, DEFAULT_HEADLINE_REDUCTION):
+        if choice in have:
+            return choice
+    return have[0]

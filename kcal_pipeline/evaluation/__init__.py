@@ -12,14 +12,9 @@ from kcal_pipeline.evaluation import bias  # isort: skip
 from kcal_pipeline.evaluation.bootstrap import bootstrap_intervals, paired_differences
 from kcal_pipeline.evaluation.consistency import compute_consistency, seed_spread
 from kcal_pipeline.evaluation.curves import CURVES, compute_curves
+from kcal_pipeline.evaluation.engine import compute_metrics, compute_template_metrics, tuned_thresholds
 from kcal_pipeline.evaluation.families import family_comparison, model_families, pair_models_by_accuracy
-from kcal_pipeline.evaluation.registry import (
-    METRICS,
-    compute_metrics,
-    compute_template_metrics,
-    summary_metrics,
-    tuned_thresholds,
-)
+from kcal_pipeline.evaluation.registry import METRICS, summary_metrics
 from kcal_pipeline.evaluation.scopes import (
     attach_attributes,
     breakdown_scopes,

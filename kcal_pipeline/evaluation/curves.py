@@ -13,15 +13,11 @@ from collections.abc import Sequence
 import numpy as np
 import polars as pl
 
-from kcal_pipeline.evaluation.bootstrap import (
-    LEVEL,
-    N_RESAMPLES,
-    Resamples,
-    bias_corrected_interval,
-    resample_plan,
-)
-from kcal_pipeline.evaluation.calibration import BINS, bin_sums, row_bins
-from kcal_pipeline.evaluation.registry import SCOPE_KEY_SCHEMA, MetricSamples, as_arrays, prepared
+from kcal_pipeline.evaluation.binning import BINS, bin_sums, row_bins
+from kcal_pipeline.evaluation.intervals import LEVEL, bias_corrected_interval
+from kcal_pipeline.evaluation.registry import SCOPE_KEY_SCHEMA, as_arrays
+from kcal_pipeline.evaluation.resamples import N_RESAMPLES, Resamples, resample_plan
+from kcal_pipeline.evaluation.samples import MetricSamples, prepared
 from kcal_pipeline.evaluation.segments import Segments, in_threads
 
 # Accuracy–rejection thresholds: τ = k/10 (k/10 is the float nearest the decimal, as the literal 0.3).
@@ -177,7 +173,7 @@ def compute_curves(
     relation), long: keys, curve, x, y, n, bin (calibration only), threshold (rejection: τ; roc: t;
     null otherwise), and on reliability rows the band y_low, y_high: the bin's accuracy's `level`
     bias-corrected interval (which contains it) over `n_resamples` bootstrap resamples drawn as the
-    metrics' intervals draw them (bootstrap.resample_plan with `seed`; null on the other curves).
+    metrics' intervals draw them (resamples.resample_plan with `seed`; null on the other curves).
     Equal, sample by sample, to the per-sample functions above.
 
     Reliability curves are binned as ACE by default. Calibration and rejection curves read
@@ -233,7 +229,7 @@ def compute_curves(
 
 # --- the reliability band: per-bin bootstrap intervals of the accuracy ---------------------------
 
-# Resamples per chunk: about this many cells [b, M] at once, as bootstrap.py bounds its chunks.
+# Resamples per chunk: about this many cells [b, M] at once, as resampled_metrics.py bounds its chunks.
 _BAND_CHUNK_CELLS = 1 << 21
 _ALL = slice(None)
 
@@ -241,7 +237,7 @@ _ALL = slice(None)
 def bin_accuracy_band(
     bin_of_row, correct, resamples: Resamples, bins: int = BINS, level: float = LEVEL, rows: slice = _ALL
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(low, high) [bins]: per bin, the bias-corrected interval (bootstrap.bias_corrected_interval)
+    """(low, high) [bins]: per bin, the bias-corrected interval (intervals.bias_corrected_interval)
     over the resamples of the bin's accuracy, around the bin's accuracy on the point sample (`rows`,
     the rows the resamples are drawn from), so the band always contains the curve's point.
 
@@ -277,7 +273,7 @@ def _calibration_band(
     keys: pl.DataFrame, seg: Segments, bins: int, strategy: str, n_resamples: int, seed: int, level: float
 ) -> tuple[np.ndarray, np.ndarray]:
     """(low, high) [samples, bins] of the samples of `seg` (keys: their group, scope, scope_value,
-    in order): each group's resample plan as the metrics' intervals draw it (bootstrap.resample_plan:
+    in order): each group's resample plan as the metrics' intervals draw it (resamples.resample_plan:
     scope "all" resamples relations, then instances within them; a relation its own instances),
     memoised by row layout; the groups and scopes on one thread per CPU (numpy outside the GIL)."""
     bin_of = row_bins(seg, bins, strategy)

@@ -17,7 +17,9 @@ from typing import NamedTuple, TypeVar
 import numpy as np
 import polars as pl
 
-from kcal_pipeline.evaluation.registry import SCOPE_KEY_SCHEMA
+from kcal_pipeline.estimation.catalog import headline_reductions
+from kcal_pipeline.estimation.registry import BASELINE, FULL_ANSWER_SPACE, HEADLINE_SPLIT
+from kcal_pipeline.evaluation.registry import SCOPE_KEY_SCHEMA, metric_for
 
 FrameT = TypeVar("FrameT", pl.DataFrame, pl.LazyFrame)
 
@@ -25,15 +27,16 @@ FrameT = TypeVar("FrameT", pl.DataFrame, pl.LazyFrame)
 CAUSAL, MASKED = "clm", "mlm"
 FAMILY_NAMES = {CAUSAL: "causal", MASKED: "masked"}
 
-# The accuracy models are paired on: Base (the seed's estimator) under its headline reduction,
-# on the test split, over all relations, on full answer spaces.
+# The accuracy models are paired on: Base (the seed's estimator) under its headline reduction (the
+# estimator catalog's), on the headline split, over all relations, on full answer spaces; each from
+# the registry that defines it.
 PAIRING = {
-    "estimator": "base",
-    "reduction": "sum",
-    "split": "test",
-    "answer_space_k": 0,
+    "estimator": BASELINE,
+    "reduction": headline_reductions()[BASELINE],
+    "split": HEADLINE_SPLIT,
+    "answer_space_k": FULL_ANSWER_SPACE,
     "scope": "all",
-    "metric": "accuracy",
+    "metric": metric_for("correctness"),
 }
 # What identifies one number of one model in the metrics table.
 METRIC_KEYS = (
@@ -164,10 +167,10 @@ def model_families_by_file(scores: Iterable[pl.LazyFrame]) -> dict[str, str]:
 def family_comparison(metrics: pl.DataFrame, families: Mapping[str, str]) -> FamilyComparison:
     """Causal vs masked models, pair by pair, on every metric both models of a pair have.
 
-    `metrics`: the metrics tables of all models stacked (the metrics asset's columns);
-    `families`: model id → "clm" or "mlm" (model_families). Models are paired with
-    pair_models_by_accuracy on PAIRING: Base's test-split accuracy under reduction "sum", scope
-    "all", answer_space_k 0. Then, per pair and per (estimator, reduction, split, answer_space_k,
+    `metrics`: the metrics tables of all models stacked (the metrics asset's columns); `families`:
+    model id → "clm" or "mlm" (model_families). Models are paired with pair_models_by_accuracy on
+    PAIRING: Base's test-split accuracy under its headline reduction ("sum"), scope "all",
+    answer_space_k 0. Then, per pair and per (estimator, reduction, split, answer_space_k,
     answer_space_draw, scope, scope_value, metric) that BOTH models have (an inner join: a relation
     only one of them was scored on is left out): causal_value, masked_value, masked_minus_causal
     (masked − causal: positive means the masked model scores higher, better or worse as

@@ -43,22 +43,13 @@ import numpy as np
 import polars as pl
 
 from kcal_pipeline.estimation.registry import HEADLINE_SPLIT
-from kcal_pipeline.evaluation.bootstrap import (
-    LEVEL,
-    N_RESAMPLES,
-    ScopeResamples,
-    batched_metrics,
-    bias_corrected_interval,
-    bootstrap_intervals,
-    resample_plan,
-)
-from kcal_pipeline.evaluation.registry import (
-    GROUP,
-    OUTPUT_SCHEMA,
-    SCOPE_KEY_SCHEMA,
-    compute_metrics,
-    with_group_numbers,
-)
+from kcal_pipeline.evaluation.bootstrap import bootstrap_intervals
+from kcal_pipeline.evaluation.engine import compute_metrics
+from kcal_pipeline.evaluation.intervals import LEVEL, bias_corrected_interval
+from kcal_pipeline.evaluation.registry import OUTPUT_SCHEMA, SCOPE_KEY_SCHEMA
+from kcal_pipeline.evaluation.resampled_metrics import batched_metrics
+from kcal_pipeline.evaluation.resamples import N_RESAMPLES, ScopeResamples, resample_plan
+from kcal_pipeline.evaluation.samples import GROUP, with_group_numbers
 from kcal_pipeline.evaluation.scopes import (
     MACE_DOMAIN,
     attach_attributes,

@@ -17,8 +17,6 @@ from kcal_pipeline.estimation.registry import (
 from kcal_pipeline.evaluation.bias import attach_gold_ids
 from kcal_pipeline.evaluation.bootstrap import (
     INTERVAL_METRICS,
-    LEVEL,
-    N_RESAMPLES,
     PAIRED_SCHEMA,
     ResampledValues,
     bootstrap_intervals,
@@ -27,14 +25,16 @@ from kcal_pipeline.evaluation.bootstrap import (
 from kcal_pipeline.evaluation.bootstrap import OUTPUT_SCHEMA as BOOTSTRAP_SCHEMA
 from kcal_pipeline.evaluation.consistency import compute_consistency
 from kcal_pipeline.evaluation.curves import compute_curves
-from kcal_pipeline.evaluation.families import METRIC_KEYS
-from kcal_pipeline.evaluation.registry import (
-    OUTPUT_SCHEMA,
+from kcal_pipeline.evaluation.engine import (
     THRESHOLDS_SCHEMA,
     compute_metrics,
     compute_template_metrics,
     tuned_thresholds,
 )
+from kcal_pipeline.evaluation.families import METRIC_KEYS
+from kcal_pipeline.evaluation.intervals import LEVEL
+from kcal_pipeline.evaluation.registry import OUTPUT_SCHEMA
+from kcal_pipeline.evaluation.resamples import N_RESAMPLES
 from kcal_pipeline.evaluation.scopes import attach_attributes
 
 # Bootstrap intervals and paired differences are resampled on the full answer spaces only: the
@@ -103,7 +103,7 @@ def metrics_table(
 
 def _containing(value: str) -> list[pl.Expr]:
     """ci_low, ci_high moved to `value` where it lies outside by a last bit: the intervals contain
-    the registered metric (bootstrap.bias_corrected_interval), which the table's batched value
+    the registered metric (intervals.bias_corrected_interval), which the table's batched value
     equals up to summation order (ACE: 1 ulp on a demo store)."""
     v, defined = pl.col(value), pl.col(value).is_not_nan()
     return [

@@ -17,13 +17,13 @@ import polars as pl
 
 from kcal_pipeline.core.storage import write_text_atomic
 from kcal_pipeline.estimation.registry import (
-    ESTIMATORS,
     FULL_ANSWER_SPACE,
     HEADLINE_SPLIT,
     summary_estimators,
 )
 from kcal_pipeline.evaluation.calibration import BINNING
 from kcal_pipeline.evaluation.registry import METRICS, summary_metrics
+from kcal_pipeline.reporting.selection import at_headline_reduction
 
 LEGEND = "; ".join(f"{METRICS[m].label}: {text}" for m, text in BINNING.items())
 
@@ -40,18 +40,9 @@ def _fmt(value: object) -> str:
     return str(value)
 
 
-def _label(estimator: str) -> str:
-    spec = ESTIMATORS.get(estimator)
-    return spec.label if spec else estimator
-
-
 def _headline(metrics: pl.DataFrame, estimator: str) -> pl.DataFrame:
-    """Rows of one estimator under its headline (first) reduction."""
-    rows = metrics.filter(pl.col("estimator") == estimator)
-    spec = ESTIMATORS.get(estimator)
-    if spec and "reduction" in rows.columns and rows["reduction"].null_count() < rows.height:
-        rows = rows.filter(pl.col("reduction") == spec.reductions[0])
-    return rows
+    """Rows of one estimator under its headline reduction (the estimator catalog's)."""
+    return at_headline_reduction(metrics.filter(pl.col("estimator") == estimator))
 
 
 # Which metrics rows a summary column reads: the headline template (scopes all and relation), or

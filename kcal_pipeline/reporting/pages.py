@@ -151,6 +151,17 @@ def model_page(
     `generation` (issue 33) adds the "generation" section after the gold-count one; without it the
     page is exactly what it was before that section existed."""
     figures = model_figures(metrics, curves, templates, consistency)
+    sections = [
+        *table_sections(summary, metrics, meta),
+        *figure_sections(figures, generation),
+        EVERY_NUMBER,
+    ]
+    return page(f"kcal calibration report — {meta.get('model_id', '')}", sections)
+
+
+def table_sections(summary: pl.DataFrame, metrics: pl.DataFrame, meta: dict) -> list[Section]:
+    """The page's tables: the run, the summary, the main estimators' intervals, accuracy by split and
+    (where the store has them) the answer-space subsamples."""
     columns = "".join(
         f"<li><b>{esc(m.name)}</b>: {esc(first_line(m.fn.__doc__))}</li>" for m in summary_metrics()
     )
@@ -195,7 +206,13 @@ def model_page(
                 "table",
             )
         )
-    sections += [
+    return sections
+
+
+def figure_sections(figures: dict[str, Figure | str], generation: GenerationReport | None) -> list[Section]:
+    """The page's figures (model_figures'), each with the note that says what it shows; the
+    generation section, where there is one, after the gold-count figure."""
+    return [
         figure_section(
             "reliability",
             "Reliability diagrams",
@@ -252,14 +269,16 @@ def model_page(
             "instances it cuts. Table: <code>kcal sql --query options_sweep</code>.",
             figures["sweep"],
         ),
-        Section(
-            "more",
-            "Every number",
-            "This page shows a selection. Every metric of every estimator, reduction, split, answer "
-            "space and breakdown is in the metrics table: <code>kcal sql --list</code> names the report "
-            'queries, and <code>kcal sql "select * from metrics"</code> reads it all.',
-            "",
-            "text",
-        ),
     ]
-    return page(f"kcal calibration report — {meta.get('model_id', '')}", sections)
+
+
+# The last section: where every number the page leaves out is.
+EVERY_NUMBER = Section(
+    "more",
+    "Every number",
+    "This page shows a selection. Every metric of every estimator, reduction, split, answer "
+    "space and breakdown is in the metrics table: <code>kcal sql --list</code> names the report "
+    'queries, and <code>kcal sql "select * from metrics"</code> reads it all.',
+    "",
+    "text",
+)

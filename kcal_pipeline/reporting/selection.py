@@ -8,6 +8,7 @@ from collections.abc import Iterable
 
 import polars as pl
 
+from kcal_pipeline.estimation.catalog import headline_reduction, headline_reductions
 from kcal_pipeline.estimation.registry import (
     ESTIMATORS,
     FULL_ANSWER_SPACE,
@@ -44,32 +45,24 @@ def accuracy_n(rows: pl.DataFrame) -> int | None:
 
 
 def label(estimator: str) -> str:
+    """An estimator's label as the pages, tables and claims show it: its spec's; a name the
+    registry does not know as itself. The one such helper: the pages and the claims
+    (findings/core.py estimator_label) use it."""
     spec = ESTIMATORS.get(estimator)
     return spec.label if spec else estimator
 
 
-def headline_reduction(estimator: str, reductions: Iterable[str | None]) -> str | None:
-    """The reduction an estimator's headline numbers use: its spec's first; for a name the registry
-    does not know, 'sum' where it has it, else the first by name (sql/views/headline_reductions.sql).
-    None when its rows carry no reduction at all."""
-    have = sorted(r for r in reductions if r is not None)
-    if not have:
-        return None
-    spec = ESTIMATORS.get(estimator)
-    if spec is not None:
-        return spec.reductions[0]
-    return "sum" if "sum" in have else have[0]
-
-
 def at_headline_reduction(frame: pl.DataFrame, column: str = "estimator") -> pl.DataFrame:
-    """The rows of each estimator (named in `column`) under its headline reduction."""
+    """The rows of each estimator (named in `column`) under its headline reduction (the estimator
+    catalog's, estimation/catalog.py headline_reduction; sql/views/headline_reductions.sql)."""
     if "reduction" not in frame.columns or frame.is_empty():
         return frame
     have: dict[str, list[str | None]] = {}
     for estimator, reduction in frame.select(column, "reduction").unique().iter_rows():
         have.setdefault(estimator, []).append(reduction)
+    catalog = headline_reductions()
     keep = pl.DataFrame(
-        {column: list(have), "reduction": [headline_reduction(e, r) for e, r in have.items()]},
+        {column: list(have), "reduction": [headline_reduction(e, r, catalog) for e, r in have.items()]},
         schema={column: pl.String, "reduction": pl.String},
     )
     return frame.join(keep, on=[column, "reduction"], how="semi", nulls_equal=True)

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from kcal_pipeline.core.options import GenerationOptions
+from kcal_pipeline.core.options import GenerationOptions, OptionsError
 
 if TYPE_CHECKING:
     from kcal_pipeline.scoring.loaded_model import LoadedModel
@@ -74,7 +74,12 @@ def _default(field: str):
 @dataclass(frozen=True)
 class GenerationSettings:
     """How answers are drawn (defaults: the user settings', MACE's N = 10 at temperature 1, top-p
-    1); the sampler's own form of GenerationOptions, which also allows n_samples = 0 (greedy only)."""
+    1); the sampler's own form of GenerationOptions (`seed` is its generation_seed), validated by
+    GenerationOptions, the one validation of these settings (core/options.py; the Dagster resource
+    is GenerationOptions too): n_samples ≥ 1, 0 < temperature ≤ 5, 0 < top_p ≤ 1, 1 ≤
+    max_new_tokens ≤ 256, seed ≥ 0. Two values only a prompt sets pass its bounds: n_samples 0 (a
+    greedy-only prompt) and max_new_tokens above the user's cap (a prompt that gives an answer more
+    room, scoring/prompted.py: verb_topk 3 × its length + 16)."""
 
     n_samples: int = _default("n_samples")
     temperature: float = _default("temperature")
@@ -83,18 +88,20 @@ class GenerationSettings:
     seed: int = _default("generation_seed")
 
     def __post_init__(self) -> None:
-        checks = {
-            "n_samples": self.n_samples >= 0,
-            "temperature": self.temperature > 0,
-            "top_p": 0 < self.top_p <= 1,
-            "max_new_tokens": self.max_new_tokens >= 1,
-        }
-        for field, ok in checks.items():
-            if not ok:
-                raise ValueError(
-                    f"generation setting {field} = {getattr(self, field)!r}: needs n_samples ≥ 0, "
-                    "temperature > 0, 0 < top_p ≤ 1, max_new_tokens ≥ 1"
-                )
+        bounds = GenerationOptions.model_fields["max_new_tokens"].metadata
+        cap = next(b.le for b in bounds if hasattr(b, "le"))  # the user's cap on an answer's length
+        try:
+            GenerationOptions(
+                n_samples=self.n_samples or 1,  # 0: a greedy-only prompt
+                temperature=self.temperature,
+                top_p=self.top_p,
+                max_new_tokens=min(self.max_new_tokens, cap),  # a prompt may pass the user's cap
+                generation_seed=self.seed,
+            )
+        except OptionsError as error:
+            raise ValueError(
+                f"{error} (a prompt may also set n_samples 0 or max_new_tokens > {cap})"
+            ) from None
 
 
 def as_conversation(question: Question) -> list[dict[str, str]]:
@@ -250,8 +257,7 @@ def _question_batch(
     generators = [
         torch.Generator(device="cpu").manual_seed(generator_seed(settings.seed, k, prompt)) for k in keys
     ]
-    stop_mask = torch.zeros(model.config.vocab_size, dtype=torch.bool)
-    stop_mask[[i for i in stops if i < model.config.vocab_size]] = True
+    stop_mask = _stop_mask(stops, model.config.vocab_size)
     greedy_row = torch.arange(rows) % per_question == 0
     with torch.inference_mode():
         out, mask = _prefill(loaded, prompts)
@@ -262,43 +268,18 @@ def _question_batch(
         logits = out.logits[:, -1, :].float().cpu().repeat_interleave(per_question, dim=0)
         mask = mask.repeat_interleave(per_question, dim=0)
         position = mask.sum(-1)  # the next token's position in each row
-        tokens: list[list[int]] = [[] for _ in range(rows)]
-        logprob = torch.zeros(rows, dtype=torch.float64)
-        entropy = torch.zeros(rows, dtype=torch.float64)
-        stop = ["length"] * rows
-        stop_token: list[int | None] = [None] * rows
-        scored = [0] * rows
+        decoded = _Decoded(rows)
         # The rows still decoding (row numbers): a row that stopped leaves the batch and its cache,
         # so the forward runs on live rows only (verbal answers stop at very different lengths).
         active = torch.arange(rows)
         for _ in range(settings.max_new_tokens):
             log_p = torch.log_softmax(logits.double(), dim=-1)  # the model's own distribution
-            # Every question draws one uniform per sampled row and step, live or not, so a row's
-            # draws do not depend on when its siblings stopped.
-            uniforms = torch.cat(
-                [
-                    torch.cat(
-                        [torch.zeros(1, dtype=torch.float64), torch.rand(n, generator=g, dtype=torch.float64)]
-                    )
-                    for g, n in ((g, per_question - 1) for g in generators)
-                ]
-            )  # row order: each question's greedy row (no draw), then its sampled rows
+            uniforms = _step_uniforms(generators, per_question)
             chosen = log_p.argmax(dim=-1)
             sampled = ~greedy_row[active]
             if sampled.any():
                 chosen[sampled] = tokens_at(logits[sampled], settings, uniforms[active[sampled]])
-            step_entropy = -(log_p.exp() * log_p).sum(dim=-1)
-            keep = []
-            for b, row in enumerate(active.tolist()):
-                token = int(chosen[b])
-                logprob[row] += log_p[b, token]  # the stop token too: p(response, then its end)
-                entropy[row] += step_entropy[b]
-                scored[row] += 1
-                if stop_mask[token]:
-                    stop[row], stop_token[row] = "stop", token
-                    continue
-                tokens[row].append(token)
-                keep.append(b)
+            keep = decoded.record_step(active, chosen, log_p, stop_mask)
             if not keep:
                 break
             if len(keep) < len(active):
@@ -315,27 +296,87 @@ def _question_batch(
             )
             cache, logits = _cache_of(out), out.logits[:, -1, :].float().cpu()
             position = position + 1
-    result = []
-    for row in range(rows):
-        n = len(tokens[row])
-        result.append(
-            {
-                "instance_id": keys[row // per_question],
-                "prompt": prompt,
-                "sample": row % per_question,
-                "response": loaded.tokenizer.decode(tokens[row], skip_special_tokens=True).strip(),
-                "token_ids": tokens[row],
-                "n_tokens": n,
-                "n_scored": scored[row],
-                "logprob_sum": float(logprob[row]),
-                "logprob_mean": float(logprob[row]) / scored[row],
-                "entropy_mean": float(entropy[row]) / scored[row],
-                "stop": stop[row],
-                "stop_token": stop_token[row],
-                "p_true": None,
-            }
-        )
-    return result
+    return decoded.rows(loaded, keys, per_question, prompt)
+
+
+def _stop_mask(stops: set[int], vocab_size: int):
+    """A boolean per vocabulary entry: True for the stop tokens (those inside the vocabulary)."""
+    import torch
+
+    stop_mask = torch.zeros(vocab_size, dtype=torch.bool)
+    stop_mask[[i for i in stops if i < vocab_size]] = True
+    return stop_mask
+
+
+def _step_uniforms(generators, per_question: int):
+    """One step's uniforms, one per row: 0 for each question's greedy row (no draw), then one draw
+    per sampled row from the question's generator. Every question draws for all its sampled rows,
+    live or not, so a row's draws do not depend on when its siblings stopped."""
+    import torch
+
+    greedy = torch.zeros(1, dtype=torch.float64)
+    return torch.cat(
+        [
+            torch.cat([greedy, torch.rand(per_question - 1, generator=g, dtype=torch.float64)])
+            for g in generators
+        ]
+    )
+
+
+class _Decoded:
+    """Each row's decoding so far: its tokens, the sums of log p and entropy over its scored steps
+    (the stop token's step too), their count, and why it ended ("length" until a stop token)."""
+
+    def __init__(self, rows: int):
+        import torch
+
+        self.tokens: list[list[int]] = [[] for _ in range(rows)]
+        self.logprob = torch.zeros(rows, dtype=torch.float64)
+        self.entropy = torch.zeros(rows, dtype=torch.float64)
+        self.stop = ["length"] * rows
+        self.stop_token: list[int | None] = [None] * rows
+        self.scored = [0] * rows
+
+    def record_step(self, active, chosen, log_p, stop_mask) -> list[int]:
+        """Add each live row's chosen token (`active`: the row numbers of the batch, `log_p`: its
+        log-probabilities); returns the batch positions of the rows that go on (no stop token)."""
+        step_entropy = -(log_p.exp() * log_p).sum(dim=-1)
+        keep = []
+        for b, row in enumerate(active.tolist()):
+            token = int(chosen[b])
+            self.logprob[row] += log_p[b, token]  # the stop token too: p(response, then its end)
+            self.entropy[row] += step_entropy[b]
+            self.scored[row] += 1
+            if stop_mask[token]:
+                self.stop[row], self.stop_token[row] = "stop", token
+                continue
+            self.tokens[row].append(token)
+            keep.append(b)
+        return keep
+
+    def rows(self, loaded: LoadedModel, keys: list[str], per_question: int, prompt: str) -> list[dict]:
+        """One SCHEMA row per decoded row: question `keys[row // per_question]`, sample
+        `row % per_question` (0: greedy)."""
+        result = []
+        for row, tokens in enumerate(self.tokens):
+            result.append(
+                {
+                    "instance_id": keys[row // per_question],
+                    "prompt": prompt,
+                    "sample": row % per_question,
+                    "response": loaded.tokenizer.decode(tokens, skip_special_tokens=True).strip(),
+                    "token_ids": tokens,
+                    "n_tokens": len(tokens),
+                    "n_scored": self.scored[row],
+                    "logprob_sum": float(self.logprob[row]),
+                    "logprob_mean": float(self.logprob[row]) / self.scored[row],
+                    "entropy_mean": float(self.entropy[row]) / self.scored[row],
+                    "stop": self.stop[row],
+                    "stop_token": self.stop_token[row],
+                    "p_true": None,
+                }
+            )
+        return result
 
 
 def _cache_argument(model) -> str:

@@ -16,7 +16,7 @@ import polars as pl
 
 from kcal_pipeline.core.progress import ProgressMeter
 from kcal_pipeline.core.storage import partition_path
-from kcal_pipeline.scoring.checkpoints import discard, partition_dir, score_in_chunks
+from kcal_pipeline.scoring.checkpoints import ChunkReport, discard, partition_dir, score_in_chunks
 
 if TYPE_CHECKING:
     from kcal_pipeline.core.options import ScoringOptions
@@ -68,19 +68,44 @@ def score_partition(
     """
     # torch comes in here, not at import: the code location (every kcal command, run worker and
     # UI process) imports this module and most never score (2 s of a 5 s import).
-    from kcal_pipeline.scoring.engine import (
-        fingerprint,
-        refuse_native_dropout,
-        score_statements,
-        scorer_for,
-        scoring_choices,
-    )
-    from kcal_pipeline.scoring.stochastic import dropout_plan
+    from kcal_pipeline.scoring.engine import fingerprint
 
     print_ = log or (lambda _: None)
     fp = fingerprint(loaded, statements, options)
     stored = partition_path(Path(home), TABLE, {"model": loaded.key, "relation": relation})
     previous = _stored_with(stored, fp)
+    meta = _partition_meta(loaded, statements, options, fp)
+    directory = checkpoint_dir(home, loaded.key, relation)
+    if previous is not None:
+        discard(directory)  # the stored file already holds these scores: leftovers are redundant
+        print_(f"{relation}: scores are up to date (fingerprint {fp}); nothing rescored")
+        # a partition stored before the kind was recorded gets it here, without rescoring
+        previous = _with_kind(previous.drop(KIND_COLUMN, strict=False), loaded.kind)
+        return PartitionScores(
+            previous, {**meta, "rescored": False, "tokens": int(previous["n_tokens"].sum())}
+        )
+    _say_scoring_choices(loaded, options, relation, print_)
+    meter = ProgressMeter(f"scoring {loaded.key} × {relation} ({meta['scorer']}):", log=print_, stream=stream)
+    started = time.perf_counter()
+    scores, report = _score_resumably(loaded, statements, options, directory, fp, chunk_size, meter)
+    elapsed = time.perf_counter() - started
+    # The checkpoints stay until the final file is stored: the IO manager discards them after the write.
+    if report.resumed:
+        print_(f"{relation}: resumed {report.resumed} of {report.chunks} chunks from an interrupted run")
+    frame = pl.concat(
+        [statements.select(CARRIED), scores.drop("statement_id", strict=False)], how="horizontal"
+    ).with_columns(model_id=pl.lit(model_id), **{FINGERPRINT_COLUMN: pl.lit(fp)})
+    frame = _with_kind(frame, loaded.kind)
+    return PartitionScores(frame, _rescored_meta(meta, frame, report, elapsed, directory, loaded, options))
+
+
+def _partition_meta(loaded: LoadedModel, statements: pl.DataFrame, options: ScoringOptions, fp: str) -> dict:
+    """What any partition's metadata says, rescored or not: statements, device, dtype, revision,
+    scorer, fingerprint and the dropout and subject mask used. Refuses dropout on a model without
+    dropout and without a rate, before any work."""
+    from kcal_pipeline.scoring.engine import refuse_native_dropout, scorer_for
+    from kcal_pipeline.scoring.stochastic import dropout_plan
+
     scorer_name, _ = scorer_for(loaded, options)
     meta = {
         "statements": statements.height,
@@ -98,22 +123,37 @@ def score_partition(
         meta["subject_mask"] = (
             "mask tokens" if loaded.kind == "mlm" else f"placeholder {options.placeholder!r}"
         )
-    directory = checkpoint_dir(home, loaded.key, relation)
-    if previous is not None:
-        discard(directory)  # the stored file already holds these scores: leftovers are redundant
-        print_(f"{relation}: scores are up to date (fingerprint {fp}); nothing rescored")
-        # a partition stored before the kind was recorded gets it here, without rescoring
-        previous = _with_kind(previous.drop(KIND_COLUMN, strict=False), loaded.kind)
-        return PartitionScores(
-            previous, {**meta, "rescored": False, "tokens": int(previous["n_tokens"].sum())}
-        )
+    return meta
+
+
+def _say_scoring_choices(
+    loaded: LoadedModel, options: ScoringOptions, relation: str, print_: Callable[[str], None]
+) -> None:
+    """Log a scoring engine that does not give float32 scores (on every partition it scores), or
+    else the prefix-packing decision of a causal LM on the fast path."""
+    from kcal_pipeline.scoring.engine import scoring_choices
+
     choices = scoring_choices(loaded, options)
     if "engine" in choices:  # not float32 scores: say so on every partition it scores
         print_(f"{relation}: {choices['engine']}")
     elif loaded.kind == "clm" and options.fast_path:
         print_(f"{relation}: {choices['packing']}")
-    meter = ProgressMeter(f"scoring {loaded.key} × {relation} ({scorer_name}):", log=print_, stream=stream)
-    started = time.perf_counter()
+
+
+def _score_resumably(
+    loaded: LoadedModel,
+    statements: pl.DataFrame,
+    options: ScoringOptions,
+    directory: Path,
+    fp: str,
+    chunk_size: int,
+    meter: ProgressMeter,
+) -> tuple[pl.DataFrame, ChunkReport]:
+    """Score the statements in checkpointed chunks (resuming from the chunks an interrupted run left
+    in `directory`), the meter counting statements within and across chunks. Returns
+    score_in_chunks' scores and report."""
+    from kcal_pipeline.scoring.engine import score_statements
+
     position = [0]  # statements before the chunk being scored
 
     def score_chunk(chunk: pl.DataFrame) -> pl.DataFrame:
@@ -126,34 +166,38 @@ def score_partition(
         position[0] = done
         meter(done, total)
 
-    scores, report = score_in_chunks(
+    return score_in_chunks(
         statements, score_chunk, directory, fp, chunk_size=chunk_size, on_chunk=after_chunk
     )
-    elapsed = time.perf_counter() - started
-    # The checkpoints stay until the final file is stored: the IO manager discards them after the write.
-    if report.resumed:
-        print_(f"{relation}: resumed {report.resumed} of {report.chunks} chunks from an interrupted run")
-    frame = pl.concat(
-        [statements.select(CARRIED), scores.drop("statement_id", strict=False)], how="horizontal"
-    ).with_columns(model_id=pl.lit(model_id), **{FINGERPRINT_COLUMN: pl.lit(fp)})
-    frame = _with_kind(frame, loaded.kind)
+
+
+def _rescored_meta(
+    meta: dict,
+    frame: pl.DataFrame,
+    report: ChunkReport,
+    elapsed: float,
+    directory: Path,
+    loaded: LoadedModel,
+    options: ScoringOptions,
+) -> dict:
+    """The metadata of a partition scored in this run: `meta` with its tokens, chunks (resumed
+    ones too), time and rates, checkpoint folder and the scoring choices."""
+    from kcal_pipeline.scoring.engine import scoring_choices
+
     share = report.scored / max(report.chunks, 1)  # rates count this run's work, not resumed chunks
     tokens = int(frame["n_tokens"].sum())
-    return PartitionScores(
-        frame,
-        {
-            **meta,
-            "rescored": True,
-            "tokens": tokens,
-            "chunks": report.chunks,
-            "chunks_resumed": report.resumed,
-            "seconds": round(elapsed, 1),
-            "statements_per_s": round(statements.height * share / max(elapsed, 1e-9), 1),
-            "tokens_per_s": round(tokens * share / max(elapsed, 1e-9), 1),
-            "checkpoints": str(directory),
-            **scoring_choices(loaded, options),
-        },
-    )
+    return {
+        **meta,
+        "rescored": True,
+        "tokens": tokens,
+        "chunks": report.chunks,
+        "chunks_resumed": report.resumed,
+        "seconds": round(elapsed, 1),
+        "statements_per_s": round(meta["statements"] * share / max(elapsed, 1e-9), 1),
+        "tokens_per_s": round(tokens * share / max(elapsed, 1e-9), 1),
+        "checkpoints": str(directory),
+        **scoring_choices(loaded, options),
+    }
 
 
 def _with_kind(frame: pl.DataFrame, kind: str) -> pl.DataFrame:

@@ -7,5 +7,5 @@ SELECT model_id, reduction, estimator_a AS estimator, estimator_b AS minus, metr
        round(difference, 4) AS difference, round(ci_low, 4) AS ci_low, round(ci_high, 4) AS ci_high,
        (ci_low > 0 OR ci_high < 0) AS supported
 FROM metric_differences
-WHERE split = 'test' AND answer_space_k = 0 AND scope = 'all'
+WHERE split = 'test' AND full_answer_space(answer_space_k) AND scope = 'all'
 ORDER BY model_id, reduction, estimator_a, metric;

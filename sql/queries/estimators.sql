@@ -10,7 +10,7 @@ WITH headline AS (
     SELECT m.model_id, m.estimator, m.reduction, c.role, m.value, m.n
     FROM metrics AS m
     JOIN metric_catalog AS c ON c.name = m.metric
-    WHERE m.split = 'test' AND m.answer_space_k = 0 AND m.scope = 'all'
+    WHERE m.split = 'test' AND full_answer_space(m.answer_space_k) AND m.scope = 'all'
 ),
 kinds AS (
     SELECT DISTINCT s.model_id, s.estimator, s.family, e.output_kind

@@ -15,7 +15,7 @@ SELECT causal_model_id, masked_model_id, round(accuracy_gap, 4) AS accuracy_gap,
        CASE WHEN masked_ci_low IS NOT NULL
             THEN printf('[%.3f, %.3f]', masked_ci_low, masked_ci_high) END AS masked_ci
 FROM family_comparison
-WHERE split = 'test' AND answer_space_k = 0 AND scope = 'all'
+WHERE split = 'test' AND full_answer_space(answer_space_k) AND scope = 'all'
   AND metric IN (SELECT name FROM metric_catalog WHERE headline)
   AND estimator IN (SELECT name FROM estimator_catalog WHERE main)
 ORDER BY accuracy_gap, causal_model_id, estimator, reduction, metric;

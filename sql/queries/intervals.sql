@@ -11,7 +11,7 @@ WITH overall AS (
     FROM metrics AS m
     JOIN metric_catalog AS c ON c.name = m.metric
     JOIN estimator_catalog AS e ON e.name = m.estimator
-    WHERE m.split = 'test' AND m.answer_space_k = 0 AND m.scope = 'all' AND e.main
+    WHERE m.split = 'test' AND full_answer_space(m.answer_space_k) AND m.scope = 'all' AND e.main
       AND c.role IN ('correctness', 'calibration', 'proper_score', 'ranking')
 )
 SELECT model_id, estimator, reduction, max(n) AS instances,

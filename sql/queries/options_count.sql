@@ -12,7 +12,7 @@
 WITH rows AS (
     SELECT m.model_id, m.estimator, m.reduction, m.answer_space_k, m.answer_space_draw, c.role,
            m.value, m.n,
-           CASE WHEN m.answer_space_k = 0 THEN 'full' ELSE 'subsample' END AS answer_space,
+           CASE WHEN full_answer_space(m.answer_space_k) THEN 'full' ELSE 'subsample' END AS answer_space,
            CASE WHEN m.scope = 'n_options' THEN CAST(m.scope_value AS INTEGER) END AS options
     FROM metrics AS m
     JOIN headline_reductions AS r USING (model_id, estimator, reduction)

@@ -19,14 +19,17 @@ WITH rows AS (
     WHERE m.split = 'test' AND m.scope = 'all' AND c.role IN ('calibration', 'correctness', 'confidence_level')
 ),
 swept AS (
-    SELECT DISTINCT model_id, estimator FROM rows WHERE answer_space_k > 0 AND role = 'calibration'
+    SELECT DISTINCT model_id, estimator
+    FROM rows
+    WHERE NOT full_answer_space(answer_space_k) AND role = 'calibration'
 ),
 families AS (
     SELECT DISTINCT model_id, estimator, family FROM estimator_status
 )
 SELECT model_id, f.family, estimator, reduction,
-       CASE WHEN answer_space_k = 0 THEN 'full' ELSE CAST(answer_space_k AS VARCHAR) END AS answer_space,
-       NULLIF(answer_space_k, 0)                                                    AS k,
+       CASE WHEN full_answer_space(answer_space_k) THEN 'full'
+            ELSE CAST(answer_space_k AS VARCHAR) END                                AS answer_space,
+       CASE WHEN NOT full_answer_space(answer_space_k) THEN answer_space_k END      AS k,
        count(DISTINCT answer_space_draw)                                            AS draws,
        max(n)                                                                       AS instances,
        round(avg(value) FILTER (WHERE role = 'calibration'), 4)                AS ace,
@@ -39,4 +42,4 @@ FROM rows
 JOIN swept USING (model_id, estimator)
 LEFT JOIN families AS f USING (model_id, estimator)
 GROUP BY model_id, f.family, estimator, reduction, answer_space_k
-ORDER BY model_id, f.family, estimator, reduction, answer_space_k = 0, answer_space_k;
+ORDER BY model_id, f.family, estimator, reduction, full_answer_space(answer_space_k), answer_space_k;

@@ -4,14 +4,14 @@
 -- spaces. instances, accuracy and Brier (probability-valued estimators only; NULL for score-valued
 -- ones) on the headline template, and acc_mean_t, the accuracy averaged over the relation's
 -- curated templates (BEAR's way; NULL for instance-grain estimators).
--- Equal to the `metrics` table (split 'test', answer_space_k 0, scopes 'relation' and
--- 'relation_template_mean'); the integration test checks that.
+-- Equal to the `metrics` table (split 'test', full_answer_space(answer_space_k), scopes
+-- 'relation' and 'relation_template_mean'); the integration test checks that.
 WITH per_template AS (
     SELECT e.model_id, e.relation_id, e.estimator, e.reduction, e.template_id,
            avg(CAST(e.correct AS DOUBLE)) AS accuracy
     FROM estimates AS e
     JOIN templates AS t USING (relation_id, template_id)
-    WHERE t.kind = 'curated' AND e.split = 'test' AND e.answer_space_k = 0
+    WHERE t.kind = 'curated' AND e.split = 'test' AND full_answer_space(e.answer_space_k)
     GROUP BY ALL
 ),
 template_mean AS (

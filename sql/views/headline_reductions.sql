@@ -1,10 +1,15 @@
--- The reduction each estimator's headline numbers use (METHODS §1): 'sum', the default, wherever
--- the estimator runs under it, else the one it runs under (the MACE estimators: 'answer_sum', the
--- answer's probability given the question). The same choice as the report's (its spec's first
--- reduction); a test checks the two agree. One row per model and estimator.
--- Needs the metrics view.
+-- The reduction each estimator's headline numbers use (METHODS §1): the estimator catalog's
+-- headline_reduction (its spec's first: 'sum', or for the MACE estimators 'answer_sum', the
+-- answer's probability given the question), the one source this view and the Python code
+-- (estimation/catalog.py headline_reduction) read. Where an estimator's rows lack it (a name the
+-- catalog does not know), 'sum' (a spec's default) where it has it, else the first by name; tests
+-- check the view and the Python rule agree. One row per model and estimator.
+-- Needs the metrics and estimator_catalog views.
 CREATE OR REPLACE VIEW headline_reductions AS
-SELECT model_id, estimator,
-       coalesce(min(reduction) FILTER (WHERE reduction = 'sum'), min(reduction)) AS reduction
-FROM metrics
-GROUP BY model_id, estimator;
+SELECT m.model_id, m.estimator,
+       coalesce(min(m.reduction) FILTER (WHERE m.reduction = c.headline_reduction),
+                min(m.reduction) FILTER (WHERE m.reduction = 'sum'),
+                min(m.reduction)) AS reduction
+FROM metrics AS m
+LEFT JOIN estimator_catalog AS c ON c.name = m.estimator
+GROUP BY m.model_id, m.estimator;

@@ -194,7 +194,11 @@ def test_demo_flags_are_the_option_fields():
         (["--dropout-passes", "-2"], "scoring setting dropout_passes=-2"),
         (["--dropout-rate", "1.5", "--n-negatives", "0"], "n_negatives=0"),
         (["--relation", "P36", "--relation", "P999"], "--relation P999: not in the catalog; known: P36,"),
-        (["--model", "nobody/none"], "--model nobody/none: not registered; registered: HuggingFaceTB--"),
+        (
+            ["--model", "nobody/none"],
+            "--model nobody/none: not registered; registered (id or key): "
+            "HuggingFaceTB/SmolLM2-135M-Instruct (HuggingFaceTB--SmolLM2-135M-Instruct)",
+        ),
     ],
 )
 def test_demo_refuses_bad_settings_before_any_work(tmp_path, args, needle):
@@ -219,3 +223,15 @@ def test_a_bad_reports_port_stops_the_demo_before_any_work(tmp_path, monkeypatch
     assert f"KCAL_REPORTS_PORT={value!r}: not a port number (1-65535)" in result.stderr
     assert "Traceback" not in result.stderr
     assert {p: (p.stat().st_size, p.stat().st_mtime_ns) for p in home.rglob("*")} == before  # no file changed
+
+
+def test_a_model_is_named_by_its_hub_id_or_its_key(tmp_path):
+    """`--model` takes what users type: `models add/remove` take the id, the registry both."""
+    from assets.runner import check_run
+    from kcal_pipeline.scoring.models import DEFAULT_MODEL
+
+    key, hub_id = DEFAULT_MODEL.key, DEFAULT_MODEL.id
+    assert check_run(tmp_path, [hub_id], ["P36"]) == ([key], ["P36"])
+    assert check_run(tmp_path, [key, hub_id], ["P36"]) == ([key], ["P36"])  # one model, named twice
+    with pytest.raises(KeyError, match=r"--model lab/none: not registered; registered \(id or key\)"):
+        check_run(tmp_path, ["lab/none"], ["P36"])

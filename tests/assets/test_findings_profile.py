@@ -77,7 +77,7 @@ def test_an_up_to_date_rerun_keeps_the_earlier_build_time(tmp_path):
 
 
 def test_the_profile_lives_under_kcal_home_unless_a_directory_is_given(tmp_path, monkeypatch):
-    from assets.cli import profile_root
+    from assets.cli_findings import profile_root
 
     monkeypatch.setenv("KCAL_HOME", str(tmp_path / "home"))
     assert profile_root(build_parser().parse_args(["findings"])) == tmp_path / "home" / "findings"
@@ -88,7 +88,7 @@ def test_the_profile_lives_under_kcal_home_unless_a_directory_is_given(tmp_path,
 
 
 def test_a_checkout_with_changes_is_refused_unless_allowed(tmp_path, monkeypatch, capsys):
-    import assets.cli as cli
+    import assets.cli_findings as cli
     from kcal_pipeline.reporting import findings
 
     monkeypatch.setattr(findings, "kcal_commit", lambda root=None: "abc123+changes")

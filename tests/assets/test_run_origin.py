@@ -11,7 +11,8 @@ from dagster._core.workspace.load_target import WorkspaceFileTarget
 from dagster_graphql.test.utils import execute_dagster_graphql
 
 from assets.jobs import CODE_LOCATION, IN_CODE_LOCATION, REPOSITORY
-from assets.runner import code_location_origin, get_instance, run_stage
+from assets.run_records import code_location_origin
+from assets.runner import get_instance, run_stage
 from assets.ui import WORKSPACE
 from resources import default_resources
 

@@ -24,20 +24,17 @@ from kcal_pipeline.dataset.instances.probe import (
 from kcal_pipeline.dataset.instances.quality import quality_report
 from kcal_pipeline.dataset.instances.relation_probe import curated_and_variants, run_templates
 from kcal_pipeline.dataset.relations import RelationSpec, load_catalog, merge_catalogs, parse_entry
-from kcal_pipeline.dataset.sources.bear import (
-    BearFormatError,
+from kcal_pipeline.dataset.sources.bear.catalog import (
     catalog_entries,
     catalog_toml,
-    dropped_frame,
-    facts_frame,
-    import_bear,
-    read_bear,
-    split_stored,
-    split_templates,
     toml_string,
-    with_templates_file,
     write_catalog_toml,
 )
+from kcal_pipeline.dataset.sources.bear.importing import import_bear
+from kcal_pipeline.dataset.sources.bear.parsed import BearFormatError
+from kcal_pipeline.dataset.sources.bear.reading import read_bear
+from kcal_pipeline.dataset.sources.bear.tables import dropped_frame, facts_frame, split_stored
+from kcal_pipeline.dataset.sources.bear.templates_file import split_templates, with_templates_file
 from kcal_pipeline.dataset.sources.facts import relation_facts
 from kcal_pipeline.dataset.templates import TemplateError, marker_variant_of
 

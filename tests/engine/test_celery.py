@@ -9,7 +9,7 @@ import pytest
 from dagster import DagsterEventType
 from dagster._core.events import EngineEventData
 
-from assets.engine import SCORING_QUEUE
+from assets.instance import SCORING_QUEUE
 from tests.engine.conftest import RELATIONS, TABLES, forget, partition_keys, rows, run_on_celery
 
 pytestmark = pytest.mark.integration

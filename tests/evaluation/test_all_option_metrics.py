@@ -19,7 +19,8 @@ import pytest
 from sklearn.metrics import brier_score_loss, mean_squared_error
 
 from kcal_pipeline.evaluation import METRICS, compute_metrics
-from kcal_pipeline.evaluation.bootstrap import bootstrap_intervals, resample_plan
+from kcal_pipeline.evaluation.bootstrap import bootstrap_intervals
+from kcal_pipeline.evaluation.resamples import resample_plan
 from kcal_pipeline.evaluation.tables import metrics_and_differences
 from tests.evaluation.test_bootstrap import slow_bc
 

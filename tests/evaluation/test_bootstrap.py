@@ -13,19 +13,14 @@ from hypothesis import strategies as st
 
 from kcal_pipeline.evaluation import METRICS, bootstrap
 from kcal_pipeline.evaluation.bootstrap import (
-    BATCHED,
     DEFAULT_METRICS,
-    PAD,
     ResampledValues,
-    batched_metrics,
-    bias_corrected_interval,
     bootstrap_intervals,
-    clustered_resamples,
-    instance_resamples,
     paired_differences,
-    percentile_interval,
-    resample_plan,
 )
+from kcal_pipeline.evaluation.intervals import bias_corrected_interval, percentile_interval
+from kcal_pipeline.evaluation.resampled_metrics import BATCHED, batched_metrics
+from kcal_pipeline.evaluation.resamples import PAD, clustered_resamples, instance_resamples, resample_plan
 from kcal_pipeline.evaluation.segments import row_percentiles
 
 
@@ -154,7 +149,7 @@ def test_batched_equals_registered_metric_per_resample(metric):
 
 def test_batched_metrics_on_distinct_scores_and_small_chunks(monkeypatch):
     # unbounded scores (AUROC/AURC/accuracy accept them) and a chunk of a few resamples at a time
-    monkeypatch.setattr(bootstrap, "_CHUNK_CELLS", 300)
+    monkeypatch.setattr("kcal_pipeline.evaluation.resampled_metrics._CHUNK_CELLS", 300)
     rng = np.random.default_rng(5)
     c = rng.normal(size=90) * 10
     y = rng.random(90) < 0.5
@@ -491,7 +486,7 @@ def test_shared_values_refuse_other_resamples():
 
 
 def _with_points(frame: pl.DataFrame, intervals: pl.DataFrame) -> pl.DataFrame:
-    from kcal_pipeline.evaluation.registry import compute_metrics
+    from kcal_pipeline.evaluation.engine import compute_metrics
     from kcal_pipeline.evaluation.tables import INTERVAL_KEYS
 
     point = compute_metrics(frame, scopes=["all", "relation"])

@@ -10,16 +10,14 @@ import pytest
 
 from kcal_pipeline.estimation import partition_cubes
 from kcal_pipeline.estimation.registry import compute_estimate_tables
-from kcal_pipeline.evaluation.consistency import (
-    CONSISTENCY_SCHEMA,
-    DEGENERATE_SHARE,
+from kcal_pipeline.evaluation.consistency import CONSISTENCY_SCHEMA, compute_consistency, seed_spread
+from kcal_pipeline.evaluation.consistency_measures import (
     FALLBACK_THRESHOLD,
-    compute_consistency,
     consistency_measures,
-    seed_spread,
-    setup_rows,
     tune_threshold,
 )
+from kcal_pipeline.evaluation.consistency_setups import setup_rows
+from kcal_pipeline.evaluation.decisions import DEGENERATE_SHARE
 
 NAN = float("nan")
 

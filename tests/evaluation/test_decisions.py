@@ -13,13 +13,8 @@ from hypothesis import strategies as st
 from kcal_pipeline.estimation.marginal import OPTION_ESTIMATES_SCHEMA
 from kcal_pipeline.evaluation import compute_metrics, compute_template_metrics
 from kcal_pipeline.evaluation.decisions import DEGENERATE_SHARE, f1, fpr, precision, recall, tune_f1
-from kcal_pipeline.evaluation.registry import (
-    METRICS,
-    THRESHOLDS_SCHEMA,
-    TunedThreshold,
-    register,
-    tuned_thresholds,
-)
+from kcal_pipeline.evaluation.engine import THRESHOLDS_SCHEMA, tuned_thresholds
+from kcal_pipeline.evaluation.registry import METRICS, TunedThreshold, register
 
 DECISION_METRICS = [
     f"{prefix}{name}_{suffix}"

@@ -7,13 +7,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from kcal_pipeline.evaluation.bootstrap import (
-    N_RESAMPLES,
-    bias_corrected_interval,
-    bootstrap_intervals,
-    instance_resamples,
-    relation_seed,
-)
+from kcal_pipeline.evaluation.bootstrap import bootstrap_intervals
 from kcal_pipeline.evaluation.generation import (
     ANSWERED_SHARE,
     COVERAGE_ESTIMATOR,
@@ -26,6 +20,8 @@ from kcal_pipeline.evaluation.generation import (
     coverage_metrics,
     generation_metrics,
 )
+from kcal_pipeline.evaluation.intervals import bias_corrected_interval
+from kcal_pipeline.evaluation.resamples import N_RESAMPLES, instance_resamples, relation_seed
 
 RELATIONS = pl.DataFrame({"relation_id": ["mace-award", "mace-river"], "domain": ["mace", "mace"]})
 # (relation, instance, n_gold, split)

@@ -10,12 +10,8 @@ from hypothesis import strategies as st
 
 from kcal_pipeline.evaluation import METRICS, compute_curves, compute_metrics
 from kcal_pipeline.evaluation.calibration import calibration_curve
-from kcal_pipeline.evaluation.registry import (
-    OUTPUT_SCHEMA,
-    compute_template_metrics,
-    register,
-    summary_metrics,
-)
+from kcal_pipeline.evaluation.engine import compute_template_metrics
+from kcal_pipeline.evaluation.registry import OUTPUT_SCHEMA, register, summary_metrics
 
 # The registered metrics (METRICS[name]): calling one validates its inputs, then computes.
 accuracy, ace, brier, ece, aurc, auroc = (

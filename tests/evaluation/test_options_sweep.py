@@ -6,7 +6,7 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
-from kcal_pipeline.evaluation.registry import compute_metrics
+from kcal_pipeline.evaluation.engine import compute_metrics
 from kcal_pipeline.evaluation.tables import metrics_table, thresholds_table
 from kcal_pipeline.reporting.html import subsample_tables, summary_table
 

@@ -6,9 +6,9 @@ import polars as pl
 import pytest
 
 from kcal_pipeline.evaluation import compute_curves
-from kcal_pipeline.evaluation.bootstrap import PAD, Resamples, resample_plan
-from kcal_pipeline.evaluation.calibration import _bin_ids
+from kcal_pipeline.evaluation.binning import _bin_ids
 from kcal_pipeline.evaluation.curves import bin_accuracy_band
+from kcal_pipeline.evaluation.resamples import PAD, Resamples, resample_plan
 from kcal_pipeline.evaluation.tables import curves_table
 from tests.evaluation.test_bootstrap import slow_bc
 

@@ -5,7 +5,7 @@ tests pin what only a per-name stream gives: same-sized relations differ, a rena
 
 import numpy as np
 
-from kcal_pipeline.evaluation.bootstrap import instance_resamples, relation_seed, resample_plan
+from kcal_pipeline.evaluation.resamples import instance_resamples, relation_seed, resample_plan
 
 N_RESAMPLES = 50
 

@@ -7,8 +7,8 @@ import subprocess
 
 from dagster import DagsterInstance, DagsterRun, DagsterRunStatus
 
+from assets.run_records import fail_abandoned_runs
 from assets.run_tags import LEGACY_RUNNER_TAGS, RUNNER_HOST_TAG, RUNNER_PID_TAG
-from assets.runner import fail_abandoned_runs
 
 
 def started_run(instance, run_id: str, pid: int, host: str | None = None) -> None:

@@ -12,7 +12,7 @@ from assets.partitions import model_partitions, relation_partitions
 from kcal_pipeline.core.storage import BadFileError, partition_path, read_partitions, write_parquet_atomic
 from kcal_pipeline.core.warehouse import refresh_views
 from kcal_pipeline.dataset.relations import get_relation, load_catalog
-from kcal_pipeline.dataset.sources.bear import import_bear
+from kcal_pipeline.dataset.sources.bear.importing import import_bear
 from kcal_pipeline.dataset.sources.facts import relation_facts
 from kcal_pipeline.scoring.models import DEFAULT_MODEL, ModelConfigError, Registry
 from resources import default_resources

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from kcal_pipeline.core.options import OptionsError, ProbeOptions, ScoringOptions
 from kcal_pipeline.dataset.relations import parse_catalog
-from kcal_pipeline.dataset.sources.bear import import_bear
+from kcal_pipeline.dataset.sources.bear.importing import import_bear
 from tests.dataset.test_bear import write_bear
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

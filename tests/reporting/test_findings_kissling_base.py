@@ -14,7 +14,7 @@ import polars as pl
 import pytest
 from scipy import stats
 
-from kcal_pipeline.evaluation.bootstrap import instance_resamples
+from kcal_pipeline.evaluation.resamples import instance_resamples
 from kcal_pipeline.reporting import findings as fd
 from kcal_pipeline.reporting.findings import (
     CLAIMS,

@@ -15,8 +15,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from kcal_pipeline.evaluation.bootstrap import PAD, Resamples, resample_plan
 from kcal_pipeline.evaluation.registry import METRICS
+from kcal_pipeline.evaluation.resamples import PAD, Resamples, resample_plan
 from kcal_pipeline.reporting import findings as fd
 from kcal_pipeline.reporting.findings import DESCRIPTIVE, FAILS, HOLDS, INCONCLUSIVE, NOT_TESTABLE
 from tests.reporting.test_findings import (

@@ -6,7 +6,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from kcal_pipeline.evaluation.bootstrap import resample_plan
+from kcal_pipeline.evaluation.resamples import resample_plan
 from kcal_pipeline.reporting import findings as fd
 from kcal_pipeline.reporting.findings import (
     CLAIMS,

@@ -20,6 +20,7 @@ from kcal_pipeline.core.warehouse import query, refresh_views
 from kcal_pipeline.dataset.instances.probe import build_instances, templates_frame
 from kcal_pipeline.dataset.relations import load_catalog
 from kcal_pipeline.estimation import build_cube
+from kcal_pipeline.estimation.catalog import estimator_catalog
 from kcal_pipeline.estimation.registry import compute_estimate_tables, headline_estimates
 from kcal_pipeline.evaluation.tables import metrics_table
 from tests.conftest import REPO
@@ -65,6 +66,7 @@ def store(tmp_path_factory):
         ("templates", templates, {}),
         ("estimates", estimates, {"model": MODEL, "relation": RELATION}),
         ("metrics", metrics, {"model": MODEL}),
+        ("estimator_catalog", estimator_catalog(), {}),  # headline_reductions reads its column
     ):
         write_parquet_atomic(frame, partition_path(home, table, dims))
     assert {"headline_estimates", "headline_reductions"} <= set(refresh_views(home))

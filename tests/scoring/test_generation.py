@@ -10,6 +10,7 @@ import polars as pl
 import pytest
 import torch
 
+from kcal_pipeline.core.options import GenerationOptions, OptionsError
 from kcal_pipeline.scoring.generation import GenerationSettings, generate_answers, prompt_ids, stop_token_ids
 from kcal_pipeline.scoring.models import DEFAULT_MODEL, load_model
 
@@ -104,12 +105,47 @@ def test_a_nucleus_of_one_token_samples_the_greedy_answer(loaded):
 
 
 @pytest.mark.parametrize(
-    ("field", "value"),
-    [("n_samples", -1), ("temperature", 0.0), ("top_p", 1.5), ("max_new_tokens", 0)],
+    ("field", "value", "named"),
+    [
+        ("n_samples", -1, "n_samples"),
+        ("temperature", 0.0, "temperature"),
+        ("temperature", 5.5, "temperature"),
+        ("top_p", 0.0, "top_p"),
+        ("top_p", 1.5, "top_p"),
+        ("max_new_tokens", 0, "max_new_tokens"),
+        ("seed", -1, "generation_seed"),
+    ],
 )
-def test_bad_settings_name_the_field_and_value(field, value):
-    with pytest.raises(ValueError, match=f"generation setting {field} = {value!r}"):
+def test_bad_settings_name_the_field_and_value(field, value, named):
+    """The sampler's settings are checked by GenerationOptions, the user settings' one validation
+    (the Dagster resource is a GenerationOptions too): the same bounds, the same message."""
+    with pytest.raises(ValueError, match=f"generation setting {named}={value!r}: ") as sampler:
         GenerationSettings(**{field: value})
+    with pytest.raises(OptionsError) as user:
+        GenerationOptions(**{named: value})
+    assert str(sampler.value).startswith(str(user.value))
+
+
+def test_a_prompt_may_draw_greedy_only_and_give_an_answer_more_room_than_the_users_cap():
+    cap = GenerationOptions.model_fields["max_new_tokens"].metadata
+    longest = 3 * next(b.le for b in cap if hasattr(b, "le")) + 16  # verb_topk at the user's cap
+    assert GenerationSettings(n_samples=0, max_new_tokens=longest).max_new_tokens == longest
+    with pytest.raises(OptionsError):
+        GenerationOptions(n_samples=0)  # a user's N: at least one sample (SFCA's |C_m| / N)
+
+
+def test_one_class_is_named_generation_settings_and_the_resource_is_the_user_options():
+    from resources.settings import GenerationResource
+
+    repo = Path(__file__).parents[2]
+    named = [
+        str(path.relative_to(repo))
+        for folder in ("kcal_pipeline", "assets", "resources")
+        for path in sorted((repo / folder).rglob("*.py"))
+        if "class GenerationSettings" in path.read_text("utf-8")
+    ]
+    assert named == ["kcal_pipeline/scoring/generation.py"]
+    assert GenerationResource.options_class() is GenerationOptions
 
 
 def test_questions_need_their_own_keys(loaded):

@@ -2,7 +2,7 @@
 answer space as its options.
 
 The space comes from the catalog entry (answer_space_ids / answer_space_labels), as written by the
-BEAR import (dataset/sources/bear.py). A space built from the facts instead is probe.py's
+BEAR import (dataset/sources/bear/). A space built from the facts instead is probe.py's
 "relation" mode.
 """
 

@@ -89,42 +89,17 @@ def build_instances(
     facts = facts.filter(pl.col("relation_id") == relation_id)
     if facts.height == 0:
         raise EmptyRelationError(f"relation {relation_id!r} has no facts: cannot build a probe for it")
-    object_labels = dict(
-        facts.select("object_id", "object_label")
-        .unique("object_id", keep="first")
-        .sort("object_id")
-        .iter_rows()
-    )
+    object_labels = _object_labels(facts)
     labels = {**(topup_pool or {}), **object_labels}
-    per_subject = (
-        facts.group_by("subject_id")
-        .agg(pl.col("subject_label").first(), pl.col("object_id").unique().sort())
-        .with_columns(
-            _rank=pl.col("subject_id").map_elements(
-                lambda s: stable_rank(config.seed, relation_id, "subset", s), return_dtype=pl.UInt64
-            )
-        )
-        .sort("_rank")
-    )
-    if config.instance_limit is not None:
-        per_subject = per_subject.head(config.instance_limit)
+    per_subject = _subjects_in_seeded_order(facts, relation_id, config)
     mode = answer_space or config.answer_space
     if mode not in ("relation", "sampled"):
         raise ValueError(f"answer_space {mode!r} is not one of 'relation', 'sampled'")
     space = None
     if mode == "relation":
-        size = config.relation_space_size(kind)
-        probed = None
-        if kind == "one_to_one":
-            # BEAR's 1:1 construction: no more subjects than options, and their golds come first
-            # in the space, so every probed gold is an option of every instance.
-            per_subject = per_subject.head(size)
-            probed = set(per_subject["subject_id"].to_list())
-        space = relation_answer_space(facts, relation_id, size, config.seed, probed_subjects=probed)
-        if len(space) < 2:
-            # One object (or one label) is no choice: every instance would be "correct" with
-            # confidence 1. Such a relation is sampled instead, and its instances say so.
-            space, mode = None, "sampled"
+        per_subject, space = _relation_space_and_subjects(facts, per_subject, relation_id, config, kind)
+        if space is None:
+            mode = "sampled"
     rows = []
     for subject_id, subject_label, gold_ids, _ in per_subject.iter_rows():
         if space is not None:
@@ -140,17 +115,13 @@ def build_instances(
                 topup_pool=topup_pool,
                 labels=labels,
             )
-        # Shuffle a canonical list, so that the order depends on the option set alone (not on
-        # the order in which the distractors were picked).
-        options = list(gold_ids) + sorted(negatives)
-        derived_rng(config.seed, relation_id, subject_id, "order").shuffle(options)
         rows.append(
             instance_row(
                 relation_id,
                 subject_id,
                 subject_label,
                 list(gold_ids),
-                options,
+                _shuffled_options(gold_ids, negatives, config.seed, relation_id, subject_id),
                 labels,
                 split_seed=config.seed,
                 dev_fraction=config.dev_fraction,
@@ -159,6 +130,64 @@ def build_instances(
             )
         )
     return instances_frame(rows)
+
+
+def _object_labels(facts: pl.DataFrame) -> dict[str, str]:
+    """object id -> label of the relation's facts (the first label of each object, by id)."""
+    return dict(
+        facts.select("object_id", "object_label")
+        .unique("object_id", keep="first")
+        .sort("object_id")
+        .iter_rows()
+    )
+
+
+def _subjects_in_seeded_order(facts: pl.DataFrame, relation_id: str, config: ProbeOptions) -> pl.DataFrame:
+    """One row per subject (subject_id, subject_label, its sorted gold object ids, _rank) in a stable
+    seeded order, cut to config.instance_limit: the subset that is probed."""
+    per_subject = (
+        facts.group_by("subject_id")
+        .agg(pl.col("subject_label").first(), pl.col("object_id").unique().sort())
+        .with_columns(
+            _rank=pl.col("subject_id").map_elements(
+                lambda s: stable_rank(config.seed, relation_id, "subset", s), return_dtype=pl.UInt64
+            )
+        )
+        .sort("_rank")
+    )
+    if config.instance_limit is not None:
+        per_subject = per_subject.head(config.instance_limit)
+    return per_subject
+
+
+def _relation_space_and_subjects(
+    facts: pl.DataFrame, per_subject: pl.DataFrame, relation_id: str, config: ProbeOptions, kind: str
+) -> tuple[pl.DataFrame, dict[str, str] | None]:
+    """(the subjects to probe, the relation's answer space) for "relation" mode; the space is None
+    when it has fewer than two members, and the relation is then sampled instead."""
+    size = config.relation_space_size(kind)
+    probed = None
+    if kind == "one_to_one":
+        # BEAR's 1:1 construction: no more subjects than options, and their golds come first
+        # in the space, so every probed gold is an option of every instance.
+        per_subject = per_subject.head(size)
+        probed = set(per_subject["subject_id"].to_list())
+    space = relation_answer_space(facts, relation_id, size, config.seed, probed_subjects=probed)
+    if len(space) < 2:
+        # One object (or one label) is no choice: every instance would be "correct" with
+        # confidence 1. Such a relation is sampled instead, and its instances say so.
+        return per_subject, None
+    return per_subject, space
+
+
+def _shuffled_options(
+    gold_ids: list[str], negatives: list[str], seed: int, relation_id: str, subject_id: str
+) -> list[str]:
+    """The golds and the distractors in a seeded shuffle of a canonical list, so that the order
+    depends on the option set alone (not on the order in which the distractors were picked)."""
+    options = list(gold_ids) + sorted(negatives)
+    derived_rng(seed, relation_id, subject_id, "order").shuffle(options)
+    return options
 
 
 def relation_answer_space(

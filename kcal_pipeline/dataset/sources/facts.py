@@ -17,7 +17,8 @@ import polars as pl
 
 from kcal_pipeline.core.storage import read_parquet_named
 from kcal_pipeline.dataset.relations import RelationSpec
-from kcal_pipeline.dataset.sources import bear, mace
+from kcal_pipeline.dataset.sources import mace
+from kcal_pipeline.dataset.sources.bear.tables import split_stored
 from kcal_pipeline.dataset.sources.sparql_cache import CachedSparql
 from kcal_pipeline.dataset.sources.wikidata import DROPPED_SCHEMA, fetch_facts
 
@@ -78,7 +79,7 @@ def relation_facts(
             f"it holds the imported facts of {spec.relation_id}: re-run `kcal dataset import-bear` "
             "on the BEAR directory to rewrite it",
         )
-        facts, dropped = bear.split_stored(stored)  # the import's drops reach dropped_facts
+        facts, dropped = split_stored(stored)  # the import's drops reach dropped_facts
         counts = dict(Counter(dropped["drop_reason"].to_list()))
         return RelationFacts(_shape(facts, COLUMNS), _shape(dropped, DROPPED_COLUMNS), counts)
     if spec.source == "rule":

@@ -24,7 +24,10 @@ from pathlib import Path
 
 import polars as pl
 
-from kcal_pipeline.estimation.registry import ESTIMATORS
+from kcal_pipeline.estimation.catalog import headline_reductions
+from kcal_pipeline.estimation.recalibration import METHODS as RECALIBRATION_METHODS
+from kcal_pipeline.estimation.registry import BASELINE
+from kcal_pipeline.reporting.selection import label
 
 HOLDS = "holds"
 FAILS = "does not hold"
@@ -35,12 +38,16 @@ VERDICTS = (HOLDS, FAILS, INCONCLUSIVE, NOT_TESTABLE, DESCRIPTIVE)
 # The full texts of the seed papers every citation is checked against (../shared/papers/).
 PAPERS_DIR = Path(__file__).resolve().parents[4] / "shared" / "papers"
 SEED = 0  # the resample seed, as the metrics tables use
-REDUCTION = "sum"  # the headline reduction every claim is read under (SCA has its own)
+# The headline reduction every claim is read under (SCA has its own): the baseline's (Base's), from
+# the estimator catalog (estimation/catalog.py headline_reduction), never typed here.
+REDUCTION = headline_reductions()[BASELINE]
 # "far from 1" (consistency): every seed's IoU_cons below this; "close to 1": every seed's at or above.
 FAR_FROM_ONE = 0.9
 MULTI_TEMPLATE_FAMILIES = ("aggregation", "template_marginal")
 SELECTIVE_LAMA_FAMILY = "selective_lama"
-RECALIBRATED = ("base_temperature", "base_platt", "base_isotonic")
+# Base's recalibrations (base_temperature, base_platt, base_isotonic): the recalibration family's
+# estimator of each method (estimation/recalibration.py METHODS) over the baseline.
+RECALIBRATED = tuple(f"{BASELINE}_{method}" for method in RECALIBRATION_METHODS)
 # Zhao et al.'s one-shot prefix is a knowledge-free demonstration ("What is 2+2? 4"): context-fixed.
 # Each setup with the template kind that scores it.
 CONSISTENCY_SETUPS = {"typo": "perturbation", "context-fixed": "context_fixed"}
@@ -311,9 +318,8 @@ def fmt_ci(value: float, low: float, high: float) -> str:
     return f"{fmt(value)} [{fmt(low)}, {fmt(high)}]"
 
 
-def estimator_label(estimator: str) -> str:
-    spec = ESTIMATORS.get(estimator)
-    return spec.label if spec else estimator
+# An estimator's label: reporting/selection.py's `label`, under the name the claims' modules import.
+estimator_label = label
 
 
 def not_testable(key: str, t: StoreTables, subject: str, why: str) -> list[Finding]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kcal_pipeline.estimation.registry import summary_estimators
-from kcal_pipeline.evaluation.calibration import BINS
+from kcal_pipeline.evaluation.binning import BINS
 from kcal_pipeline.evaluation.tables import BASELINE
 from kcal_pipeline.reporting.findings.core import (
     DESCRIPTIVE_KIND,

@@ -14,8 +14,9 @@ from kcal_pipeline.estimation.registry import (
     HEADLINE_SPLIT,
     headline_template_estimates,
 )
-from kcal_pipeline.evaluation.bootstrap import N_RESAMPLES, batched_metrics, instance_resamples
 from kcal_pipeline.evaluation.registry import METRICS
+from kcal_pipeline.evaluation.resampled_metrics import batched_metrics
+from kcal_pipeline.evaluation.resamples import N_RESAMPLES, instance_resamples
 from kcal_pipeline.evaluation.tables import BASELINE
 from kcal_pipeline.reporting.findings.core import (
     DESCRIPTIVE_KIND,

@@ -14,8 +14,9 @@ import math
 import numpy as np
 import polars as pl
 
-from kcal_pipeline.evaluation.bootstrap import PAD, Resamples, batched_metrics
 from kcal_pipeline.evaluation.registry import METRICS
+from kcal_pipeline.evaluation.resampled_metrics import batched_metrics
+from kcal_pipeline.evaluation.resamples import PAD, Resamples
 from kcal_pipeline.evaluation.scopes import MACE_DOMAIN
 from kcal_pipeline.evaluation.tables import BASELINE
 from kcal_pipeline.reporting.findings.core import (

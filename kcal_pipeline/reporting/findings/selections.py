@@ -12,14 +12,9 @@ import polars as pl
 
 from kcal_pipeline.estimation.fitting import TEMPERATURE_BOUNDS
 from kcal_pipeline.estimation.registry import FULL_ANSWER_SPACE, HEADLINE_SPLIT, headline_template_estimates
-from kcal_pipeline.evaluation.bootstrap import (
-    N_RESAMPLES,
-    PAD,
-    Resamples,
-    bias_corrected_interval,
-    paired_differences,
-    resample_plan,
-)
+from kcal_pipeline.evaluation.bootstrap import paired_differences
+from kcal_pipeline.evaluation.intervals import bias_corrected_interval
+from kcal_pipeline.evaluation.resamples import N_RESAMPLES, PAD, Resamples, resample_plan
 from kcal_pipeline.evaluation.tables import BASELINE
 from kcal_pipeline.reporting.findings.core import REDUCTION, SEED, StoreTables, fmt
 

@@ -11,7 +11,8 @@ import numpy as np
 import polars as pl
 
 from kcal_pipeline.estimation.registry import DEV_SPLIT, FULL_ANSWER_SPACE, headline_template_estimates
-from kcal_pipeline.evaluation.bootstrap import PAD, Resamples, batched_metrics
+from kcal_pipeline.evaluation.resampled_metrics import batched_metrics
+from kcal_pipeline.evaluation.resamples import PAD, Resamples
 from kcal_pipeline.reporting.findings.core import (
     REDUCTION,
     StoreTables,

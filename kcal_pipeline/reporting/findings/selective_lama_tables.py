@@ -9,7 +9,7 @@ import math
 import numpy as np
 import polars as pl
 
-from kcal_pipeline.evaluation.bootstrap import N_RESAMPLES, Resamples
+from kcal_pipeline.evaluation.resamples import N_RESAMPLES, Resamples
 from kcal_pipeline.reporting.findings.core import (
     DESCRIPTIVE_KIND,
     Citation,

@@ -14,7 +14,7 @@ from statistics import NormalDist
 import numpy as np
 import polars as pl
 
-from kcal_pipeline.evaluation.calibration import BINS, _bin_ids
+from kcal_pipeline.evaluation.binning import BINS, _bin_ids
 from kcal_pipeline.reporting.findings.core import (
     CLAIMS,
     DESCRIPTIVE,

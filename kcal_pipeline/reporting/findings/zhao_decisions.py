@@ -21,13 +21,9 @@ from kcal_pipeline.estimation.registry import (
     HEADLINE_SPLIT,
     headline_template_estimates,
 )
-from kcal_pipeline.evaluation.bootstrap import PAD
-from kcal_pipeline.evaluation.consistency import (
-    ORIGINAL,
-    decision_thresholds,
-    measures_from_counts,
-    setup_rows,
-)
+from kcal_pipeline.evaluation.consistency_measures import measures_from_counts
+from kcal_pipeline.evaluation.consistency_setups import ORIGINAL, decision_thresholds, setup_rows
+from kcal_pipeline.evaluation.resamples import PAD
 from kcal_pipeline.reporting.findings.core import (
     FAILS,
     HOLDS,

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import polars as pl
 
-from kcal_pipeline.evaluation.consistency import ORIGINAL
+from kcal_pipeline.evaluation.consistency_setups import ORIGINAL
 from kcal_pipeline.evaluation.tables import BASELINE
 from kcal_pipeline.reporting.findings.core import (
     DIFFERENCE,
