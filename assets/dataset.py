@@ -33,6 +33,7 @@ from kcal_pipeline.dataset.instances.relation_probe import (
     relation_statements,
     run_templates,
 )
+from kcal_pipeline.dataset.instances.variants import FULL_ANSWER_SPACE
 from kcal_pipeline.dataset.relations import get_relation, load_catalog
 from kcal_pipeline.dataset.sources.facts import kept_counts, relation_facts
 from resources import ModelProvider, ProbeSettings, SparqlEndpoint
@@ -113,9 +114,8 @@ def object_pools(wikidata_facts: pl.DataFrame) -> pl.DataFrame:
 
 def sweep_copies(instances: pl.DataFrame) -> dict[str, int]:
     """Copies per k of the option-count sweep, all draws together ({} without the sweep)."""
-    if "subsample_k" not in instances.columns:
-        return {}
-    counts = instances.drop_nulls("subsample_k").group_by("subsample_k").len().sort("subsample_k")
+    copies = instances.filter(pl.col("answer_space_k") != FULL_ANSWER_SPACE)
+    counts = copies.group_by("answer_space_k").len().sort("answer_space_k")
     return {str(k): n for k, n in counts.iter_rows()}
 
 
@@ -127,7 +127,7 @@ def sweep_copies(instances: pl.DataFrame) -> dict[str, int]:
 @asset(
     group_name="probe",
     partitions_def=relation_partitions,
-    code_version="4",  # 4: the option-count sweep (`#k<k>d<draw>` copies, subsample_draw)
+    code_version="4",  # 4: the option-count sweep (`#k<k>d<draw>` copies); see core/store_upgrades.py
     ins={"wikidata_facts": AssetIn(partition_mapping=SAME_RELATION)},
 )
 def probe_instances(

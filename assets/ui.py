@@ -14,7 +14,9 @@ SIGTERM and SIGHUP itself: it sends SIGINT to the whole group (what a terminal's
 `grace` seconds, then SIGTERM, then SIGKILL. Whatever is still in the group when `dagster dev` has
 exited (a run worker) is ended the same way. A second Ctrl-C kills the group at once. Should the
 launcher itself be killed (SIGKILL), the kernel sends `dagster dev` SIGINT (Linux parent-death
-signal), so it still stops its services.
+signal), so it still stops its services; and since a killed launcher cannot escalate when one of
+them hangs (Dagster's daemon has, now and then), a reaper process (core/processes.py GroupReaper)
+that outlives it ends what is left of the group after `grace`.
 
 Beside the UI, the launcher serves KCAL_HOME/reports over http (kcal_pipeline/core/report_server.py),
 in a thread of its own process: started once `dagster dev` is (no fork while it runs) and stopped
@@ -30,7 +32,6 @@ interpreter start-up, which fails for Dagster's).
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import subprocess
 import sys
@@ -39,7 +40,12 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 
-from kcal_pipeline.core.processes import signal_when_parent_dies
+from kcal_pipeline.core.processes import (
+    end_group,
+    signal_group,
+    signal_when_parent_dies,
+    start_group_reaper,
+)
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 GRACE_S = 30.0  # dagster dev itself waits up to 60 s per service; a loaded 2-CPU machine needs ~5
@@ -55,48 +61,6 @@ def dagster_dev(workspace: Path = WORKSPACE, host: str = "127.0.0.1", port: int 
     return command + (["--port", str(port)] if port else [])
 
 
-def group_members(group: int) -> list[int]:
-    """The live (not zombie) processes of a process group; on systems without /proc, the group
-    counts as one member while signal 0 reaches it."""
-    proc = Path("/proc")
-    if not proc.is_dir():
-        try:
-            os.killpg(group, 0)
-        except (ProcessLookupError, PermissionError):
-            return []
-        return [group]
-    members = []
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:  # gone meanwhile
-            continue
-        # pid (comm) state ppid pgrp ...: comm may hold spaces and parentheses, so split after it
-        state, _ppid, pgrp = stat.rsplit(")", 1)[1].split()[:3]
-        if int(pgrp) == group and state != "Z":
-            members.append(int(entry.name))
-    return members
-
-
-def _signal_group(group: int, signum: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):  # nothing left in it
-        os.killpg(group, signum)
-
-
-def end_group(group: int, leader: subprocess.Popen, wait_s: float = 5.0) -> None:
-    """SIGTERM, then SIGKILL, what is left of the group, waiting `wait_s` after each."""
-    for signum in (signal.SIGTERM, signal.SIGKILL):
-        leader.poll()  # reap the leader, so its zombie does not count
-        if not group_members(group):
-            return
-        _signal_group(group, signum)
-        deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline and (leader.poll() is None or group_members(group)):
-            time.sleep(0.1)
-
-
 def serve(
     command: Sequence[str],
     env: Mapping[str, str] | None = None,
@@ -110,24 +74,25 @@ def serve(
     requests: list[int] = []
     previous = {s: signal.signal(s, lambda signum, frame: requests.append(signum)) for s in STOP_SIGNALS}
     mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # the child inherits the mask
-    leader = None
+    leader = reaper = None
     companions = contextlib.ExitStack()
     try:
         env = None if env is None else dict(env)
         leader = subprocess.Popen(
             list(command), env=env, start_new_session=True, preexec_fn=signal_when_parent_dies(signal.SIGINT)
         )
+        reaper = start_group_reaper(leader.pid, grace)
         for companion in alongside:
             companions.enter_context(companion)
         stopping_since = None
         while leader.poll() is None:
             if requests and stopping_since is None:
                 log("kcal: stopping the Dagster UI (Ctrl-C again to kill it at once)")
-                _signal_group(leader.pid, signal.SIGINT)
+                signal_group(leader.pid, signal.SIGINT)
                 stopping_since = time.monotonic()
             elif stopping_since is not None and len(requests) > 1:
                 log("kcal: killing the Dagster UI")
-                _signal_group(leader.pid, signal.SIGKILL)
+                signal_group(leader.pid, signal.SIGKILL)
             elif stopping_since is not None and time.monotonic() - stopping_since > grace:
                 log(f"kcal: the Dagster UI did not stop within {grace:.0f} s; ending its processes")
                 break
@@ -137,6 +102,8 @@ def serve(
         if leader is not None:
             end_group(leader.pid, leader)
             leader.wait()
+        if reaper is not None:
+            reaper.release()
         companions.close()
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         for signum, handler in previous.items():

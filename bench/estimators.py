@@ -298,7 +298,11 @@ def make_dataset(statements: int = DEFAULT_STATEMENTS, seed: int = 13, models: i
     scores = pl.concat(parts, how="diagonal")
     instances = pl.DataFrame(
         instance_rows, schema=["instance_id", "relation_id", "n_options", "split"], orient="row"
-    ).with_columns(pl.col("n_options").cast(pl.Int32), subsample_k=pl.lit(None, pl.Int32))
+    ).with_columns(
+        pl.col("n_options").cast(pl.Int32),
+        answer_space_k=pl.lit(0, pl.Int32),
+        answer_space_draw=pl.lit(0, pl.Int32),
+    )
     return Dataset(scores, instances, templates, plans, n)
 
 
@@ -429,9 +433,8 @@ def pandas_prepare(data: Dataset, wanted: dict[str, tuple[str, ...]]) -> PandasI
     import pandas as pd
 
     df = data.scores.to_pandas()
-    inst = data.instances.to_pandas()[["instance_id", "n_options", "split", "subsample_k"]]
-    inst["answer_space_k"] = inst["subsample_k"].fillna(0).astype(int)
-    df = df.merge(inst.drop(columns="subsample_k"), on="instance_id", how="left")
+    inst = data.instances.to_pandas()[["instance_id", "n_options", "split", "answer_space_k"]]
+    df = df.merge(inst, on="instance_id", how="left")
     df = df.sort_values(["model_id", "relation_id", "instance_id", "template_id", "option_index"])
     df = df.reset_index(drop=True)
     tmpl = data.templates.to_pandas().set_index(["relation_id", "template_id"])

@@ -21,8 +21,10 @@ from kcal_pipeline.core.storage import (
     partition_path,
     read_partitions,
     table_has_data,
+    upgrade_file,
     write_parquet_atomic,
 )
+from kcal_pipeline.core.store_upgrades import upgrade_frame
 from kcal_pipeline.core.versions import DATA_VERSION_KEY, data_version, input_versions
 from kcal_pipeline.core.warehouse import refresh_views
 from kcal_pipeline.dataset.relations import relation_label
@@ -162,8 +164,11 @@ def scan_partition(
 ) -> pl.LazyFrame:
     """One partition file as a lazy scan (only `columns` of it, those the file has, when given)."""
     path = partition_path(home, table, dims)
-    scan = pl.scan_parquet(path)
+    if upgrade_file(path, table):  # an older form in a read-only store: upgraded in memory
+        scan = upgrade_frame(table, pl.read_parquet(path)).lazy()
+    else:
+        scan = pl.scan_parquet(path)
     if columns is not None:
-        present = pl.read_parquet_schema(path)
+        present = scan.collect_schema()
         scan = scan.select([c for c in columns if c in present])
     return scan

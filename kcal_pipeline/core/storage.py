@@ -14,8 +14,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import polars as pl
+import pyarrow.parquet as pq
 
 from kcal_pipeline.core.keys import check_relation_id
+from kcal_pipeline.core.store_upgrades import needs_upgrade, upgrade_frame, upgraded_tables
 
 PART_FILE = "part.parquet"
 # Fixed order of partition dimensions in paths, whatever order a caller names them in.
@@ -224,7 +226,56 @@ def read_partition(
     if not path.exists():
         at = ", ".join(f"{k}={v}" for k, v in (partition or {}).items()) or "unpartitioned"
         raise FileNotFoundError(f"table {table!r} has no data for partition ({at}): {path} is missing")
-    return read_parquet_named(path, rebuild_hint(table, partition), columns, where)
+    rebuild = rebuild_hint(table, partition)
+    if not upgrade_file(path, table):
+        return read_parquet_named(path, rebuild, columns, where)
+    # A file of an older form that cannot be rewritten (a read-only store) is upgraded in memory.
+    frame = upgrade_frame(table, read_parquet_named(path, rebuild))
+    if where is not None:
+        frame = frame.filter(equal_to(where, frame.schema, str(path)))
+    return frame if columns is None else frame.select([c for c in columns if c in frame.columns])
+
+
+def upgrade_file(path: Path, table: str) -> bool:
+    """Rewrite one stored file of an older form in the current one (core/store_upgrades.py),
+    keeping its key-value metadata, its data version among them. Returns True when the file is
+    still of the older form: it could not be rewritten (read-only store, no permission).
+
+    A writer that replaces the file while it is being upgraded can lose its write to the upgrade's
+    rename; the file then carries the older data version, so the next run rebuilds it."""
+    if table not in upgraded_tables():
+        return False
+    try:
+        if not needs_upgrade(table, pl.read_parquet_schema(path)):
+            return False
+    except (OSError, pl.exceptions.PolarsError):
+        return False  # read_parquet_named reports an unreadable file, naming it and the rebuild
+    frame = upgrade_frame(table, pl.read_parquet(path))
+    metadata = pq.read_metadata(path).metadata or {}
+    try:
+        write_parquet_atomic(
+            frame,
+            path,
+            metadata={k.decode(): v.decode() for k, v in metadata.items() if not k.startswith(b"ARROW:")},
+        )
+    except OSError:
+        return True
+    return False
+
+
+def upgrade_store(home: Path) -> list[Path]:
+    """Upgrade every stored file of an older form; returns those rewritten (none in a read-only
+    store, whose readers upgrade in memory)."""
+    done = []
+    for table in upgraded_tables():
+        for path in existing_partitions(Path(home), table):
+            try:
+                older = needs_upgrade(table, pl.read_parquet_schema(path))
+            except (OSError, pl.exceptions.PolarsError):
+                continue
+            if older and not upgrade_file(path, table):
+                done.append(path)
+    return done
 
 
 def read_partitions(

@@ -30,7 +30,7 @@ from filelock import FileLock
 
 from kcal_pipeline.core.filesystem_errors import FULL, storage_failure
 from kcal_pipeline.core.paths import duckdb_path, repo_sql_dir
-from kcal_pipeline.core.storage import existing_tables, store_file_hint
+from kcal_pipeline.core.storage import existing_tables, store_file_hint, upgrade_store
 
 TABLE_VIEW = "_table.sql"
 # The macros the views and report queries call (e.g. full_answer_space), created before the views.
@@ -125,6 +125,7 @@ def refresh_views(home: Path, sql_dir: Path | None = None) -> list[str]:
     """Create or replace the view of every table that has data, and record what they were made
     for (one transaction); returns the view names."""
     home = Path(home).absolute()
+    upgrade_store(home)  # a view reads every file: all of one form (core/store_upgrades.py)
     path = _database(home)
     path.parent.mkdir(parents=True, exist_ok=True)
     # DuckDB lets one process write its file: partition writers on several workers (the Celery

@@ -15,6 +15,7 @@ import numpy as np
 import polars as pl
 
 from kcal_pipeline.core.frames import require_columns
+from kcal_pipeline.dataset.instances.variants import FULL_ANSWER_SPACE
 
 # Reduction name (METHODS §1, Kissling et al. App. B) → the log-likelihood column it reads.
 REDUCTIONS: dict[str, str] = {
@@ -144,17 +145,17 @@ def _check_finite(frame: pl.DataFrame, column: str, values: np.ndarray) -> None:
 
 def _per_instance(instance_ids: np.ndarray, instances: pl.DataFrame | None, counted: np.ndarray):
     """(n_options, split, answer_space_k, answer_space_draw) per instance, from probe_instances
-    when given (else the counted options, split null, k and draw 0). answer_space_k is
-    probe_instances.subsample_k and answer_space_draw its subsample_draw, 0 where null or the
-    column is absent (no subsampling; a copy without a draw column is draw 1): metrics keep the
-    full space and every (k, draw) apart."""
+    when given (else the counted options, split null, the full answer space). A frame without the
+    answer-space columns (one built by hand) is asked on the full space: metrics keep the full
+    space and every (k, draw) apart."""
     if instances is None:
-        zeros = np.zeros(len(instance_ids), np.int32)
+        zeros = np.full(len(instance_ids), FULL_ANSWER_SPACE, np.int32)
         return counted, np.full(len(instance_ids), None, dtype=object), zeros, zeros.copy()
     require_columns(instances, ["instance_id", "n_options", "split"], "probe_instances")
-    k = (pl.col("subsample_k") if "subsample_k" in instances.columns else pl.lit(None)).fill_null(0)
-    draw = pl.col("subsample_draw") if "subsample_draw" in instances.columns else pl.lit(None)
-    draw = pl.when(k == 0).then(0).otherwise(draw.fill_null(1))
+    k, draw = (
+        pl.col(c) if c in instances.columns else pl.lit(FULL_ANSWER_SPACE)
+        for c in ("answer_space_k", "answer_space_draw")
+    )
     ordered = pl.DataFrame({"instance_id": instance_ids}).join(
         instances.select(
             "instance_id",
@@ -170,6 +171,10 @@ def _per_instance(instance_ids: np.ndarray, instances: pl.DataFrame | None, coun
     missing = ordered.filter(pl.col("n_options").is_null())
     if missing.height:
         raise ValueError(f"probe_instances: no row for scored instance {missing['instance_id'][0]!r}")
+    for column, name in (("k", "answer_space_k"), ("draw", "answer_space_draw")):
+        if ordered[column].null_count():
+            bad = ordered.filter(pl.col(column).is_null())["instance_id"][0]
+            raise ValueError(f"probe_instances: {name} is null for instance {bad!r} (0 = full answer space)")
     return (
         ordered["n_options"].to_numpy().astype(np.int64),
         ordered["split"].to_numpy(),

@@ -17,6 +17,7 @@ from typing import Literal
 import numpy as np
 import polars as pl
 
+from kcal_pipeline.dataset.instances.variants import FULL_ANSWER_SPACE
 from kcal_pipeline.estimation.cube import REDUCTIONS, OptionScoreCube
 
 Grain = Literal["template", "instance"]
@@ -167,7 +168,6 @@ SORT_KEYS = ("model_id", "relation_id", "instance_id", "template_id", "estimator
 # them; answer_space_draw is 0 exactly where answer_space_k is, so one filter on k selects them).
 HEADLINE_SPLIT = "test"
 DEV_SPLIT = "dev"  # tunes thresholds and recalibration; where findings pick a comparator
-FULL_ANSWER_SPACE = 0
 
 
 def headline_template_estimates(estimates: pl.DataFrame, templates: pl.DataFrame) -> pl.DataFrame:

@@ -223,22 +223,6 @@ def html_table(df: pl.DataFrame, caption: str = "", links: dict[str, Sequence[st
     )
 
 
-def markdown_table(df: pl.DataFrame) -> str:
-    """The frame as a Markdown table (Dagster renders it as a table, not a clipped code block):
-    numbers with 3 decimals, numeric columns right-aligned, '|' in a cell escaped."""
-    numeric = [df[c].dtype.is_numeric() for c in df.columns]
-
-    def cell(v: object) -> str:
-        return _fmt(v).replace("|", "\\|").replace("\n", " ")
-
-    lines = [
-        "| " + " | ".join(cell(c) for c in df.columns) + " |",
-        "|" + "|".join("---:" if num else ":---" for num in numeric) + "|",
-    ]
-    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in df.iter_rows()]
-    return "\n".join(lines)
-
-
 def first_line(doc: str | None) -> str:
     return (doc or "").strip().splitlines()[0] if doc else ""
 

@@ -8,7 +8,10 @@ import polars as pl
 import pytest
 
 from kcal_pipeline.core.options import OptionsError, ProbeOptions
-from kcal_pipeline.dataset.instances.variants import answer_space_sweep, subsample_answer_space
+from kcal_pipeline.dataset.instances.variants import (
+    answer_space_sweep,
+    subsample_answer_space,
+)
 
 
 def instances() -> pl.DataFrame:
@@ -39,15 +42,15 @@ def test_each_k_and_draw_is_a_copy_of_the_instances_it_cuts():
         "P1/s0#k3d1", "P1/s1#k3d1", "P1/s2#k3d1", "P1/s0#k5d1", "P1/s1#k5d1", "P1/s3#k5d1",
         "P1/s0#k3d2", "P1/s1#k3d2", "P1/s2#k3d2", "P1/s0#k5d2", "P1/s1#k5d2", "P1/s3#k5d2",
     ]  # fmt: skip
-    assert sweep["subsample_k"].to_list() == [3, 3, 3, 5, 5, 5] * 2
-    assert sweep["subsample_draw"].to_list() == [1] * 6 + [2] * 6
-    assert set(sweep["subsample_status"]) == {"ok"}
+    assert sweep["answer_space_k"].to_list() == [3, 3, 3, 5, 5, 5] * 2
+    assert sweep["answer_space_draw"].to_list() == [1] * 6 + [2] * 6
+    assert set(sweep["answer_space_status"]) == {"ok"}
     parents = {r["instance_id"]: r for r in base.iter_rows(named=True)}
     for row in sweep.iter_rows(named=True):
         parent = parents[row["parent_instance_id"]]
         assert row["instance_id"].startswith(parent["instance_id"] + "#k")
         assert set(parent["gold_ids"]) <= set(row["option_ids"])  # every gold kept
-        assert len(row["option_ids"]) == row["n_options"] == row["subsample_k"]
+        assert len(row["option_ids"]) == row["n_options"] == row["answer_space_k"]
         assert row["option_ids"] == [o for o in parent["option_ids"] if o in row["option_ids"]]  # order
         assert row["option_labels"] == [o.upper() for o in row["option_ids"]]
         assert row["split"] == parent["split"]  # a copy is tuned and tested with its parent
@@ -58,7 +61,8 @@ def test_draws_differ_and_nest_across_k_within_a_draw():
     one = instances().head(1)  # 12 options, gold o3: C(11, 4) = 330 ways to keep 4 distractors
     sweep = answer_space_sweep(one, [2, 5, 9], draws=8, seed=13)
     kept = {
-        (r["subsample_k"], r["subsample_draw"]): set(r["option_ids"]) for r in sweep.iter_rows(named=True)
+        (r["answer_space_k"], r["answer_space_draw"]): set(r["option_ids"])
+        for r in sweep.iter_rows(named=True)
     }
     for draw in range(1, 9):
         assert kept[(2, draw)] <= kept[(5, draw)] <= kept[(9, draw)]  # one seeded order per draw
@@ -74,7 +78,9 @@ def test_draws_differ_and_nest_across_k_within_a_draw():
 def test_a_sweep_that_cuts_nothing_has_the_columns_and_no_rows():
     out = answer_space_sweep(instances(), [12, 20], draws=3, seed=1)
     assert out.is_empty()
-    assert {"parent_instance_id", "subsample_k", "subsample_draw", "subsample_status"} <= set(out.columns)
+    assert {"parent_instance_id", "answer_space_k", "answer_space_draw", "answer_space_status"} <= set(
+        out.columns
+    )
     with pytest.raises(ValueError, match="answer_space_draws must be >= 1, got 0"):
         answer_space_sweep(instances(), [3], draws=0, seed=1)
 

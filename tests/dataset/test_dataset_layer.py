@@ -145,7 +145,7 @@ def test_answer_space_subsampling_adds_cut_instances():
     )
     cut = inst.filter(pl.col("instance_id").str.contains("#k2d", literal=True))
     assert cut.height == 10 and cut["n_options"].to_list() == [2] * 10  # 5 instances × 2 draws
-    assert cut["subsample_draw"].to_list() == [1] * 5 + [2] * 5
+    assert cut["answer_space_draw"].to_list() == [1] * 5 + [2] * 5
     assert all(set(g) <= set(o) for g, o in zip(cut["gold_ids"], cut["option_ids"], strict=True))
 
 

@@ -320,7 +320,7 @@ def test_subsampling_keeps_golds_order_and_size():
                 if parent["n_options"] < k
                 else "ok"
             )
-            assert row["subsample_status"] == status
+            assert row["answer_space_status"] == status
 
 
 def test_subsamples_nest_and_depend_on_seed():

@@ -29,10 +29,9 @@ REDUCTION_OF_COLUMN = {
 
 
 def answer_space(row: dict) -> tuple[int, int]:
-    """(answer_space_k, answer_space_draw) of a probe_instances row: (0, 0) for the full space,
-    (subsample_k, subsample_draw) for a copy (draw 1 when the row has no draw)."""
-    k = row.get("subsample_k") or 0
-    return (k, (row.get("subsample_draw") or 1) if k else 0)
+    """(answer_space_k, answer_space_draw) of a probe_instances row: (0, 0) for the full space
+    and for a row built without the columns."""
+    return (row.get("answer_space_k", 0), row.get("answer_space_draw", 0))
 
 
 COLUMNS = {
@@ -97,7 +96,7 @@ def reference_estimates(
     """Base, Margin and entropy rows for every (instance, template) of `scores`, as
     `compute_estimates` gives them for those three estimators under the reduction that reads
     `reduction_column`. Split, answer_space_k and answer_space_draw come from `instances`
-    (probe_instances: split, answer_space of subsample_k and subsample_draw); without it the split
+    (probe_instances: split, answer_space_k and answer_space_draw); without it the split
     is null and the answer space full (0, 0)."""
     per_instance: dict[str, tuple] = {}
     for row in instances.iter_rows(named=True) if instances is not None else ():

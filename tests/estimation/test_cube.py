@@ -121,21 +121,20 @@ def test_counts_and_splits_from_probe_instances():
 
 def test_answer_space_k_from_probe_instances():
     # probe_instances from `kcal demo --answer-space-k 2 --answer-space-draws 2`: full instances
-    # have subsample_k and subsample_draw null, their `#k2d1`, `#k2d2` copies k 2 and draw 1, 2. The
-    # cube says 0 for a full answer space (also when the columns are absent: nothing was subsampled,
-    # and without probe_instances), k and the draw for a copy (draw 1 for a copy written without a
-    # draw column), so metrics keep every answer space apart.
+    # have answer_space_k and answer_space_draw 0, their `#k2d1`, `#k2d2` copies k 2 and draw 1, 2.
+    # The cube keeps them (0 also when a hand-built frame lacks the columns, and without
+    # probe_instances), so metrics keep every answer space apart; a null is refused by name.
     copies = pl.concat(
         [
             probe_instances().with_columns(
-                subsample_k=pl.lit(None, pl.Int32), subsample_draw=pl.lit(None, pl.Int32)
+                answer_space_k=pl.lit(0, pl.Int32), answer_space_draw=pl.lit(0, pl.Int32)
             ),
             *(
                 probe_instances().with_columns(
                     instance_id=pl.col("instance_id") + f"#k2d{draw}",
                     n_options=pl.lit(2, pl.Int64),
-                    subsample_k=pl.lit(2, pl.Int32),
-                    subsample_draw=pl.lit(draw, pl.Int32),
+                    answer_space_k=pl.lit(2, pl.Int32),
+                    answer_space_draw=pl.lit(draw, pl.Int32),
                 )
                 for draw in (1, 2)
             ),
@@ -151,9 +150,13 @@ def test_answer_space_k_from_probe_instances():
     spaces, space_of = cube.answer_spaces()
     assert (spaces, space_of.tolist()) == ([(0, 0), (2, 1), (2, 2)], [0, 1, 2, 0, 1, 2])
     assert cube.split.tolist() == ["test"] * 3 + ["dev"] * 3  # a copy keeps its parent's split
-    undrawn = copies.filter(pl.col("subsample_draw").fill_null(0) != 2).drop("subsample_draw")
-    one_draw = build_cube(frame.filter(~pl.col("instance_id").str.ends_with("d2")), instances=undrawn)
-    assert one_draw.answer_space_draw.tolist() == [0, 1, 0, 1]
+    nulled = copies.with_columns(
+        answer_space_draw=pl.when(pl.col("answer_space_draw") == 2)
+        .then(None)
+        .otherwise(pl.col("answer_space_draw"))
+    )
+    with pytest.raises(ValueError, match=r"answer_space_draw is null for instance 'i1#k2d2'"):
+        build_cube(frame, instances=nulled)
     assert build_cube(scores(), instances=probe_instances()).answer_space_k.tolist() == [0, 0]
     assert build_cube(scores()).answer_space_draw.tolist() == [0, 0]
 

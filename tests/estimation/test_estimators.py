@@ -610,9 +610,10 @@ def test_estimates_carry_split_and_answer_space_k_from_probe_instances():
             "instance_id": ["i1", "i2", "i1#k2"],
             "n_options": [3, 2, 2],
             "split": ["dev", "test", "dev"],
-            "subsample_k": [None, None, 2],
+            "answer_space_k": [0, 0, 2],
+            "answer_space_draw": [0, 0, 1],
         },
-        schema_overrides={"subsample_k": pl.Int32},
+        schema_overrides={"answer_space_k": pl.Int32, "answer_space_draw": pl.Int32},
     )
     out = compute_estimates(build_cube(frame, instances=instances), ["base"])
     assert out["answer_space_k"].dtype == pl.Int32

@@ -92,9 +92,10 @@ def test_option_estimates_carry_split_answer_space_and_every_reduction():
             "instance_id": ["i1", "i1#k2"],
             "n_options": [2, 1],
             "split": ["test", "dev"],
-            "subsample_k": [None, 2],
+            "answer_space_k": [0, 2],
+            "answer_space_draw": [0, 1],
         },
-        schema_overrides={"subsample_k": pl.Int32},
+        schema_overrides={"answer_space_k": pl.Int32, "answer_space_draw": pl.Int32},
     )
     table = option_estimates(build_cube(scores, probe))
     assert table.select("instance_id", "split", "answer_space_k", "option_index", "reduction").rows() == [

@@ -57,16 +57,17 @@ def templates(questions=("q0", "q1"), curated=("c0",)):
 
 
 def instances(split: dict[str, str], k: dict[str, int] | None = None, n_options: int = 3):
-    """probe_instances: split per instance, subsample_k (null = the full answer space)."""
+    """probe_instances: split per instance, answer_space_k and _draw (0 = the full answer space)."""
     ids = list(split)
     return pl.DataFrame(
         {
             "instance_id": ids,
             "n_options": [n_options] * len(ids),
             "split": [split[i] for i in ids],
-            "subsample_k": [(k or {}).get(i) for i in ids],
+            "answer_space_k": [(k or {}).get(i, 0) for i in ids],
+            "answer_space_draw": [1 if (k or {}).get(i) else 0 for i in ids],
         },
-        schema_overrides={"subsample_k": pl.Int32},
+        schema_overrides={"answer_space_k": pl.Int32, "answer_space_draw": pl.Int32},
     )
 
 
@@ -322,10 +323,19 @@ def random_partition(seed: int):
     scores = statements(rows, model=f"m{seed % 2}").sample(fraction=1.0, shuffle=True, seed=seed)
     probe = pl.DataFrame(
         probe,
-        schema={"instance_id": pl.String, "n_options": pl.Int64, "split": pl.String, "subsample_k": pl.Int32},
+        schema={
+            "instance_id": pl.String,
+            "n_options": pl.Int64,
+            "split": pl.String,
+            "answer_space_k": pl.Int32,
+        },
         orient="row",
     ).with_columns(  # copies in two draws, each its own answer space (without touching rng)
-        subsample_draw=pl.when(pl.col("subsample_k").is_not_null()).then(1 + pl.int_range(pl.len()) % 2)
+        answer_space_k=pl.col("answer_space_k").fill_null(0),
+        answer_space_draw=pl.when(pl.col("answer_space_k").is_not_null())
+        .then(1 + pl.int_range(pl.len()) % 2)
+        .otherwise(0)
+        .cast(pl.Int32),
     )
     return scores, probe, templates(tuple(questions))
 

@@ -59,9 +59,10 @@ def instances(split: dict[str, str], k: dict[str, int] | None = None):
             "instance_id": ids,
             "n_options": 3,
             "split": [split[i] for i in ids],
-            "subsample_k": [(k or {}).get(i) for i in ids],
+            "answer_space_k": [(k or {}).get(i, 0) for i in ids],
+            "answer_space_draw": [1 if (k or {}).get(i) else 0 for i in ids],
         },
-        schema_overrides={"subsample_k": pl.Int32},
+        schema_overrides={"answer_space_k": pl.Int32, "answer_space_draw": pl.Int32},
     )
 
 
@@ -393,10 +394,19 @@ def random_partition(seed: int, tied: float = 0.0):
     )
     probe = pl.DataFrame(
         probe,
-        schema={"instance_id": pl.String, "n_options": pl.Int64, "split": pl.String, "subsample_k": pl.Int32},
+        schema={
+            "instance_id": pl.String,
+            "n_options": pl.Int64,
+            "split": pl.String,
+            "answer_space_k": pl.Int32,
+        },
         orient="row",
     ).with_columns(  # copies in two draws, each its own answer space (without touching rng)
-        subsample_draw=pl.when(pl.col("subsample_k").is_not_null()).then(1 + pl.int_range(pl.len()) % 2)
+        answer_space_k=pl.col("answer_space_k").fill_null(0),
+        answer_space_draw=pl.when(pl.col("answer_space_k").is_not_null())
+        .then(1 + pl.int_range(pl.len()) % 2)
+        .otherwise(0)
+        .cast(pl.Int32),
     )
     return scores.sample(fraction=1.0, shuffle=True, seed=seed), probe, templates(("t0", "t1", "t2"), ("m0",))
 

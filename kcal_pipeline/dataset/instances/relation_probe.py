@@ -29,6 +29,7 @@ from kcal_pipeline.dataset.instances.variants import (
     context_variants,
     marker_variants,
     perturbation_variants,
+    with_full_answer_space,
 )
 from kcal_pipeline.dataset.relations import RelationSpec
 
@@ -80,9 +81,10 @@ def relation_instances(
             kind=spec.kind,
             answer_space="relation" if spec.answer_space == "fixed" else None,
         )
+    instances = with_full_answer_space(instances)
     if config.answer_space_k:
         cut = answer_space_sweep(instances, config.answer_space_k, config.answer_space_draws, config.seed)
-        instances = pl.concat([instances, cut], how="diagonal_relaxed")
+        instances = pl.concat([instances, cut], how="vertical_relaxed")
     return instances
 
 

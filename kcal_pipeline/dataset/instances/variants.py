@@ -271,12 +271,27 @@ def context_variants(templates: pl.DataFrame) -> pl.DataFrame:
 
 # A subsample copy's id: its parent's id, then `#k<k>d<draw>` (e.g. `P36/Q1#k10d2`).
 SUBSAMPLE_SUFFIX = r"#k\d+d\d+$"
-_SUBSAMPLE_SCHEMA = {
+# answer_space_k of an instance asked on its full answer space, from probe_instances through
+# estimates and metrics to SQL (sql/views/_macros.sql full_answer_space); its draw is 0 too.
+FULL_ANSWER_SPACE = 0
+# Every probe_instances row carries these: an original has parent null, k and draw
+# FULL_ANSWER_SPACE and status null; a sweep copy its parent, k, draw (1..) and status.
+ANSWER_SPACE_COLUMNS = {
     "parent_instance_id": pl.Utf8,
-    "subsample_k": pl.Int32,
-    "subsample_draw": pl.Int32,
-    "subsample_status": pl.Utf8,
+    "answer_space_k": pl.Int32,
+    "answer_space_draw": pl.Int32,
+    "answer_space_status": pl.Utf8,
 }
+
+
+def with_full_answer_space(instances: pl.DataFrame) -> pl.DataFrame:
+    """Instances as asked on their full answer space, with ANSWER_SPACE_COLUMNS saying so."""
+    return instances.with_columns(
+        pl.lit(None, pl.Utf8).alias("parent_instance_id"),
+        pl.lit(FULL_ANSWER_SPACE, pl.Int32).alias("answer_space_k"),
+        pl.lit(FULL_ANSWER_SPACE, pl.Int32).alias("answer_space_draw"),
+        pl.lit(None, pl.Utf8).alias("answer_space_status"),
+    )
 
 
 def _subsample(row: dict, k: int, seed: int, draw: int) -> dict:
@@ -295,9 +310,9 @@ def _subsample(row: dict, k: int, seed: int, draw: int) -> dict:
         "option_ids": [row["option_ids"][i] for i in idx],
         "option_labels": [row["option_labels"][i] for i in idx],
         "n_options": len(idx),
-        "subsample_k": k,
-        "subsample_draw": draw,
-        "subsample_status": status,
+        "answer_space_k": k,
+        "answer_space_draw": draw,
+        "answer_space_status": status,
     }
 
 
@@ -307,7 +322,7 @@ def subsample_answer_space(instances: pl.DataFrame, k: int, seed: int, draw: int
     instance, draw), so every draw is its own subsample and smaller k nest in larger ones within it.
 
     An instance with more than k golds keeps all its golds (and no distractor) rather than lose a
-    correct answer; one with fewer than k options keeps them all. subsample_status says which
+    correct answer; one with fewer than k options keeps them all. answer_space_status says which
     ("ok", "golds_exceed_k", "fewer_options_than_k") so analyses can drop or report them.
     """
     if k < 1:
@@ -315,7 +330,7 @@ def subsample_answer_space(instances: pl.DataFrame, k: int, seed: int, draw: int
     if draw < 1:
         raise ValueError(f"draw must be >= 1, got {draw}")
     rows = [_subsample(row, k, seed, draw) for row in instances.iter_rows(named=True)]
-    return pl.DataFrame(rows, schema=dict(instances.schema) | _SUBSAMPLE_SCHEMA)
+    return pl.DataFrame(rows, schema=dict(instances.schema) | ANSWER_SPACE_COLUMNS)
 
 
 def answer_space_sweep(instances: pl.DataFrame, ks: Sequence[int], draws: int, seed: int) -> pl.DataFrame:
@@ -324,7 +339,7 @@ def answer_space_sweep(instances: pl.DataFrame, ks: Sequence[int], draws: int, s
     Where k is at least the instance's option count the copy would be its full space again (every
     draw alike, at the full space's scoring cost), and where its golds fill k it would hold no
     distractor (always right): neither is made, so a k holds only the instances it cuts (its n
-    says how many) and every copy has subsample_status "ok". Ordered by draw, then k."""
+    says how many) and every copy has answer_space_status "ok". Ordered by draw, then k."""
     if draws < 1:
         raise ValueError(f"answer_space_draws must be >= 1, got {draws}")
 
@@ -337,5 +352,5 @@ def answer_space_sweep(instances: pl.DataFrame, ks: Sequence[int], draws: int, s
         for k in ks
     ]
     if not cut:
-        return pl.DataFrame(schema=dict(instances.schema) | _SUBSAMPLE_SCHEMA)
+        return pl.DataFrame(schema=dict(instances.schema) | ANSWER_SPACE_COLUMNS)
     return pl.concat(cut)
