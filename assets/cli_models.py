@@ -9,7 +9,7 @@ from pathlib import Path
 from assets.cli_common import print_table, writes
 from kcal_pipeline.core.paths import kcal_home, registry_path
 from kcal_pipeline.scoring.models import DTYPES, KINDS, ModelEntry, Registry
-from kcal_pipeline.scoring.models.registry import ENGINES
+from kcal_pipeline.scoring.models.registry import ENGINES, ModelConfigError
 
 
 def cmd_models_list(args) -> int:
@@ -33,7 +33,18 @@ def sync_partitions(home: Path) -> None:
 
 def cmd_models_add(args) -> int:
     home = kcal_home(args.home)
-    if args.path:
+    if args.engine == "openai" or args.endpoint:
+        if not args.endpoint:
+            raise ModelConfigError(
+                "engine 'openai' needs --endpoint URL (the server's API, like http://host:8000/v1)"
+            )
+        source = dict(
+            source="server", endpoint=args.endpoint, api_key_env=args.api_key_env, tokenizer=args.tokenizer
+        )
+    elif args.api_key_env or args.tokenizer:
+        given = "--api-key-env" if args.api_key_env else "--tokenizer"
+        raise ModelConfigError(f"{given} applies to a served model only (--engine openai --endpoint URL)")
+    elif args.path:
         source = dict(source="local", path=str(Path(args.path).resolve()))
     elif args.gguf_package:
         source = dict(source="gguf_package", package=args.gguf_package, file=args.file)
@@ -127,7 +138,20 @@ def add_models_commands(sub) -> None:
         default="torch",
         choices=ENGINES,
         help="llama.cpp: score a GGUF source on its own quantized weights (faster on CPU, not float32 "
-        "scores; needs `make llama-cpp`); default torch (float32 reference)",
+        "scores; needs `make llama-cpp`); openai: a model served elsewhere (vLLM, SGLang) through its "
+        "completions API (--endpoint); default torch (float32 reference)",
+    )
+    a.add_argument(
+        "--endpoint", help="engine openai: the server's API base URL, e.g. http://127.0.0.1:8000/v1"
+    )
+    a.add_argument(
+        "--api-key-env",
+        help="engine openai: the environment variable that holds the API key (the key is never stored)",
+    )
+    a.add_argument(
+        "--tokenizer",
+        help="engine openai: the served model's tokenizer (folder or hub id); default: the folder the "
+        "server reports it loaded",
     )
     a.add_argument(
         "--trust-remote-code",

@@ -33,6 +33,8 @@ from kcal_pipeline.scoring.prefix import (
     packing_supported,
     score_clm_shared_prefix,
 )
+from kcal_pipeline.scoring.served.client import ENGINE as SERVED_ENGINE
+from kcal_pipeline.scoring.served.scorer import score_clm_served
 from kcal_pipeline.scoring.stochastic import SCHEMA as DROPOUT_SCHEMA
 from kcal_pipeline.scoring.stochastic import dropout_plan, dropout_scores
 from kcal_pipeline.scoring.subject_mask import CONTEXT_COLUMN, context_ends_of, subject_masked_scores
@@ -56,6 +58,8 @@ def scorer_for(loaded: LoadedModel, options: ScoringOptions) -> tuple[str, Score
         return f"mlm-{variant}", lambda *a, **k: score_mlm(*a, variant=variant, **k)
     if getattr(loaded, "engine", "torch") == NATIVE_ENGINE:
         return f"clm-{NATIVE_ENGINE}", score_clm_native
+    if getattr(loaded, "engine", "torch") == SERVED_ENGINE:
+        return f"clm-{SERVED_ENGINE}", score_clm_served
     if options.fast_path and packing_supported(loaded):
         return "clm-packed", score_clm_shared_prefix
     return "clm-plain", score_clm
@@ -79,6 +83,8 @@ def scoring_choices(loaded: LoadedModel, options: ScoringOptions) -> dict[str, s
         return {}
     if getattr(loaded, "engine", "torch") == NATIVE_ENGINE:
         return {"packing": "trie of sequence ids in llama.cpp", "engine": loaded.engine_check.describe()}
+    if getattr(loaded, "engine", "torch") == SERVED_ENGINE:
+        return {"endpoint": loaded.engine_check.endpoint, "engine": loaded.engine_check.describe()}
     choices = {"packing": packing_decision(loaded).describe() if options.fast_path else "off (fast_path)"}
     for path in (PACKED, PLAIN):
         budget = recorded_budget(loaded, path)

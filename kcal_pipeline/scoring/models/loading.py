@@ -17,6 +17,8 @@ from kcal_pipeline.scoring.loaded_model import LoadedModel, record_cache_folder
 from kcal_pipeline.scoring.models.folders import detect_kind, fast_tokenizer, from_dir, from_pretrained
 from kcal_pipeline.scoring.models.gguf import gguf_cache, gguf_source
 from kcal_pipeline.scoring.models.registry import GGUF_SOURCES, ModelEntry, ModelLoadError
+from kcal_pipeline.scoring.served.checks import check_server, served_model
+from kcal_pipeline.scoring.served.client import Endpoint, OpenAIClient, ServerError
 
 log = logging.getLogger(__name__)
 
@@ -33,9 +35,10 @@ def load_model(entry: ModelEntry, cache_dir: str | os.PathLike) -> LoadedModel:
         hit = _loaded.get(slot)
         if hit is not None and hit[0] == entry:
             return hit[1]
-        loaded = _load_uncached(entry, cache_dir)
+        loaded = _load_served(entry) if entry.source == "server" else _load_uncached(entry, cache_dir)
         _loaded[slot] = (entry, loaded)
-        record_cache_folder(loaded.model, cache_dir)
+        if loaded.model is not None:  # a served model has no weights here
+            record_cache_folder(loaded.model, cache_dir)
         return loaded
 
 
@@ -97,6 +100,53 @@ def _with_engine(entry: ModelEntry, loaded: LoadedModel) -> LoadedModel:
         loaded, engine=entry.engine, native=NativeModel(gguf, threads=torch.get_num_threads())
     )
     return dataclasses.replace(loaded, engine_check=check_engine(loaded))
+
+
+def _load_served(entry: ModelEntry) -> LoadedModel:
+    """A model behind an OpenAI-compatible server: kcal's tokenizer for it, a client, and the
+    server's checks passed (scoring/served/checks.py) — or a ModelLoadError saying why not."""
+    client = OpenAIClient(Endpoint(entry.endpoint, entry.id, entry.api_key_env), log=log.warning)
+    try:
+        served = served_model(client)
+        tokenizer = _served_tokenizer(entry, served)
+        start_token_id = _start_token_id(entry, tokenizer)
+        check = check_server(client, tokenizer, start_token_id, served)
+    except ServerError as error:
+        raise ModelLoadError(f"model {entry.id!r} (engine 'openai'): {error}") from None
+    return LoadedModel(
+        model=None,
+        tokenizer=tokenizer,
+        start_token_id=start_token_id,
+        device="server",
+        dtype="server",
+        revision=f"openai:{entry.id}@{client.endpoint.host}",
+        n_params=0,
+        key=entry.key,
+        batch_size=entry.batch_size,
+        kind="clm",
+        engine="openai",
+        native=client,
+        engine_check=check,
+    )
+
+
+def _served_tokenizer(entry: ModelEntry, served: dict):
+    """The entry's tokenizer, else the folder the server says it loaded (vLLM's `root`) when it
+    exists on this machine; a served model without either is refused, naming --tokenizer."""
+    from transformers import AutoTokenizer
+
+    where = entry.tokenizer or served.get("root")
+    if not where or (not entry.tokenizer and not Path(where).is_dir()):
+        raise ModelLoadError(
+            f"model {entry.id!r} (engine 'openai'): kcal needs the served model's tokenizer and the "
+            f"server names none it can read here (root {served.get('root')!r}): register it with "
+            "--tokenizer PATH_OR_HUB_ID"
+        )
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(where, trust_remote_code=entry.trust_remote_code)
+    except (OSError, ValueError) as e:
+        raise ModelLoadError(f"model {entry.id!r}: cannot load the tokenizer {where!r}: {e}") from e
+    return fast_tokenizer(tokenizer, where)
 
 
 def _resolve_device(device: str) -> str:
@@ -190,6 +240,8 @@ def check_loadable(entry: ModelEntry) -> str | None:
     """
     if entry.source == "local":
         return _check_folder(entry, Path(entry.path).expanduser().resolve())
+    if entry.source == "server":  # its checks are a few small requests: refused here, not at scoring
+        return _load_served(entry).kind
     if entry.source in GGUF_SOURCES:
         gguf, _ = gguf_source(entry)
         with open(gguf, "rb") as handle:

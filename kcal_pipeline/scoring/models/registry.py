@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import tomllib
+import urllib.parse
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -18,16 +19,18 @@ from typing import Any
 from kcal_pipeline.core.keys import model_key
 from kcal_pipeline.core.storage import write_text_atomic
 
-SOURCES = ("gguf_package", "gguf_file", "hf", "local")
+SOURCES = ("gguf_package", "gguf_file", "hf", "local", "server")
 GGUF_SOURCES = ("gguf_package", "gguf_file")
 KINDS = ("auto", "clm", "mlm")
 DTYPES = ("float32", "bfloat16", "float16")
-# What runs the forward passes: torch on the entry's dtype (exact), or llama.cpp on a GGUF's own
-# quantized weights (faster on CPU, scores off by the quantization; scoring/native.py).
-ENGINES = ("torch", "llama.cpp")
+# What runs the forward passes: torch on the entry's dtype (exact), llama.cpp on a GGUF's own
+# quantized weights (faster on CPU, scores off by the quantization; scoring/native.py), or a server
+# kcal talks to through its OpenAI-compatible completions API (source "server"; scoring/served/).
+ENGINES = ("torch", "llama.cpp", "openai")
 MIN_TOKEN_BUDGET = 16  # below this a call holds less than one short statement
 _DEVICE = re.compile(r"^(auto|cpu|cuda|cuda:[0-9]+)$")
 _PACKAGE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
 # Fields that only make sense for one source; elsewhere they must keep their defaults.
 _SOURCE_FIELDS = {
@@ -35,6 +38,9 @@ _SOURCE_FIELDS = {
     "file": ("gguf_package",),
     "path": ("local", "gguf_file"),
     "revision": ("hf",),
+    "endpoint": ("server",),
+    "api_key_env": ("server",),
+    "tokenizer": ("server",),
 }
 
 
@@ -79,6 +85,12 @@ class ModelEntry:
     start_token: str | None = None
     trust_remote_code: bool = False
     engine: str = "torch"
+    # source "server" (engine "openai"): the base URL (…/v1), the environment variable holding the
+    # API key (the key itself is never stored), and the tokenizer kcal scores with (a local folder
+    # or a hub id; default: the folder the server reports it loaded, when it exists here).
+    endpoint: str | None = None
+    api_key_env: str | None = None
+    tokenizer: str | None = None
 
     def __post_init__(self) -> None:
         self._check_id()
@@ -121,12 +133,45 @@ class ModelEntry:
                 raise _bad("file", self.file, "a plain '.gguf' file name inside the package folder")
         if self.source == "local" and (not isinstance(self.path, str) or not self.path.strip()):
             raise _bad("path", self.path, "a directory path for source 'local'")
+        if self.source == "server":
+            self._check_server()
         if self.source == "gguf_file" and (not isinstance(self.path, str) or not self.path.endswith(".gguf")):
             raise _bad("path", self.path, "the path of a '.gguf' file for source 'gguf_file'")
         if not isinstance(self.revision, str) or not self.revision.strip():
             raise _bad("revision", self.revision, "a non-empty commit, tag or branch")
         if self.trust_remote_code is not False and self.source in GGUF_SOURCES:
             raise _bad("trust_remote_code", self.trust_remote_code, f"false for source {self.source!r}")
+
+    def _check_server(self) -> None:
+        url = urllib.parse.urlsplit(self.endpoint) if isinstance(self.endpoint, str) else None
+        if (
+            url is None
+            or url.scheme not in ("http", "https")
+            or not url.hostname
+            or url.query
+            or url.fragment
+        ):
+            raise _bad(
+                "endpoint", self.endpoint, "an http(s) URL of the server's API, like http://host:8000/v1"
+            )
+        if url.username or url.password:
+            raise _bad(
+                "endpoint",
+                f"{url.scheme}://…@{url.hostname}",
+                "a URL without credentials (name the environment variable that holds the key: api_key_env)",
+            )
+        if self.api_key_env is not None and (
+            not isinstance(self.api_key_env, str) or not _ENV_NAME.match(self.api_key_env)
+        ):
+            raise _bad(
+                "api_key_env", self.api_key_env, "the name of an environment variable, like VLLM_API_KEY"
+            )
+        if self.tokenizer is not None and (not isinstance(self.tokenizer, str) or not self.tokenizer.strip()):
+            raise _bad("tokenizer", self.tokenizer, "a tokenizer folder or hub id, or unset")
+        if self.engine != "openai":
+            raise _bad("engine", self.engine, "'openai' for source 'server'")
+        if self.kind == "mlm":
+            raise _bad("kind", self.kind, "'clm' or 'auto' for source 'server' (served models are causal)")
 
     def _check_runtime(self) -> None:
         if self.kind not in KINDS:
@@ -167,6 +212,12 @@ class ModelEntry:
                 self.engine,
                 f"'torch' for source {self.source!r} (llama.cpp runs GGUF weights: source "
                 f"{' or '.join(map(repr, GGUF_SOURCES))})",
+            )
+        if self.engine == "openai" and self.source != "server":
+            raise _bad(
+                "engine",
+                self.engine,
+                f"'torch' or 'llama.cpp' for source {self.source!r} ('openai' needs an endpoint)",
             )
         if self.engine == "llama.cpp" and self.device not in ("auto", "cpu"):
             raise _bad("device", self.device, "'auto' or 'cpu' for engine 'llama.cpp' (kcal runs it on CPU)")
