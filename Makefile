@@ -7,7 +7,7 @@ export KCAL_HOME ?= $(CURDIR)/.kcal
 export DAGSTER_HOME ?= $(KCAL_HOME)/dagster
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: install demo test test-quick test-shuffled lint ui bench bench-install llama-cpp clean
+.PHONY: install demo test test-quick test-shuffled lint ui bench bench-install llama-cpp serving-vllm clean
 
 # uv (installed by pip) installs everything, resolving, downloading and unpacking in parallel;
 # scripts/warm_bytecode.py then writes the bytecode of what kcal imports (~5,800 files in ~25 s),
@@ -119,6 +119,12 @@ $(LLAMA_WHEEL): | $(STAMP)
 
 llama-cpp: $(STAMP) $(LLAMA_WHEEL)
 	$(call UV,$(VENV)) $(LLAMA_WHEEL_FILE)
+
+# vLLM's CPU build in a venv of its own (.venv-vllm, ~3 GB), for testing kcal's "openai" engine
+# against a real OpenAI-compatible server: scripts/serving/vllm-serve.sh PORT NAME MODEL_DIR starts it.
+# Optional, like llama-cpp; the script skips the install when its stamp is current.
+serving-vllm:
+	PYTHON=$(PYTHON) bash scripts/serving/vllm-venv.sh
 
 clean:
 	rm -rf $(VENV) .kcal

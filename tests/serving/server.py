@@ -95,8 +95,9 @@ class ReferenceServer:
         generated: list[tuple[int, float]] = []
         seq = list(ids)
         generator = torch.Generator().manual_seed(int(body.get("seed") or 0) * 1000 + sample)
-        for _ in range(int(body.get("max_tokens", 16))):
-            dist = self.logprobs(seq)[-1]
+        lp = self.logprobs(ids)  # the prompt's, and the first generated token's distribution
+        for step in range(int(body.get("max_tokens", 16))):
+            dist = lp[-1] if step == 0 else self.logprobs(seq)[-1]
             if float(body.get("temperature", 1.0)) == 0.0:
                 nxt = int(dist.argmax())
             else:
@@ -109,7 +110,6 @@ class ReferenceServer:
                 break
         tokens, values = [], []
         if body.get("echo"):
-            lp = self.logprobs(ids)
             prompt_values = [None] + [float(lp[i - 1, ids[i]]) for i in range(1, len(ids))]
             if self.faults.wrong_prompt_logprobs:  # each token read at the wrong position
                 prompt_values = [None] + [float(lp[max(i - 2, 0), ids[i]]) for i in range(1, len(ids))]
