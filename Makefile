@@ -7,7 +7,7 @@ export KCAL_HOME ?= $(CURDIR)/.kcal
 export DAGSTER_HOME ?= $(KCAL_HOME)/dagster
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: install demo test test-quick test-shuffled lint ui bench bench-install llama-cpp serving-vllm clean
+.PHONY: install demo test test-quick test-shuffled test-serving lint ui bench bench-install llama-cpp serving-vllm clean
 
 # uv (installed by pip) installs everything, resolving, downloading and unpacking in parallel;
 # scripts/warm_bytecode.py then writes the bytecode of what kcal imports (~5,800 files in ~25 s),
@@ -125,6 +125,20 @@ llama-cpp: $(STAMP) $(LLAMA_WHEEL)
 # Optional, like llama-cpp; the script skips the install when its stamp is current.
 serving-vllm:
 	PYTHON=$(PYTHON) bash scripts/serving/vllm-venv.sh
+
+# `make test-serving`: kcal's "openai" engine against real servers (tests/real_servers, collected only
+# with --real-servers): vLLM's CPU build gets scoring right, llama-cpp-python's server is refused.
+# Their venvs do not fit `make test`'s 15 minutes, so they have this target, which .ci/run also runs.
+test-serving: install serving-vllm serving-llama-cpp
+	$(if $(TEST_TMPDIR),TMPDIR=$(TEST_TMPDIR)) $(BIN)/python -m pytest -q -p no:randomly --real-servers tests/real_servers -s $(TEST_ARGS)
+
+# llama-cpp-python's own OpenAI-compatible server (llama_cpp.server, with its [server] extras) in a
+# venv of its own (.venv-llama-server), from the wheel llama-cpp builds (built here when missing, not
+# installed into .venv): a real server known to echo wrong prompt log-probabilities, which kcal's
+# "openai" engine must refuse. scripts/serving/llama-cpp-serve.sh PORT NAME GGUF_FILE starts it.
+.PHONY: serving-llama-cpp
+serving-llama-cpp: $(LLAMA_WHEEL)
+	PYTHON=$(PYTHON) bash scripts/serving/llama-cpp-venv.sh
 
 clean:
 	rm -rf $(VENV) .kcal

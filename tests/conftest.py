@@ -19,6 +19,19 @@ REPO = Path(__file__).resolve().parents[1]
 os.environ.setdefault("KCAL_MODEL_CACHE", str(REPO / ".kcal" / "models"))
 
 
+# tests/real_servers/ start servers from venvs of their own (vLLM's CPU build, llama-cpp-python's
+# server) that `make test` does not build: `make test-serving` builds them and runs these tests with
+# --real-servers (CI runs both targets). Without the flag they are not collected, never skipped.
+def pytest_addoption(parser):
+    parser.addoption("--real-servers", action="store_true", help="run tests/real_servers (make test-serving)")
+
+
+def pytest_ignore_collect(collection_path, config):
+    if "real_servers" in collection_path.parts and not config.getoption("--real-servers"):
+        return True
+    return None
+
+
 def pytest_configure(config):
     """KCAL_HOME and DAGSTER_HOME of this process: a temporary folder per worker, so no test writes
     the developer's store (`make` exports the repository's .kcal) and parallel workers never share

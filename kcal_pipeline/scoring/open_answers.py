@@ -89,6 +89,12 @@ def generate_partition(
     print_ = log or (lambda _: None)
     if questions.is_empty():
         raise ValueError(f"relation {relation!r}: no questions to ask (probe_instances is empty)")
+    if loaded.model is None:  # engine "openai": no weights here, and no path for open answers yet
+        raise ValueError(
+            f"model {loaded.key!r} has engine = {loaded.engine!r}: open answers (kcal demo --generate) "
+            "are not generated through a server yet, only closed-set statements are scored; drop "
+            "--generate for this model"
+        )
     settings = sampler_settings(options)
     fp = fingerprint(loaded, questions, options)
     directory = checkpoint_dir(home, loaded.key, relation)

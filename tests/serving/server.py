@@ -16,6 +16,7 @@ Faults, set per test on `server.faults`:
 - `wrong_prompt_logprobs`: echoed prompt log-probabilities are those of the wrong position, while
   generated tokens stay right (what llama-cpp-python's server does);
 - `char_tokens`: text prompts are split into characters (a server with another tokenizer);
+- `ids_refused`: token-id prompts get 500 (llama-cpp-python's server takes text only);
 - `fail_after`: after this many completions requests, every request gets 500;
 - `api_key`: requests without `Authorization: Bearer <key>` get 401.
 """
@@ -41,6 +42,7 @@ class Faults:
     no_prompt_logprobs: bool = False
     wrong_prompt_logprobs: bool = False
     char_tokens: bool = False
+    ids_refused: bool = False
     fail_after: int | None = None
     api_key: str | None = None
 
@@ -204,6 +206,9 @@ def _handler(server: ReferenceServer):
             prompts = (
                 [prompt] if isinstance(prompt, str) or (prompt and isinstance(prompt[0], int)) else prompt
             )
+            if f.ids_refused and any(not isinstance(p, str) for p in prompts):
+                self._reply(500, {"error": {"message": "prompt: Input should be a valid string"}})
+                return
             seen.prompts += len(prompts)
             n = int(body.get("n", 1))
             choices = []

@@ -90,6 +90,34 @@ def test_scores_through_the_server_equal_the_torch_engines(server, torch_model):
     assert loaded.engine_check.max_self_gap < 1e-4
 
 
+def test_a_server_that_takes_only_text_gets_text_prompts_and_scores_alike(server, torch_model):
+    server.faults.ids_refused = True
+    loaded = load_served(served(server))
+    assert loaded.engine_check.prompt_form.form == "text"
+    assert loaded.engine_check.prompt_form.start_text == "<|endoftext|>"
+    got = score_statements(loaded, STATEMENTS, ScoringOptions(fast_path=False))
+    want = score_statements(torch_model, STATEMENTS, ScoringOptions(fast_path=False))
+    np.testing.assert_allclose(got["ll_sum"].to_numpy(), want["ll_sum"].to_numpy(), atol=2e-4)
+    server.faults.char_tokens = True  # now it splits statements otherwise: refused by name, not shifted
+    with pytest.raises(ServerError, match=r"statement #0 'The capital of France is Paris\.'.*would not be"):
+        score_statements(loaded, STATEMENTS, ScoringOptions(fast_path=False))
+
+
+def test_a_text_only_server_with_wrong_prompt_logprobs_is_refused_as_llama_cpp_pythons_is(server):
+    server.faults.ids_refused = server.faults.wrong_prompt_logprobs = True
+    with pytest.raises(ModelLoadError, match=r"disagree with its own generation \(-\d+\.\d+ vs -0\.\d+"):
+        load_served(served(server))
+
+
+def test_a_server_refusing_both_forms_is_refused_naming_both(server):
+    server.faults.ids_refused = True
+    server.faults.fail_after = 0
+    with pytest.raises(
+        ModelLoadError, match=r"refused the echo probe as token ids: .*HTTP 500.*; as text: .*HTTP 500"
+    ):
+        load_served(served(server))
+
+
 def test_many_statements_go_in_few_requests_in_input_order(server):
     loaded = load_served(served(server, batch_size=2))
     before = server.seen.completions
@@ -236,3 +264,15 @@ def test_an_endpoint_on_a_local_model_is_refused():
 def test_the_tolerance_is_what_the_docs_say():
     text = (Path(__file__).parents[2] / "docs" / "scoring.md").read_text()
     assert f"{SELF_CONSISTENCY_TOLERANCE} nats" in text
+
+
+def test_open_answers_through_a_server_are_refused_naming_the_engine(server, tmp_path):
+    from kcal_pipeline.core.options import GenerationOptions
+    from kcal_pipeline.scoring.open_answers import generate_partition
+
+    loaded = load_served(served(server))
+    questions = pl.DataFrame({"instance_id": ["q1"], "question": ["Who won?"]})
+    with pytest.raises(
+        ValueError, match=r"model 'smol' has engine = 'openai': open answers .* not generated"
+    ):
+        generate_partition(loaded, questions, GenerationOptions(), tmp_path, "mace-award")

@@ -10,6 +10,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from kcal_pipeline.core.paths import report_path
 from kcal_pipeline.scoring.models import DEFAULT_MODEL
 from kcal_pipeline.scoring.served.checks import PROBE_PROMPTS
 from tests.conftest import copy_facts_store, run_kcal
@@ -80,3 +81,7 @@ def test_a_served_run_resumes_after_the_server_fails_and_scores_as_the_torch_eng
     assert files_holding(home, KEY.encode()) == []
     output = failed.stdout + failed.stderr + run.stdout + run.stderr
     assert KEY not in output and "Bearer" not in output
+    # The report's Run table names the endpoint's host, not its path.
+    host = server.url.removesuffix("/v1")
+    report = report_path(home, NAME).read_text()
+    assert f"smol served at {host} (engine openai)" in report and f"openai:smol@{host}" in report

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from kcal_pipeline.scoring.models.gguf import _read_manifest, gguf_source
 from kcal_pipeline.scoring.models.registry import GGUF_SOURCES, ModelEntry, ModelLoadError
+from kcal_pipeline.scoring.served.client import host_of
 
 # GGUF type names as llama.cpp writes them into file names (Q4_1, Q4_K_M, IQ3_XS, F16, BF16, ...)
 _GGUF_TYPE = re.compile(r"(?<![A-Za-z0-9])(I?Q(\d+)(?:_[A-Z0-9]+)*|B?F(16|32))(?![A-Za-z0-9])", re.IGNORECASE)
@@ -30,6 +31,8 @@ def gguf_quantization(file_name: str) -> tuple[str, int | None] | None:
 
 def quantization(entry: ModelEntry, dtype: str) -> str:
     """E.g. '4-bit Q4_1 GGUF, de-quantised to float32', or 'none (float32 weights)'."""
+    if entry.source == "server":
+        return "as the server runs it (not known to kcal)"
     if entry.source not in GGUF_SOURCES:
         return f"none ({dtype} weights)"
     found = gguf_quantization(entry.file or entry.path or "")
@@ -49,6 +52,8 @@ def weights_file(entry: ModelEntry) -> str:
         return f"{path} ({origin})" if entry.source == "gguf_package" else str(path)
     if entry.source == "local":
         return str(Path(entry.path).expanduser().resolve())
+    if entry.source == "server":
+        return f"{entry.id} served at {host_of(entry.endpoint)} (engine openai)"
     return f"{entry.id} (Hugging Face hub)"
 
 
@@ -63,6 +68,8 @@ def revision(entry: ModelEntry, cache_dir: Path) -> str:
         return f"{origin}:{name}:{sha[:12]}" if sha else f"{origin}:{name} (not converted yet)"
     if entry.source == "local":
         return f"local:{Path(entry.path).expanduser().resolve()}"
+    if entry.source == "server":
+        return f"openai:{entry.id}@{host_of(entry.endpoint)}"
     return f"{entry.id}@{entry.revision}"
 
 

@@ -23,7 +23,10 @@ from dataclasses import dataclass
 
 from kcal_pipeline.scoring.served.client import (
     ENGINE,
+    TEXT,
+    TOKEN_IDS,
     OpenAIClient,
+    PromptForm,
     ServerError,
     echo_params,
     prompt_logprobs,
@@ -44,8 +47,8 @@ class ServerRefused(ServerError):
 
 @dataclass(frozen=True)
 class ServerCheck:
-    """What the checks found: the endpoint (host only), the served model, the tokens compared and
-    the largest self-consistency gap."""
+    """What the checks found: the endpoint (host only), the served model, the tokens compared, the
+    largest self-consistency gap and the form prompts are sent in."""
 
     engine: str
     endpoint: str
@@ -54,18 +57,20 @@ class ServerCheck:
     max_self_gap: float
     n_probes: int
     n_tokens_compared: int
+    prompt_form: PromptForm
 
     def describe(self) -> str:
         return (
             f"engine {self.engine} at {self.endpoint} (model {self.model!r}): prompt log-probabilities "
             f"agree with the server's own generation within {self.max_self_gap:.2g} nats on "
             f"{self.n_probes} probes (tolerance {SELF_CONSISTENCY_TOLERANCE}), tokenization equal to "
-            f"kcal's on {self.n_tokens_compared} tokens"
+            f"kcal's on {self.n_tokens_compared} tokens; prompts sent as {self.prompt_form.form}"
         )
 
     def fingerprint_values(self) -> dict:
-        """What scores depend on: the server and its model, not the probe's float noise."""
-        return {"engine": self.engine, "endpoint": self.endpoint, "model": self.model, "root": self.root}
+        """What scores depend on: the server, its model and the prompt form, not the probe's noise."""
+        return {"engine": self.engine, "endpoint": self.endpoint, "model": self.model, "root": self.root,
+                "prompts": self.prompt_form.form}  # fmt: skip
 
 
 def served_model(client: OpenAIClient) -> dict:
@@ -82,11 +87,11 @@ def check_server(client: OpenAIClient, tokenizer, start_token_id: int, served: d
     the first that fails."""
     host = client.endpoint.host
     ids = tokenizer(PROBE_STATEMENT, add_special_tokens=False)["input_ids"]
-    _echoes_every_token(client, [start_token_id, *ids])
+    form = _prompt_form(client, tokenizer, start_token_id, ids)
     compared = _same_tokens(client, tokenizer, ids)
     worst = 0.0
     for prompt in PROBE_PROMPTS:
-        gap, echoed, generated, token = _self_gap(client, tokenizer, start_token_id, prompt)
+        gap, echoed, generated, token = _self_gap(client, tokenizer, start_token_id, form, prompt)
         if gap > SELF_CONSISTENCY_TOLERANCE:
             raise ServerRefused(
                 f"{host}: this server's prompt log-probabilities disagree with its own generation "
@@ -94,38 +99,56 @@ def check_server(client: OpenAIClient, tokenizer, start_token_id: int, served: d
                 f"{SELF_CONSISTENCY_TOLERANCE}): it cannot score statements"
             )
         worst = max(worst, gap)
-    return ServerCheck(
-        ENGINE, host, client.endpoint.model, served.get("root"), worst, len(PROBE_PROMPTS), compared
-    )
+    model, root = client.endpoint.model, served.get("root")
+    return ServerCheck(ENGINE, host, model, root, worst, len(PROBE_PROMPTS), compared, form)
 
 
-def _echoes_every_token(client: OpenAIClient, prompt: list[int]) -> None:
-    (choice,) = client.completions([prompt], **echo_params())
-    try:
-        prompt_logprobs(choice, len(prompt), client.endpoint.host)
-    except ServerError as error:
-        raise ServerRefused(f"{error}: it cannot score statements") from None
+def _prompt_form(client: OpenAIClient, tokenizer, start_token_id: int, ids: Sequence[int]) -> PromptForm:
+    """Check 2, in the first form the server takes: token ids, else text (a server that refuses
+    token-id prompts, as llama-cpp-python's does with an HTTP 500)."""
+    start_text = tokenizer.convert_ids_to_tokens(start_token_id)
+    pieces = [tokenizer.decode([i]) for i in ids]
+    refusals = []
+    for form in (PromptForm(TOKEN_IDS, start_text), PromptForm(TEXT, start_text)):
+        prompt = form.prompt(start_token_id, ids, PROBE_STATEMENT)
+        try:
+            (choice,) = client.completions([prompt], **echo_params())
+        except ServerError as error:
+            refusals.append(f"as {form.form}: {error}")
+            continue
+        try:
+            prompt_logprobs(
+                choice, len(ids) + 1, client.endpoint.host, None if form.form == TOKEN_IDS else pieces
+            )
+        except ServerError as error:
+            raise ServerRefused(f"{error}: it cannot score statements") from None
+        return form
+    raise ServerRefused(f"{client.endpoint.host} refused the echo probe {'; '.join(refusals)}")
 
 
 def _same_tokens(client: OpenAIClient, tokenizer, ids: Sequence[int]) -> int:
-    """The server's tokenization of the probe statement (sent as text) against kcal's."""
+    """Check 3: the server's tokenization of the probe statement (sent as text) against kcal's."""
     (choice,) = client.completions([PROBE_STATEMENT], **echo_params())
     tokens = list((choice.get("logprobs") or {}).get("tokens") or [])
     mine = [tokenizer.decode([i]) for i in ids]
-    theirs = tokens[-len(mine) - 1 : -1] if len(tokens) > len(mine) else tokens  # drop the generated token
-    lead = tokens[: len(tokens) - len(mine) - 1]  # a BOS the server may add to a text prompt
-    if theirs != mine or len(lead) > 1:
+    # After the pieces may come the generated token (none where the model ended at once); before
+    # them, a start token the server adds to a text prompt.
+    if not any(
+        tokens[lead : lead + len(mine)] == mine and len(tokens) - lead - len(mine) <= 1 for lead in (0, 1)
+    ):
         raise ServerRefused(
-            f"{client.endpoint.host}: the server tokenizes {PROBE_STATEMENT!r} as {tokens[:-1]} and kcal's "
-            f"tokenizer as {mine}: give kcal the served model's tokenizer (--tokenizer)"
+            f"{client.endpoint.host}: the server tokenizes {PROBE_STATEMENT!r} as {tokens} (with what it "
+            f"generated) and kcal's tokenizer as {mine}: give kcal the served model's tokenizer (--tokenizer)"
         )
     return len(mine)
 
 
-def _self_gap(client: OpenAIClient, tokenizer, start_token_id: int, text: str):
-    """(|e − g|, e, g, t) for the greedy token t after `text` (module doc, check 4)."""
-    prompt = [start_token_id, *tokenizer(text, add_special_tokens=False)["input_ids"]]
-    (generated,) = client.completions([prompt], max_tokens=1, temperature=0.0, logprobs=1)
+def _self_gap(client: OpenAIClient, tokenizer, start_token_id: int, form: PromptForm, text: str):
+    """Check 4: (|e − g|, e, g, t) for the greedy token t after `text`."""
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    (generated,) = client.completions(
+        [form.prompt(start_token_id, ids, text)], max_tokens=1, temperature=0.0, logprobs=1
+    )
     logprobs = generated.get("logprobs") or {}
     token_text = (logprobs.get("tokens") or [None])[0]
     g = (logprobs.get("token_logprobs") or [None])[0]
@@ -140,6 +163,8 @@ def _self_gap(client: OpenAIClient, tokenizer, start_token_id: int, text: str):
             f"{client.endpoint.host}: the generated token {token_text!r} is not one token of kcal's "
             "tokenizer: the server's vocabulary differs (give kcal the served model's --tokenizer)"
         )
-    (echoed,) = client.completions([[*prompt, token_ids[0]]], **echo_params())
-    e = prompt_logprobs(echoed, len(prompt) + 1, client.endpoint.host)[-1]
+    longer = [*ids, token_ids[0]]
+    (echoed,) = client.completions([form.prompt(start_token_id, longer, text + token_text)], **echo_params())
+    pieces = None if form.form == TOKEN_IDS else [tokenizer.decode([i]) for i in longer]
+    e = prompt_logprobs(echoed, len(longer) + 1, client.endpoint.host, pieces)[-1]
     return abs(e - g), float(e), float(g), token_text

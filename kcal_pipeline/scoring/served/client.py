@@ -50,9 +50,14 @@ class Endpoint:
 
     @property
     def host(self) -> str:
-        """scheme://host[:port] only: what metadata and reports show (no path, never a key)."""
-        parts = urllib.parse.urlsplit(self.url)
-        return f"{parts.scheme}://{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+        return host_of(self.url)
+
+
+def host_of(url: str | None) -> str:
+    """scheme://host[:port] of an endpoint: what metadata and reports show (never a path, a query
+    or a key)."""
+    parts = urllib.parse.urlsplit(url or "")
+    return f"{parts.scheme}://{parts.hostname}" + (f":{parts.port}" if parts.port else "")
 
 
 def retry_after_s(value: str | None, now: float | None = None) -> float | None:
@@ -196,10 +201,38 @@ def echo_params() -> dict:
     return {"echo": True, "logprobs": 1, "max_tokens": 1, "temperature": 0.0}
 
 
-def prompt_logprobs(choice: dict, n_prompt: int, where: str) -> np.ndarray:
+TOKEN_IDS, TEXT = "token ids", "text"
+
+
+@dataclass(frozen=True)
+class PromptForm:
+    """How kcal sends a statement: as token ids (kcal's tokenization, exactly: the default), or, to
+    a server that takes only text (llama-cpp-python's), as the start token's text followed by the
+    statement, which the server tokenizes. checks.py picks the form; in the text form every reply's
+    echoed pieces are compared with kcal's tokens, so a statement the server splits otherwise fails
+    by name instead of shifting its scores."""
+
+    form: str
+    start_text: str
+
+    def prompt(self, start_token_id: int, ids: Sequence[int], text: str) -> list[int] | str:
+        return [start_token_id, *ids] if self.form == TOKEN_IDS else self.start_text + text
+
+
+def prompt_logprobs(
+    choice: dict, n_prompt: int, where: str, pieces: Sequence[str] | None = None
+) -> np.ndarray:
     """The log-probabilities of prompt tokens 2..n_prompt (the first has none) from one choice of
-    an echo request, as float64; refuses anything else."""
+    an echo request, as float64; refuses anything else. With `pieces` (kcal's text of tokens
+    2..n_prompt), the echoed tokens must be exactly those."""
     logprobs = choice.get("logprobs") or {}
+    if pieces is not None:
+        echoed = list(logprobs.get("tokens") or [])[1:n_prompt]
+        if echoed != list(pieces):
+            raise ServerError(
+                f"{where}: the server split the prompt into {echoed} where kcal's tokenizer gives "
+                f"{list(pieces)}: its tokens would not be the statement's"
+            )
     values = logprobs.get("token_logprobs")
     if not isinstance(values, list) or len(values) < n_prompt:
         got = "none" if not isinstance(values, list) else f"{len(values)}"

@@ -20,7 +20,13 @@ import numpy as np
 import polars as pl
 
 from kcal_pipeline.scoring.clm import SCHEMA, Span, _frame, check_context_ends, encode_inputs, roles_of
-from kcal_pipeline.scoring.served.client import OpenAIClient, echo_params, prompt_logprobs
+from kcal_pipeline.scoring.served.client import (
+    TOKEN_IDS,
+    OpenAIClient,
+    PromptForm,
+    echo_params,
+    prompt_logprobs,
+)
 
 if TYPE_CHECKING:
     from kcal_pipeline.scoring.loaded_model import LoadedModel
@@ -45,17 +51,20 @@ def score_clm_served(
     texts, subject_spans, object_spans, batch_size, ids, offsets = enc
     ends = check_context_ends(context_ends, texts, subject_spans, object_spans)
     client: OpenAIClient = loaded.native
-    prompts = [[loaded.start_token_id, *seq] for seq in ids]
+    form: PromptForm = loaded.engine_check.prompt_form
+    prompts = [form.prompt(loaded.start_token_id, seq, text) for seq, text in zip(ids, texts, strict=True)]
+    decode = loaded.tokenizer.decode
     width = batch_size or loaded.batch_size or STATEMENTS_PER_REQUEST
     chunks = [list(range(i, min(i + width, len(prompts)))) for i in range(0, len(prompts), width)]
 
     def run(chunk: list[int]) -> list[np.ndarray]:
         choices = client.completions([prompts[i] for i in chunk], **echo_params())
-        where = f"{client.endpoint.host}"
-        return [
-            prompt_logprobs(c, len(prompts[i]), f"{where}, statement #{i} {texts[i]!r}")
-            for c, i in zip(choices, chunk, strict=True)
-        ]
+        out = []
+        for choice, i in zip(choices, chunk, strict=True):
+            pieces = None if form.form == TOKEN_IDS else [decode([t]) for t in ids[i]]
+            where = f"{client.endpoint.host}, statement #{i} {texts[i]!r}"
+            out.append(prompt_logprobs(choice, len(ids[i]) + 1, where, pieces))
+        return out
 
     per_chunk = client.map(chunks, run, progress=_scaled(progress, chunks, len(prompts)))
     logprobs = [lp for chunk in per_chunk for lp in chunk]
