@@ -14,7 +14,7 @@ import polars as pl
 import pytest
 
 from kcal_pipeline.core.options import ScoringOptions
-from kcal_pipeline.scoring.engine import score_statements, scorer_for
+from kcal_pipeline.scoring.engine import score_statements, scorer_for, scoring_choices
 from kcal_pipeline.scoring.models import DEFAULT_MODEL, ModelEntry, load_model
 from kcal_pipeline.scoring.models.gguf import gguf_cache
 from kcal_pipeline.scoring.models.loading import check_loadable
@@ -77,6 +77,8 @@ def load_served(entry: ModelEntry):
 def test_scores_through_the_server_equal_the_torch_engines(server, torch_model):
     loaded = load_served(served(server))
     assert scorer_for(loaded, ScoringOptions())[0] == "clm-openai"
+    choices = scoring_choices(loaded, ScoringOptions())  # the partition's metadata in the UI
+    assert choices["endpoint"] == server.url.removesuffix("/v1") and "tokenization equal" in choices["engine"]
     got = score_statements(loaded, STATEMENTS, ScoringOptions(fast_path=False))
     want = score_statements(torch_model, STATEMENTS, ScoringOptions(fast_path=False))
     assert got["n_tokens"].to_list() == want["n_tokens"].to_list()
