@@ -10,16 +10,22 @@ from assets.cli_common import print_table, writes
 from kcal_pipeline.core.paths import kcal_home, registry_path
 from kcal_pipeline.scoring.models import DTYPES, KINDS, ModelEntry, Registry
 from kcal_pipeline.scoring.models.registry import ENGINES, ModelConfigError
+from kcal_pipeline.scoring.served.client import host_of
 
 
 def cmd_models_list(args) -> int:
     reg = Registry(registry_path(kcal_home(args.home)))
     rows = [
-        (e.key, e.id, e.source, e.kind, e.dtype, e.device, e.batch_size, e.token_budget or "auto")
+        (e.key, e.id, e.source, _engine(e), e.kind, e.dtype, e.device, e.batch_size, e.token_budget or "auto")
         for e in reg.entries()
     ]
-    print_table(["key", "id", "source", "kind", "dtype", "device", "batch", "token budget"], rows)
+    print_table(["key", "id", "source", "engine", "kind", "dtype", "device", "batch", "token budget"], rows)
     return 0
+
+
+def _engine(entry: ModelEntry) -> str:
+    """The engine, and for a served model the endpoint's host (never its path or a key)."""
+    return f"{entry.engine} at {host_of(entry.endpoint)}" if entry.source == "server" else entry.engine
 
 
 def sync_partitions(home: Path) -> None:

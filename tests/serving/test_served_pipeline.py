@@ -46,6 +46,8 @@ def scores_of(home: Path, model_key: str) -> pl.DataFrame:
 def test_a_served_run_resumes_after_the_server_fails_and_scores_as_the_torch_engine(store):
     home, server = store
     assert "endpoint" in (home / "models.toml").read_text() and KEY not in (home / "models.toml").read_text()
+    listed = run_kcal(home, "models", "list").stdout
+    assert f"openai at {server.url.removesuffix('/v1')}" in listed and "torch" in listed
     # The load's checks (an echo, a text prompt, generate-then-echo per probe), then one chunk of
     # 64 statements (2 requests of 32), then every request fails.
     checks = 2 + 2 * len(PROBE_PROMPTS)
