@@ -12,6 +12,7 @@ Faults, set per test on `server.faults`:
 - `unavailable`: the next N get 503 without Retry-After;
 - `drop`: the next N connections are closed without a reply;
 - `slow_s`: the next request waits this long before answering;
+- `delay_s`: every completions request waits this long (a long run, to kill midway);
 - `no_prompt_logprobs`: echo returns None for every prompt token (llama.cpp's `llama-server`);
 - `wrong_prompt_logprobs`: echoed prompt log-probabilities are those of the wrong position, while
   generated tokens stay right (what llama-cpp-python's server does);
@@ -39,6 +40,7 @@ class Faults:
     unavailable: int = 0
     drop: int = 0
     slow_s: float = 0.0
+    delay_s: float = 0.0
     no_prompt_logprobs: bool = False
     wrong_prompt_logprobs: bool = False
     char_tokens: bool = False
@@ -196,6 +198,7 @@ def _handler(server: ReferenceServer):
                 return
             f, seen = server.faults, server.seen
             seen.completions += 1
+            time.sleep(f.delay_s)
             if f.fail_after is not None and seen.completions > f.fail_after:
                 self._reply(500, {"error": {"message": "internal error"}})
                 return

@@ -120,6 +120,13 @@ def test_a_server_refusing_both_forms_is_refused_naming_both(server):
         load_served(served(server))
 
 
+def test_a_server_failing_midway_fails_the_call_naming_the_status(server):
+    loaded = load_served(served(server, batch_size=2))
+    server.faults.fail_after = server.seen.completions + 1  # the first request of 2 statements only
+    with pytest.raises(ServerError, match=r"POST /completions: HTTP 500: internal error"):
+        score_statements(loaded, STATEMENTS, ScoringOptions())
+
+
 def test_many_statements_go_in_few_requests_in_input_order(server):
     loaded = load_served(served(server, batch_size=2))
     before = server.seen.completions
