@@ -30,6 +30,7 @@ from bench.scoring import build_statements  # noqa: E402
 from kcal_pipeline.core.options import ScoringOptions  # noqa: E402
 from kcal_pipeline.scoring.engine import score_statements  # noqa: E402
 from kcal_pipeline.scoring.models import DEFAULT_MODEL, ModelEntry, load_model  # noqa: E402
+from kcal_pipeline.scoring.models.loading import load_served  # noqa: E402
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -49,13 +50,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> dict:
     args = parse(argv)
-    from kcal_pipeline.scoring.models.loading import _load_served
-
     with tempfile.TemporaryDirectory() as work:
         statements = build_statements(args.instances, Path(work))
     entry = ModelEntry(id=args.model, source="server", engine="openai", endpoint=args.endpoint,
                        api_key_env=args.api_key_env, start_token=args.start_token)  # fmt: skip
-    served = _load_served(entry)
+    served = load_served(entry)
     local = load_model(DEFAULT_MODEL, args.cache)
     print(f"{statements.height} statements; {served.engine_check.describe()}")
     rows, frames = [], {}

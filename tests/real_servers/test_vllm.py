@@ -14,7 +14,7 @@ import polars as pl
 from kcal_pipeline.core.options import ScoringOptions
 from kcal_pipeline.scoring.engine import score_statements
 from kcal_pipeline.scoring.models import DEFAULT_MODEL, ModelEntry, load_model
-from kcal_pipeline.scoring.models.loading import _load_served
+from kcal_pipeline.scoring.models.loading import load_served
 from tests.conftest import copy_facts_store, run_kcal
 from tests.real_servers.conftest import NAME, model_cache
 from tests.serving.test_served_engine import STATEMENTS
@@ -29,7 +29,7 @@ def entry(url: str) -> ModelEntry:
 
 
 def test_vllm_passes_the_checks_and_scores_as_the_torch_engine(vllm):
-    loaded = _load_served(entry(vllm))
+    loaded = load_served(entry(vllm))
     print(loaded.engine_check.describe())
     assert loaded.engine_check.max_self_gap < 0.01
     torch_model = load_model(DEFAULT_MODEL, model_cache())

@@ -17,7 +17,7 @@ from kcal_pipeline.core.options import ScoringOptions
 from kcal_pipeline.scoring.engine import score_statements, scorer_for, scoring_choices
 from kcal_pipeline.scoring.models import DEFAULT_MODEL, ModelEntry, load_model
 from kcal_pipeline.scoring.models.gguf import gguf_cache
-from kcal_pipeline.scoring.models.loading import check_loadable
+from kcal_pipeline.scoring.models.loading import check_loadable, load_served
 from kcal_pipeline.scoring.models.registry import ModelConfigError, ModelLoadError
 from kcal_pipeline.scoring.served.checks import SELF_CONSISTENCY_TOLERANCE
 from kcal_pipeline.scoring.served.client import Endpoint, OpenAIClient, ServerError, retry_after_s
@@ -66,12 +66,6 @@ def server(torch_model, folder):
 def served(server, **fields) -> ModelEntry:
     return ModelEntry(id=NAME, source="server", engine="openai", endpoint=server.url,
                       start_token="<|endoftext|>", **fields)  # fmt: skip
-
-
-def load_served(entry: ModelEntry):
-    from kcal_pipeline.scoring.models.loading import _load_served
-
-    return _load_served(entry)  # uncached: every test sees its own server
 
 
 def test_scores_through_the_server_equal_the_torch_engines(server, torch_model):

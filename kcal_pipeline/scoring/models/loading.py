@@ -35,7 +35,7 @@ def load_model(entry: ModelEntry, cache_dir: str | os.PathLike) -> LoadedModel:
         hit = _loaded.get(slot)
         if hit is not None and hit[0] == entry:
             return hit[1]
-        loaded = _load_served(entry) if entry.source == "server" else _load_uncached(entry, cache_dir)
+        loaded = load_served(entry) if entry.source == "server" else _load_uncached(entry, cache_dir)
         _loaded[slot] = (entry, loaded)
         if loaded.model is not None:  # a served model has no weights here
             record_cache_folder(loaded.model, cache_dir)
@@ -102,9 +102,10 @@ def _with_engine(entry: ModelEntry, loaded: LoadedModel) -> LoadedModel:
     return dataclasses.replace(loaded, engine_check=check_engine(loaded))
 
 
-def _load_served(entry: ModelEntry) -> LoadedModel:
+def load_served(entry: ModelEntry) -> LoadedModel:
     """A model behind an OpenAI-compatible server: kcal's tokenizer for it, a client, and the
-    server's checks passed (scoring/served/checks.py) — or a ModelLoadError saying why not."""
+    server's checks passed (scoring/served/checks.py) — or a ModelLoadError saying why not.
+    Uncached (load_model caches it per process): every call runs the checks again."""
     client = OpenAIClient(Endpoint(entry.endpoint, entry.id, entry.api_key_env), log=log.warning)
     try:
         served = served_model(client)
@@ -241,7 +242,7 @@ def check_loadable(entry: ModelEntry) -> str | None:
     if entry.source == "local":
         return _check_folder(entry, Path(entry.path).expanduser().resolve())
     if entry.source == "server":  # its checks are a few small requests: refused here, not at scoring
-        return _load_served(entry).kind
+        return load_served(entry).kind
     if entry.source in GGUF_SOURCES:
         gguf, _ = gguf_source(entry)
         with open(gguf, "rb") as handle:

@@ -30,6 +30,7 @@ from kcal_pipeline.scoring.served.client import (
     ServerError,
     echo_params,
     prompt_logprobs,
+    token_pieces,
 )
 
 # |echoed − generated| log-probability of the same token after the same prompt, in nats. Prefill
@@ -107,7 +108,6 @@ def _prompt_form(client: OpenAIClient, tokenizer, start_token_id: int, ids: Sequ
     """Check 2, in the first form the server takes: token ids, else text (a server that refuses
     token-id prompts, as llama-cpp-python's does with an HTTP 500)."""
     start_text = tokenizer.convert_ids_to_tokens(start_token_id)
-    pieces = [tokenizer.decode([i]) for i in ids]
     refusals = []
     for form in (PromptForm(TOKEN_IDS, start_text), PromptForm(TEXT, start_text)):
         prompt = form.prompt(start_token_id, ids, PROBE_STATEMENT)
@@ -117,9 +117,7 @@ def _prompt_form(client: OpenAIClient, tokenizer, start_token_id: int, ids: Sequ
             refusals.append(f"as {form.form}: {error}")
             continue
         try:
-            prompt_logprobs(
-                choice, len(ids) + 1, client.endpoint.host, None if form.form == TOKEN_IDS else pieces
-            )
+            prompt_logprobs(choice, len(ids) + 1, client.endpoint.host, form.expected_pieces(tokenizer, ids))
         except ServerError as error:
             raise ServerRefused(f"{error}: it cannot score statements") from None
         return form
@@ -130,7 +128,7 @@ def _same_tokens(client: OpenAIClient, tokenizer, ids: Sequence[int]) -> int:
     """Check 3: the server's tokenization of the probe statement (sent as text) against kcal's."""
     (choice,) = client.completions([PROBE_STATEMENT], **echo_params())
     tokens = list((choice.get("logprobs") or {}).get("tokens") or [])
-    mine = [tokenizer.decode([i]) for i in ids]
+    mine = token_pieces(tokenizer, ids)
     # After the pieces may come the generated token (none where the model ended at once); before
     # them, a start token the server adds to a text prompt.
     if not any(
@@ -165,6 +163,7 @@ def _self_gap(client: OpenAIClient, tokenizer, start_token_id: int, form: Prompt
         )
     longer = [*ids, token_ids[0]]
     (echoed,) = client.completions([form.prompt(start_token_id, longer, text + token_text)], **echo_params())
-    pieces = None if form.form == TOKEN_IDS else [tokenizer.decode([i]) for i in longer]
-    e = prompt_logprobs(echoed, len(longer) + 1, client.endpoint.host, pieces)[-1]
+    e = prompt_logprobs(
+        echoed, len(longer) + 1, client.endpoint.host, form.expected_pieces(tokenizer, longer)
+    )[-1]
     return abs(e - g), float(e), float(g), token_text

@@ -218,6 +218,16 @@ class PromptForm:
     def prompt(self, start_token_id: int, ids: Sequence[int], text: str) -> list[int] | str:
         return [start_token_id, *ids] if self.form == TOKEN_IDS else self.start_text + text
 
+    def expected_pieces(self, tokenizer, ids: Sequence[int]) -> list[str] | None:
+        """What a reply must echo for `ids` (prompt_logprobs' `pieces`): kcal's text of each token
+        in the text form; None for token ids, which are kcal's tokens by construction."""
+        return None if self.form == TOKEN_IDS else token_pieces(tokenizer, ids)
+
+
+def token_pieces(tokenizer, ids: Sequence[int]) -> list[str]:
+    """Each token's text, as a server's echoed `tokens` spell them."""
+    return [tokenizer.decode([i]) for i in ids]
+
 
 def prompt_logprobs(
     choice: dict, n_prompt: int, where: str, pieces: Sequence[str] | None = None

@@ -21,7 +21,6 @@ import polars as pl
 
 from kcal_pipeline.scoring.clm import SCHEMA, Span, _frame, check_context_ends, encode_inputs, roles_of
 from kcal_pipeline.scoring.served.client import (
-    TOKEN_IDS,
     OpenAIClient,
     PromptForm,
     echo_params,
@@ -53,7 +52,6 @@ def score_clm_served(
     client: OpenAIClient = loaded.native
     form: PromptForm = loaded.engine_check.prompt_form
     prompts = [form.prompt(loaded.start_token_id, seq, text) for seq, text in zip(ids, texts, strict=True)]
-    decode = loaded.tokenizer.decode
     width = batch_size or loaded.batch_size or STATEMENTS_PER_REQUEST
     chunks = [list(range(i, min(i + width, len(prompts)))) for i in range(0, len(prompts), width)]
 
@@ -61,8 +59,8 @@ def score_clm_served(
         choices = client.completions([prompts[i] for i in chunk], **echo_params())
         out = []
         for choice, i in zip(choices, chunk, strict=True):
-            pieces = None if form.form == TOKEN_IDS else [decode([t]) for t in ids[i]]
             where = f"{client.endpoint.host}, statement #{i} {texts[i]!r}"
+            pieces = form.expected_pieces(loaded.tokenizer, ids[i])
             out.append(prompt_logprobs(choice, len(ids[i]) + 1, where, pieces))
         return out
 
