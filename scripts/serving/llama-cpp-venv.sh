@@ -10,6 +10,7 @@
 # Usage: bash scripts/serving/llama-cpp-venv.sh   (or `make serving-llama-cpp`)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+source scripts/serving/venv-lib.sh
 
 PYTHON=${PYTHON:-python3}
 VENV=${LLAMA_SERVER_VENV:-.venv-llama-server}
@@ -24,18 +25,8 @@ if [[ -z $wheel ]]; then
 fi
 WANT="$(basename "$wheel") $(cksum < "$wheel" | cut -d' ' -f1) [server] $UV_PIN"
 
-if [[ -f $STAMP && "$(cat "$STAMP")" == "$WANT" && -x $VENV/bin/python ]] \
-    && "$VENV/bin/python" -c "import llama_cpp.server.app" 2>/dev/null; then
-    echo "$VENV is up to date ($WANT)"
-    exit 0
-fi
-
-# uv reads no pip configuration: hand it pip's find-links, as the Makefile's UV macro does.
-FIND_LINKS=${PIP_FIND_LINKS:-$("$PYTHON" -m pip config get global.find-links 2>/dev/null || true)}
-start=$(date +%s)
-rm -rf "$VENV"
-"$PYTHON" -m venv "$VENV"
-"$VENV/bin/python" -m pip install --quiet "$UV_PIN"
+venv_current "$VENV" "$STAMP" "$WANT" llama_cpp.server.app && exit 0
+fresh_venv "$VENV" "$UV_PIN"
 # The wheel's path names llama-cpp-python directly, so the resolver takes it over any registry
 # version; --no-build makes sure no source build (of it or anything) can start here.
 "$VENV/bin/uv" pip install --quiet --python "$VENV/bin/python" \
@@ -44,5 +35,4 @@ rm -rf "$VENV"
 "$VENV/bin/python" -c "
 import llama_cpp, llama_cpp.server.app
 assert llama_cpp.__version__ == '$VERSION', llama_cpp.__version__"
-echo "$WANT" > "$STAMP"
-echo "$VENV ready ($WANT) in $(( $(date +%s) - start )) s"
+venv_ready "$VENV" "$STAMP" "$WANT"

@@ -6,6 +6,7 @@
 # Usage: bash scripts/serving/vllm-venv.sh   (or `make serving-vllm`)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+source scripts/serving/venv-lib.sh
 
 PYTHON=${PYTHON:-python3}
 VENV=${VLLM_VENV:-.venv-vllm}
@@ -17,23 +18,12 @@ UV_PIN=uv==0.13.9
 STAMP=$VENV/.kcal-vllm-installed
 WANT="$VLLM $TORCH $UV_PIN"
 
-if [[ -f $STAMP && "$(cat "$STAMP")" == "$WANT" && -x $VENV/bin/python ]] \
-    && "$VENV/bin/python" -c "import vllm" 2>/dev/null; then
-    echo "$VENV is up to date ($WANT)"
-    exit 0
-fi
-
-# uv reads no pip configuration: hand it pip's find-links (where the local torch wheel is).
-FIND_LINKS=${PIP_FIND_LINKS:-$("$PYTHON" -m pip config get global.find-links 2>/dev/null || true)}
-start=$(date +%s)
-rm -rf "$VENV"
-"$PYTHON" -m venv "$VENV"
-"$VENV/bin/python" -m pip install --quiet "$UV_PIN"
+venv_current "$VENV" "$STAMP" "$WANT" vllm && exit 0
+fresh_venv "$VENV" "$UV_PIN"  # FIND_LINKS: where the local torch wheel is
 "$VENV/bin/uv" pip install --quiet --python "$VENV/bin/python" \
     ${FIND_LINKS:+--find-links "$FIND_LINKS"} "$TORCH" "$VLLM"
 # The registry's torchvision/torchaudio/torchcodec are built for CUDA torch and break
 # `import vllm` next to the CPU torch; vLLM serves text models without them.
 "$VENV/bin/uv" pip uninstall --quiet --python "$VENV/bin/python" torchvision torchaudio torchcodec || true
 "$VENV/bin/python" -c "import torch, vllm; assert torch.__version__.startswith('2.13.0'), torch.__version__"
-echo "$WANT" > "$STAMP"
-echo "$VENV ready ($WANT) in $(( $(date +%s) - start )) s"
+venv_ready "$VENV" "$STAMP" "$WANT"
