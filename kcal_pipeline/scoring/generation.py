@@ -228,6 +228,56 @@ def _prefill(loaded: LoadedModel, prompts: Sequence[Sequence[int]]):
     return output, mask
 
 
+@dataclass(frozen=True)
+class NextTokenReading:
+    """One prompt's next token, read once (the judge prompts): the log-probabilities of a pair of
+    tokens (" True", " False"), the greedy token then the drawn ones with their log-probabilities,
+    and the distribution's entropy (None where the engine cannot give it: a server)."""
+
+    pair: tuple[float, float]
+    tokens: list[int]
+    logprobs: list[float]
+    entropy: float | None
+
+
+def next_token_readings(
+    loaded: LoadedModel,
+    prompts: Sequence[Sequence[int]],
+    pair: tuple[int, int],
+    settings: GenerationSettings,
+    seeds: Sequence[int] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[NextTokenReading]:
+    """Each prompt's next-token distribution from one forward per ROWS_PER_CALL prompts: the pair's
+    log-probabilities, the argmax, and (with seeds) settings.n_samples tokens drawn at the settings'
+    temperature and top-p from a generator seeded with the prompt's seed."""
+    import torch
+
+    readings: list[NextTokenReading] = []
+    for first in range(0, len(prompts), ROWS_PER_CALL):
+        chosen = range(first, min(first + ROWS_PER_CALL, len(prompts)))
+        logits = next_token_logits(loaded, [prompts[i] for i in chosen])
+        log_p = torch.log_softmax(logits.double(), dim=-1)
+        entropy = -(log_p.exp() * log_p).sum(dim=-1)
+        for row, i in enumerate(chosen):
+            tokens = [int(log_p[row].argmax())]
+            if settings.n_samples and seeds is not None:
+                generator = torch.Generator(device="cpu").manual_seed(seeds[i])
+                drawn = sample_tokens(logits[row].expand(settings.n_samples, -1), settings, generator)
+                tokens += [int(t) for t in drawn]
+            readings.append(
+                NextTokenReading(
+                    pair=(float(log_p[row, pair[0]]), float(log_p[row, pair[1]])),
+                    tokens=tokens,
+                    logprobs=[float(log_p[row, t]) for t in tokens],
+                    entropy=float(entropy[row]),
+                )
+            )
+        if progress is not None:
+            progress(chosen.stop, len(prompts))
+    return readings
+
+
 def next_token_logits(loaded: LoadedModel, prompts: Sequence[Sequence[int]]):
     """The logits (float32, on the CPU) of the token after each prompt: one forward of all of them."""
     import torch
@@ -251,7 +301,7 @@ def _question_batch(
     import torch
 
     model, device = loaded.model, loaded.device
-    cache_argument = _cache_argument(model)
+    cache_argument = cache_argument_name(model)
     per_question = settings.n_samples + 1
     rows = len(prompts) * per_question
     generators = [
@@ -261,7 +311,7 @@ def _question_batch(
     greedy_row = torch.arange(rows) % per_question == 0
     with torch.inference_mode():
         out, mask = _prefill(loaded, prompts)
-        cache = _cache_of(out)
+        cache = cache_of(out)
         cache.batch_repeat_interleave(per_question)
         # Sampling and bookkeeping run on the CPU (the generators are CPU generators, and the
         # per-row loop reads single values): one (rows × vocabulary) copy per step on a GPU.
@@ -294,7 +344,7 @@ def _question_batch(
                 **{cache_argument: cache},
                 use_cache=True,
             )
-            cache, logits = _cache_of(out), out.logits[:, -1, :].float().cpu()
+            cache, logits = cache_of(out), out.logits[:, -1, :].float().cpu()
             position = position + 1
     return decoded.rows(loaded, keys, per_question, prompt)
 
@@ -379,7 +429,7 @@ class _Decoded:
         return result
 
 
-def _cache_argument(model) -> str:
+def cache_argument_name(model) -> str:
     """The forward's name for the key-value cache: `cache` from transformers 5.2x (which warns on
     `past_key_values`), `past_key_values` before."""
     import inspect
@@ -387,7 +437,7 @@ def _cache_argument(model) -> str:
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
-def _cache_of(output):
+def cache_of(output):
     """The key-value cache a forward returned (`cache`, `past_key_values` before transformers 5.2x)."""
     return output["cache"] if "cache" in output else output["past_key_values"]
 

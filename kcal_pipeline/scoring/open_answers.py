@@ -22,8 +22,9 @@ import polars as pl
 
 from kcal_pipeline.core.options import GenerationOptions
 from kcal_pipeline.core.progress import ProgressMeter
-from kcal_pipeline.scoring import generation, prompted
+from kcal_pipeline.scoring import answering, generation, prompted
 from kcal_pipeline.scoring.checkpoints import partition_dir, score_in_chunks
+from kcal_pipeline.scoring.served.generation import ENTROPY_UNAVAILABLE, check_generation
 
 if TYPE_CHECKING:
     from kcal_pipeline.scoring.loaded_model import LoadedModel
@@ -89,12 +90,12 @@ def generate_partition(
     print_ = log or (lambda _: None)
     if questions.is_empty():
         raise ValueError(f"relation {relation!r}: no questions to ask (probe_instances is empty)")
-    if loaded.model is None:  # engine "openai": no weights here, and no path for open answers yet
-        raise ValueError(
-            f"model {loaded.key!r} has engine = {loaded.engine!r}: open answers (kcal demo --generate) "
-            "are not generated through a server yet, only closed-set statements are scored; drop "
-            "--generate for this model"
-        )
+    # A server draws only once it showed its sampled log-probabilities are the model's own.
+    engine = {}
+    if answering.is_served(loaded):
+        check = check_generation(loaded).describe()
+        engine = {"endpoint": loaded.native.endpoint.host, "engine_check": check,
+                  "entropy_mean": ENTROPY_UNAVAILABLE}  # fmt: skip
     settings = sampler_settings(options)
     fp = fingerprint(loaded, questions, options)
     directory = checkpoint_dir(home, loaded.key, relation)
@@ -114,7 +115,7 @@ def generate_partition(
 
             return report
 
-        answers = generation.generate_answers(loaded, texts, keys, settings, progress=within(0))
+        answers = answering.generate_answers(loaded, texts, keys, settings, progress=within(0))
         if not options.prompted:
             return answers
         prompted_rows = prompted.generate_prompted(loaded, texts, keys, answers, settings, progress=within(1))
@@ -141,6 +142,8 @@ def generate_partition(
             "rows": frame.height,
             "prompts": ", ".join(sorted(set(frame["prompt"]))),
             "prompt_style": prompt_style(loaded),
+            "engine": getattr(loaded, "engine", "torch"),
+            **engine,
             "device": str(loaded.device),
             "dtype": loaded.dtype,
             "model_revision": loaded.revision,

@@ -25,18 +25,15 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
+from kcal_pipeline.scoring.answering import generate_answers, next_token_readings
 from kcal_pipeline.scoring.generation import (
     ANSWER_PROMPT,
     GREEDY,
-    ROWS_PER_CALL,
     SCHEMA,
     GenerationSettings,
     check_keys,
-    generate_answers,
     generator_seed,
-    next_token_logits,
     prompt_ids,
-    sample_tokens,
 )
 
 if TYPE_CHECKING:
@@ -236,9 +233,9 @@ def single_token_id(loaded: LoadedModel, text: str) -> int:
     return ids[0]
 
 
-def _pair_probability(log_p, yes: int, no: int) -> float:
-    """p(yes) / (p(yes) + p(no)) from one row of log-probabilities, computed stably."""
-    return float(1.0 / (1.0 + math.exp(float(log_p[no] - log_p[yes]))))
+def _pair_probability(pair: tuple[float, float]) -> float:
+    """p(yes) / (p(yes) + p(no)) from their log-probabilities, computed stably."""
+    return float(1.0 / (1.0 + math.exp(pair[1] - pair[0])))
 
 
 def _judge_rows(
@@ -249,46 +246,38 @@ def _judge_rows(
     prompt: str,
     progress: Callable[[int, int], None] | None,
 ) -> pl.DataFrame:
-    """One forward per batch of questions; per question the greedy row and N sampled rows."""
-    import torch
-
+    """Per question the greedy row and N sampled rows of one next-token reading."""
     true_id, false_id = single_token_id(loaded, " True"), single_token_id(loaded, " False")
     classes = {true_id: "true", false_id: "false"}
+    readings = next_token_readings(
+        loaded,
+        [prompt_ids(loaded, c)[0] for c in conversations],
+        (true_id, false_id),
+        settings,
+        seeds=[generator_seed(settings.seed, key, prompt) for key in keys],
+        progress=progress,
+    )
     rows: list[dict] = []
-    for first in range(0, len(conversations), ROWS_PER_CALL):
-        chosen = range(first, min(first + ROWS_PER_CALL, len(conversations)))
-        logits = next_token_logits(loaded, [prompt_ids(loaded, conversations[i])[0] for i in chosen])
-        log_p = torch.log_softmax(logits.double(), dim=-1)
-        entropy = -(log_p.exp() * log_p).sum(dim=-1)
-        for row, i in enumerate(chosen):
-            generator = torch.Generator(device="cpu").manual_seed(
-                generator_seed(settings.seed, keys[i], prompt)
+    for key, reading in zip(keys, readings, strict=True):
+        p_true = _pair_probability(reading.pair)
+        for sample, (token, logprob) in enumerate(zip(reading.tokens, reading.logprobs, strict=True)):
+            rows.append(
+                {
+                    "instance_id": key,
+                    "prompt": prompt,
+                    "sample": sample,
+                    "response": classes.get(token, "other"),
+                    "token_ids": [token],
+                    "n_tokens": 1,
+                    "n_scored": 1,
+                    "logprob_sum": logprob,
+                    "logprob_mean": logprob,
+                    "entropy_mean": reading.entropy,
+                    "stop": JUDGED,
+                    "stop_token": None,
+                    "p_true": p_true,
+                }
             )
-            tokens = [int(log_p[row].argmax())]
-            if settings.n_samples:
-                drawn = sample_tokens(logits[row].expand(settings.n_samples, -1), settings, generator)
-                tokens += [int(t) for t in drawn]
-            p_true = _pair_probability(log_p[row], true_id, false_id)
-            for sample, token in enumerate(tokens):
-                rows.append(
-                    {
-                        "instance_id": keys[i],
-                        "prompt": prompt,
-                        "sample": sample,
-                        "response": classes.get(token, "other"),
-                        "token_ids": [token],
-                        "n_tokens": 1,
-                        "n_scored": 1,
-                        "logprob_sum": float(log_p[row, token]),
-                        "logprob_mean": float(log_p[row, token]),
-                        "entropy_mean": float(entropy[row]),
-                        "stop": JUDGED,
-                        "stop_token": None,
-                        "p_true": p_true,
-                    }
-                )
-        if progress is not None:
-            progress(chosen.stop, len(conversations))
     return pl.DataFrame(rows, schema=SCHEMA)
 
 
@@ -304,8 +293,6 @@ def judge_equivalence(loaded: LoadedModel, items: Sequence[tuple[str, str, Seque
     with the rule of estimation/answer_matching.py: for each (question, response, gold labels) the
     model is asked EQUIVALENCE_QUESTION, its answer pre-filled with "Answer:", and the next token read:
     p(" Yes") / (p(" Yes") + p(" No"))."""
-    import torch
-
     yes, no = single_token_id(loaded, " Yes"), single_token_id(loaded, " No")
     conversations = [
         [
@@ -314,13 +301,9 @@ def judge_equivalence(loaded: LoadedModel, items: Sequence[tuple[str, str, Seque
         ]
         for q, r, golds in items
     ]
-    probabilities: list[float] = []
-    for first in range(0, len(conversations), ROWS_PER_CALL):
-        batch = conversations[first : first + ROWS_PER_CALL]
-        logits = next_token_logits(loaded, [prompt_ids(loaded, c)[0] for c in batch])
-        log_p = torch.log_softmax(logits.double(), dim=-1)
-        probabilities += [_pair_probability(row, yes, no) for row in log_p]
-    return probabilities
+    prompts = [prompt_ids(loaded, c)[0] for c in conversations]
+    readings = next_token_readings(loaded, prompts, (yes, no), GenerationSettings(n_samples=0))
+    return [_pair_probability(reading.pair) for reading in readings]
 
 
 def judge_agreement(

@@ -51,6 +51,10 @@ export VLLM_CPU_OMP_THREADS_BIND=${VLLM_CPU_OMP_THREADS_BIND:-auto}
 # --kv-cache-memory-bytes 256M: an explicit KV cache (~5,800 tokens, 22 full-length sequences)
 #   instead of --gpu-memory-utilization's default 0.92 of RAM, which the CPU worker refuses to
 #   start with when less than that is free (VLLM_CPU_KVCACHE_SPACE=N GiB is the legacy spelling);
+# --no-enable-chunked-prefill: prompts are prefilled whole. vllm-cpu 0.32.0's engine dies
+#   ("RuntimeError: CPU Generator does not use offset") when a seeded request (kcal's sampled open
+#   answers) is prefilled in chunks, as happens once a step's 2,048-token budget fills; CUDA
+#   generators have offsets, so a GPU server needs no such flag;
 # --enforce-eager: no torch.compile warm-up: up in ~40 s instead of ~95-110 s, about as fast after;
 # --uvicorn-log-level warning: no access-log line per request.
 exec "$py" -m vllm.entrypoints.openai.api_server \
@@ -58,6 +62,7 @@ exec "$py" -m vllm.entrypoints.openai.api_server \
     --host 127.0.0.1 --port "$port" \
     --dtype float32 --max-model-len 256 \
     --kv-cache-memory-bytes 256M \
+    --no-enable-chunked-prefill \
     --enforce-eager \
     --uvicorn-log-level warning \
     "$@"

@@ -2,7 +2,8 @@
 suite and for the faults no real server produces on demand.
 
 It answers `/v1/models` and `/v1/completions` (token-id or text prompts, several per request,
-`echo`, `logprobs`, `max_tokens`, `temperature`, `n`, `seed`, `stop`) the way vLLM does, computing
+`echo`, `logprobs`, `max_tokens`, `temperature`, `top_p`, `n`, `seed`, `stop`, `stop_token_ids`,
+`return_tokens_as_token_ids`) the way vLLM does, computing
 every log-probability with a plain float64 log-softmax over the model's logits, one prompt at a
 time. The real servers are tested apart: vLLM's CPU build (`make test-serving`) gets scoring right,
 llama-cpp-python's server gets prompt log-probabilities wrong (`make llama-cpp`).
@@ -18,12 +19,16 @@ Faults, set per test on `server.faults`:
   generated tokens stay right (what llama-cpp-python's server does);
 - `char_tokens`: text prompts are split into characters (a server with another tokenizer);
 - `ids_refused`: token-id prompts get 500 (llama-cpp-python's server takes text only);
+- `processed_logprobs`: generated tokens get the sampler's log-probability (tempered, top-p
+  filtered) instead of the model's (vLLM's `--logprobs-mode processed_logprobs`);
+- `text_tokens`: generated tokens come back as text even when asked for ids;
 - `fail_after`: after this many completions requests, every request gets 500;
 - `api_key`: requests without `Authorization: Bearer <key>` get 401.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import threading
 import time
@@ -31,6 +36,12 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import torch
+
+from kcal_pipeline.scoring.generation import cache_argument_name, cache_of
+
+
+def cache_key(output) -> str:
+    return "cache" if "cache" in output else "past_key_values"
 
 
 @dataclass
@@ -45,6 +56,8 @@ class Faults:
     wrong_prompt_logprobs: bool = False
     char_tokens: bool = False
     ids_refused: bool = False
+    processed_logprobs: bool = False
+    text_tokens: bool = False
     fail_after: int | None = None
     api_key: str | None = None
 
@@ -88,7 +101,8 @@ class ReferenceServer:
             logits = self.loaded.model(input_ids=torch.tensor([ids])).logits[0].double()
         return torch.log_softmax(logits, dim=-1)
 
-    def complete(self, prompt, body: dict, sample: int) -> dict:
+    def complete(self, prompt, body: dict, sample: int, prefilled: dict) -> dict:
+        """One choice; `prefilled` keeps the prompt's forward for the request's other samples."""
         tok = self.loaded.tokenizer
         if isinstance(prompt, str):
             ids = (
@@ -97,21 +111,35 @@ class ReferenceServer:
         else:
             ids = [int(i) for i in prompt]
         generated: list[tuple[int, float]] = []
-        seq = list(ids)
-        generator = torch.Generator().manual_seed(int(body.get("seed") or 0) * 1000 + sample)
-        lp = self.logprobs(ids)  # the prompt's, and the first generated token's distribution
-        for step in range(int(body.get("max_tokens", 16))):
-            dist = lp[-1] if step == 0 else self.logprobs(seq)[-1]
-            if float(body.get("temperature", 1.0)) == 0.0:
-                nxt = int(dist.argmax())
-            else:
-                probs = torch.softmax(dist / float(body["temperature"]), dim=-1)
-                nxt = int(torch.multinomial(probs, 1, generator=generator))
-            generated.append((nxt, float(dist[nxt])))
-            seq.append(nxt)
-            text = tok.decode([g for g, _ in generated])
-            if any(s in text for s in body.get("stop") or []) or nxt == tok.eos_token_id:
-                break
+        seed = (int(body.get("seed") or 0) * 1000 + sample) % 2**63
+        generator = torch.Generator().manual_seed(seed)
+        temperature = float(body.get("temperature", 1.0))
+        stop_ids = {int(i) for i in body.get("stop_token_ids") or []} | {tok.eos_token_id}
+        finish, stop_reason = "length", None
+        with self._lock, torch.inference_mode():  # one sequence at a time, decoding with its cache
+            model = self.loaded.model
+            if "out" not in prefilled:
+                prefilled["out"] = model(input_ids=torch.tensor([ids]), use_cache=True)
+            out = copy.copy(prefilled["out"])
+            out[cache_key(out)] = copy.deepcopy(cache_of(out))  # each sample decodes on its own copy
+            lp = torch.log_softmax(out.logits[0].double(), dim=-1)  # the prompt's, and the next token's
+            dist = lp[-1]
+            for _ in range(int(body.get("max_tokens", 16))):
+                if temperature == 0.0:
+                    nxt = int(dist.argmax())
+                else:
+                    nxt = int(torch.multinomial(_nucleus(dist, temperature, body), 1, generator=generator))
+                reported = dist
+                if self.faults.processed_logprobs:  # the sampler's distribution, not the model's
+                    reported = torch.log(_nucleus(dist, temperature or 1.0, body).clamp(min=1e-300))
+                generated.append((nxt, float(reported[nxt])))
+                text = tok.decode([g for g, _ in generated])
+                if any(s in text for s in body.get("stop") or []) or nxt in stop_ids:
+                    finish, stop_reason = "stop", (nxt if nxt != tok.eos_token_id else None)
+                    break
+                out = model(input_ids=torch.tensor([[nxt]]), use_cache=True,
+                            **{cache_argument_name(model): cache_of(out)})  # fmt: skip
+                dist = torch.log_softmax(out.logits[0, -1].double(), dim=-1)
         tokens, values = [], []
         if body.get("echo"):
             prompt_values = [None] + [float(lp[i - 1, ids[i]]) for i in range(1, len(ids))]
@@ -121,7 +149,8 @@ class ReferenceServer:
                 prompt_values = [None] * len(ids)
             tokens += [tok.decode([i]) for i in ids]
             values += prompt_values
-        tokens += [tok.decode([g]) for g, _ in generated]
+        as_ids = body.get("return_tokens_as_token_ids") and not self.faults.text_tokens
+        tokens += [f"token_id:{g}" if as_ids else tok.decode([g]) for g, _ in generated]
         values += [v for _, v in generated]
         text = ("".join(tokens[: len(ids)]) if body.get("echo") else "") + tok.decode(
             [g for g, _ in generated]
@@ -138,7 +167,18 @@ class ReferenceServer:
                 "text_offset": offsets,
                 "top_logprobs": None,
             }
-        return {"text": text, "logprobs": logprobs, "finish_reason": "length"}
+        return {"text": text, "logprobs": logprobs, "finish_reason": finish, "stop_reason": stop_reason}
+
+
+def _nucleus(dist: torch.Tensor, temperature: float, body: dict) -> torch.Tensor:
+    """softmax(dist / T) restricted to the top-p nucleus (renormalised), as a sampler draws from."""
+    probs = torch.softmax(dist / temperature, dim=-1)
+    top_p = float(body.get("top_p") or 1.0)
+    if top_p < 1.0:
+        ordered, order = probs.sort(descending=True)
+        ordered[(ordered.cumsum(-1) - ordered) >= top_p] = 0.0
+        probs = torch.zeros_like(probs).scatter(-1, order, ordered)
+    return probs / probs.sum()
 
 
 def _handler(server: ReferenceServer):
@@ -216,8 +256,9 @@ def _handler(server: ReferenceServer):
             n = int(body.get("n", 1))
             choices = []
             for p in prompts:
+                prefilled: dict = {}
                 for s in range(n):
-                    choice = server.complete(p, body, s)
+                    choice = server.complete(p, body, s, prefilled)
                     choices.append({"index": len(choices), **choice})
             self._reply(200, {"object": "text_completion", "model": server.name, "choices": choices})
 

@@ -267,15 +267,3 @@ def test_an_endpoint_on_a_local_model_is_refused():
 def test_the_tolerance_is_what_the_docs_say():
     text = (Path(__file__).parents[2] / "docs" / "scoring.md").read_text()
     assert f"{SELF_CONSISTENCY_TOLERANCE} nats" in text
-
-
-def test_open_answers_through_a_server_are_refused_naming_the_engine(server, tmp_path):
-    from kcal_pipeline.core.options import GenerationOptions
-    from kcal_pipeline.scoring.open_answers import generate_partition
-
-    loaded = load_served(served(server))
-    questions = pl.DataFrame({"instance_id": ["q1"], "question": ["Who won?"]})
-    with pytest.raises(
-        ValueError, match=r"model 'smol' has engine = 'openai': open answers .* not generated"
-    ):
-        generate_partition(loaded, questions, GenerationOptions(), tmp_path, "mace-award")
