@@ -71,9 +71,15 @@ def cmd_models_add(args) -> int:
         engine=args.engine,
         **source,
     )
-    from kcal_pipeline.scoring.models.loading import check_loadable
+    from kcal_pipeline.scoring.models.loading import check_loadable, load_served
+    from kcal_pipeline.scoring.served.generation import served_abilities
 
-    kind = check_loadable(entry)  # a path that holds no loadable model is refused, not registered
+    abilities: list[str] = []
+    if entry.source == "server":  # refused here, not at scoring; what it can do is said
+        loaded = load_served(entry)
+        kind, abilities = loaded.kind, served_abilities(loaded)
+    else:
+        kind = check_loadable(entry)  # a path that holds no loadable model is refused, not registered
     from assets.instance import get_instance
 
     # The instance (and its tables) first: a store that cannot hold them refuses before models.toml
@@ -82,6 +88,8 @@ def cmd_models_add(args) -> int:
     Registry(registry_path(home)).add(entry)
     detected = f" (kind {kind}{', detected' if entry.kind == 'auto' else ''})" if kind else ""
     print(f"registered {entry.id} as {entry.key}{detected}")
+    for line in abilities:
+        print(f"  {line}")
     if kind is None:
         print(
             f"note: {entry.id} is a Hugging Face hub id and was not checked: loading it needs network "

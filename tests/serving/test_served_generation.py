@@ -17,6 +17,7 @@ from kcal_pipeline.scoring.models.loading import load_served
 from kcal_pipeline.scoring.open_answers import generate_partition
 from kcal_pipeline.scoring.served.checks import ServerRefused
 from kcal_pipeline.scoring.served.generation import ENTROPY_UNAVAILABLE, check_generation
+from tests.conftest import run_kcal
 from tests.serving.server import Faults, ReferenceServer
 from tests.serving.test_served_engine import folder, served, torch_model  # noqa: F401 (fixtures)
 
@@ -141,3 +142,16 @@ def test_tokens_as_text_or_a_text_only_server_are_refused_naming_why(loaded, ser
     text_only = load_served(served(server))
     with pytest.raises(ServerRefused, match="takes text prompts only"):
         check_generation(text_only)
+
+
+def test_models_add_says_whether_a_served_model_can_draw_open_answers(server, tmp_path):
+    add = ("models", "add", "smol", "--engine", "openai", "--endpoint", server.url, "--start-token",
+           "<|endoftext|>")  # fmt: skip
+    able = run_kcal(tmp_path / "able", *add)
+    assert able.returncode == 0, able.stderr
+    assert "scoring: engine openai at" in able.stdout
+    assert "open answers: sampled tokens' log-probabilities equal the server's echo" in able.stdout
+    server.faults.processed_logprobs = True  # it still scores: registered, and told why it cannot draw
+    unable = run_kcal(tmp_path / "unable", *add)
+    assert unable.returncode == 0, unable.stderr
+    assert "open answers: refused: " in unable.stdout and "cannot draw open answers" in unable.stdout

@@ -127,6 +127,19 @@ def check_generation(loaded: LoadedModel) -> GenerationCheck:
     return GenerationCheck(worst, count)
 
 
+def served_abilities(loaded: LoadedModel) -> list[str]:
+    """What `kcal models add` says of a served model it registers: how its statements are scored
+    (checks.py passed, or the model was refused before this), and whether it can draw open answers
+    (check_generation), with the reason where not: a server that scores but cannot draw is still
+    registered, and `kcal demo --generate` refuses it by the same reason."""
+    lines = [f"scoring: {loaded.engine_check.describe()}"]
+    try:
+        lines.append(f"open answers: {check_generation(loaded).describe()}")
+    except ServerError as error:
+        lines.append(f"open answers: refused: {error}")
+    return lines
+
+
 def _generated(choice: dict, where: str) -> tuple[list[int], list[float]]:
     """The generated tokens' ids and log-probabilities of one choice, or ServerError saying why."""
     logprobs = choice.get("logprobs") or {}
