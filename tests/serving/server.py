@@ -22,6 +22,7 @@ Faults, set per test on `server.faults`:
 - `processed_logprobs`: generated tokens get the sampler's log-probability (tempered, top-p
   filtered) instead of the model's (vLLM's `--logprobs-mode processed_logprobs`);
 - `text_tokens`: generated tokens come back as text even when asked for ids;
+- `no_tokens`: a generation returns no tokens at all;
 - `fail_after`: after this many completions requests, every request gets 500;
 - `api_key`: requests without `Authorization: Bearer <key>` get 401.
 """
@@ -58,6 +59,7 @@ class Faults:
     ids_refused: bool = False
     processed_logprobs: bool = False
     text_tokens: bool = False
+    no_tokens: bool = False
     fail_after: int | None = None
     api_key: str | None = None
 
@@ -140,6 +142,8 @@ class ReferenceServer:
                 out = model(input_ids=torch.tensor([[nxt]]), use_cache=True,
                             **{cache_argument_name(model): cache_of(out)})  # fmt: skip
                 dist = torch.log_softmax(out.logits[0, -1].double(), dim=-1)
+        if self.faults.no_tokens and not body.get("echo"):
+            generated = []
         tokens, values = [], []
         if body.get("echo"):
             prompt_values = [None] + [float(lp[i - 1, ids[i]]) for i in range(1, len(ids))]

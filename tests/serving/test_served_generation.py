@@ -138,7 +138,10 @@ def test_tokens_as_text_or_a_text_only_server_are_refused_naming_why(loaded, ser
     server.faults.text_tokens = True
     with pytest.raises(ServerRefused, match=r"come back as text .*return_tokens_as_token_ids"):
         answering.generate_answers(loaded, QUESTIONS[:1], KEYS[:1], SETTINGS)
-    server.faults.text_tokens, server.faults.ids_refused = False, True
+    server.faults.text_tokens, server.faults.no_tokens = False, True
+    with pytest.raises(ServerRefused, match=r"asked for 6 sampled tokens, the server returned none"):
+        check_generation(loaded)
+    server.faults.no_tokens, server.faults.ids_refused = False, True
     text_only = load_served(served(server))
     with pytest.raises(ServerRefused, match="takes text prompts only"):
         check_generation(text_only)

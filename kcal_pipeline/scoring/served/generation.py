@@ -124,6 +124,8 @@ def check_generation(loaded: LoadedModel) -> GenerationCheck:
                 "cannot draw open answers"
             )
         worst, count = max(worst, float(gaps[at])), count + len(tokens)
+    if not count:
+        raise ServerRefused(f"{host}: asked for {PROBE_TOKENS} sampled tokens, the server returned none")
     return GenerationCheck(worst, count)
 
 
