@@ -16,6 +16,7 @@ from kcal_pipeline.scoring import answering, generation, prompted
 from kcal_pipeline.scoring.models.loading import load_served
 from kcal_pipeline.scoring.open_answers import generate_partition
 from kcal_pipeline.scoring.served.checks import ServerRefused
+from kcal_pipeline.scoring.served.client import ServerError
 from kcal_pipeline.scoring.served.generation import ENTROPY_UNAVAILABLE, check_generation
 from tests.conftest import run_kcal
 from tests.serving.server import Faults, ReferenceServer
@@ -158,3 +159,21 @@ def test_models_add_says_whether_a_served_model_can_draw_open_answers(server, tm
     unable = run_kcal(tmp_path / "unable", *add)
     assert unable.returncode == 0, unable.stderr
     assert "open answers: refused: " in unable.stdout and "cannot draw open answers" in unable.stdout
+
+
+def test_a_generation_the_server_fails_midway_resumes_without_lost_or_doubled_rows(loaded, server, tmp_path):
+    questions = pl.DataFrame({"instance_id": KEYS, "question": QUESTIONS})
+    options = GenerationOptions(n_samples=2, max_new_tokens=3, prompted=False)
+    # The check's 2 requests and the first question's 2 (greedy, samples); then HTTP 500.
+    server.faults.fail_after = server.seen.completions + 4
+    with pytest.raises(ServerError, match=r"HTTP 500"):
+        generate_partition(loaded, questions, options, tmp_path, "P36", chunk_size=1)
+    server.faults.fail_after = None
+    said: list[str] = []
+    result = generate_partition(loaded, questions, options, tmp_path, "P36", log=said.append, chunk_size=1)
+    assert "P36: resumed 1 of 2 chunks from an interrupted run" in said
+    assert result.metadata["chunks_resumed"] == 1
+    assert result.frame.select("instance_id", "sample").rows() == [(k, s) for k in KEYS for s in range(3)]
+    # The resumed chunk's rows are those a fresh run draws (the server honours the seeds).
+    fresh = generate_partition(loaded, questions, options, tmp_path / "fresh", "P36", chunk_size=1)
+    assert fresh.frame.equals(result.frame)
