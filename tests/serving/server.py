@@ -41,10 +41,6 @@ import torch
 from kcal_pipeline.scoring.generation import cache_argument_name, cache_of
 
 
-def cache_key(output) -> str:
-    return "cache" if "cache" in output else "past_key_values"
-
-
 @dataclass
 class Faults:
     retry_after: int = 0
@@ -97,12 +93,6 @@ class ReferenceServer:
 
     # --- the model ------------------------------------------------------------------------------
 
-    def logprobs(self, ids: list[int]) -> torch.Tensor:
-        """log P(token | everything before) for positions 1..n-1, and the next-token distribution."""
-        with self._lock, torch.inference_mode():
-            logits = self.loaded.model(input_ids=torch.tensor([ids])).logits[0].double()
-        return torch.log_softmax(logits, dim=-1)
-
     def complete(self, prompt, body: dict, sample: int, prefilled: dict) -> dict:
         """One choice; `prefilled` keeps the prompt's forward for the request's other samples."""
         tok = self.loaded.tokenizer
@@ -122,9 +112,9 @@ class ReferenceServer:
             model = self.loaded.model
             if "out" not in prefilled:
                 prefilled["out"] = model(input_ids=torch.tensor([ids]), use_cache=True)
-            out = copy.copy(prefilled["out"])
-            out[cache_key(out)] = copy.deepcopy(cache_of(out))  # each sample decodes on its own copy
-            lp = torch.log_softmax(out.logits[0].double(), dim=-1)  # the prompt's, and the next token's
+            cache = copy.deepcopy(cache_of(prefilled["out"]))  # each sample decodes on its own copy
+            # the prompt's log-probabilities, and the next token's distribution
+            lp = torch.log_softmax(prefilled["out"].logits[0].double(), dim=-1)
             dist = lp[-1]
             for _ in range(int(body.get("max_tokens", 16))):
                 if temperature == 0.0:
@@ -140,7 +130,8 @@ class ReferenceServer:
                     finish, stop_reason = "stop", (nxt if nxt != tok.eos_token_id else None)
                     break
                 out = model(input_ids=torch.tensor([[nxt]]), use_cache=True,
-                            **{cache_argument_name(model): cache_of(out)})  # fmt: skip
+                            **{cache_argument_name(model): cache})  # fmt: skip
+                cache = cache_of(out)
                 dist = torch.log_softmax(out.logits[0, -1].double(), dim=-1)
         if self.faults.no_tokens and not body.get("echo"):
             generated = []

@@ -170,6 +170,11 @@ class OpenAIClient:
         return out
 
 
+def index_chunks(n: int, width: int) -> list[list[int]]:
+    """0 … n-1 in consecutive runs of at most `width`: which items go in one request."""
+    return [list(range(i, min(i + width, n))) for i in range(0, n, width)]
+
+
 def _json(raw: bytes, where: str) -> dict:
     try:
         value = json.loads(raw)

@@ -48,6 +48,7 @@ from kcal_pipeline.scoring.served.client import (
     OpenAIClient,
     ServerError,
     echo_params,
+    index_chunks,
     prompt_logprobs,
 )
 
@@ -187,10 +188,7 @@ def generate_answers_served(
     stops = stop_token_ids(loaded, stop)
     prompts = [prompt_ids(loaded, q)[0] for q in questions]
     common = _sampling(settings.max_new_tokens, stops)
-    requests = [
-        ("greedy", list(range(i, min(i + GREEDY_PROMPTS_PER_REQUEST, len(prompts)))))
-        for i in range(0, len(prompts), GREEDY_PROMPTS_PER_REQUEST)
-    ]
+    requests = [("greedy", chunk) for chunk in index_chunks(len(prompts), GREEDY_PROMPTS_PER_REQUEST)]
     if settings.n_samples:
         requests += [("sampled", [i]) for i in range(len(prompts))]
 
@@ -274,8 +272,7 @@ def next_token_readings_served(
     its seed; no entropy."""
     client = _client(loaded)
     host = client.endpoint.host
-    width = GREEDY_PROMPTS_PER_REQUEST
-    chunks = [list(range(i, min(i + width, len(prompts)))) for i in range(0, len(prompts), width)]
+    chunks = index_chunks(len(prompts), GREEDY_PROMPTS_PER_REQUEST)
     requests = [("pair", c) for c in chunks] + [("greedy", c) for c in chunks]
     if settings.n_samples and seeds is not None:
         requests += [("sampled", [i]) for i in range(len(prompts))]

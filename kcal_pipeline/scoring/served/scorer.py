@@ -24,6 +24,7 @@ from kcal_pipeline.scoring.served.client import (
     OpenAIClient,
     PromptForm,
     echo_params,
+    index_chunks,
     prompt_logprobs,
 )
 
@@ -53,7 +54,7 @@ def score_clm_served(
     form: PromptForm = loaded.engine_check.prompt_form
     prompts = [form.prompt(loaded.start_token_id, seq, text) for seq, text in zip(ids, texts, strict=True)]
     width = batch_size or loaded.batch_size or STATEMENTS_PER_REQUEST
-    chunks = [list(range(i, min(i + width, len(prompts)))) for i in range(0, len(prompts), width)]
+    chunks = index_chunks(len(prompts), width)
 
     def run(chunk: list[int]) -> list[np.ndarray]:
         choices = client.completions([prompts[i] for i in chunk], **echo_params())
